@@ -1,0 +1,150 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::Offer;
+
+/// How much training a job has to do.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Work {
+    /// Total samples to process.
+    Samples(u64),
+    /// `steps` optimiser steps at a total (global) batch of `batch` samples.
+    Steps { steps: u64, batch: u64 },
+}
+
+impl Work {
+    pub fn samples(&self) -> u64 {
+        match *self {
+            Work::Samples(n) => n,
+            Work::Steps { steps, batch } => steps.saturating_mul(batch),
+        }
+    }
+}
+
+/// Allowed number of accelerators (workers) for a job: elastic when `min < max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRange {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl WorkerRange {
+    pub fn is_elastic(&self) -> bool {
+        self.min < self.max
+    }
+    pub fn contains(&self, n: u32) -> bool {
+        (self.min..=self.max).contains(&n)
+    }
+}
+
+/// How the job checkpoints. Drives migration and preemption cost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointSpec {
+    pub interval_s: f64,
+    pub size_gb: f64,
+    pub save_s: f64,
+    pub restore_s: f64,
+}
+
+impl Default for CheckpointSpec {
+    fn default() -> Self {
+        Self {
+            interval_s: 1800.0,
+            size_gb: 10.0,
+            save_s: 60.0,
+            restore_s: 120.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Budget {
+    pub total_usd: Option<f64>,
+    pub per_hour_usd: Option<f64>,
+}
+
+/// What a user submits (already validated; see the job-spec parser for the TOML form).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub team: String,
+    pub work: Work,
+    pub deadline: Option<DateTime<Utc>>,
+    /// Accelerator names the job may run on (`A100`, `H100`, `tpu-v5p-8`).
+    pub accelerators: Vec<String>,
+    pub workers: WorkerRange,
+    /// All workers must share one zone (data-parallel jobs with heavy all-reduce).
+    pub gang: bool,
+    pub checkpoint: CheckpointSpec,
+    pub budget: Budget,
+    pub priority: i32,
+    /// Per-accelerator batch size the training script uses.
+    pub local_batch: Option<u32>,
+}
+
+/// One measured training step, reported by the worker agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    pub job: String,
+    pub accelerator: String,
+    /// Total accelerators (replicas) in the step.
+    pub gpus: u32,
+    pub nodes: u32,
+    pub local_batch: u32,
+    /// Seconds per iteration, compute and gradient sync together.
+    pub step_seconds: f64,
+    /// The all-reduce part, when the training script measured it.
+    pub sync_seconds: Option<f64>,
+    pub at: DateTime<Utc>,
+}
+
+/// A throughput and runtime estimate with its uncertainty.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Forecast {
+    pub throughput_samples_per_s: f64,
+    /// Expected seconds to finish the remaining work.
+    pub runtime_s: f64,
+    /// Optimistic and pessimistic runtimes; planners use `high_s` for deadline safety.
+    pub low_s: f64,
+    pub high_s: f64,
+    /// True when no observation of this job backs the estimate (a relative-speed prior).
+    pub prior_only: bool,
+}
+
+/// `count` VMs of `offer` for `job`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub job: String,
+    pub offer: Offer,
+    pub count: u32,
+}
+
+/// A planner's answer: what to run where, what it should cost, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub allocations: Vec<Allocation>,
+    pub expected_cost: f64,
+    pub expected_finish: Option<DateTime<Utc>>,
+    pub reasons: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_in_samples() {
+        assert_eq!(Work::Samples(10).samples(), 10);
+        assert_eq!(
+            Work::Steps {
+                steps: 1000,
+                batch: 256
+            }
+            .samples(),
+            256_000
+        );
+        let r = WorkerRange { min: 2, max: 8 };
+        assert!(r.is_elastic() && r.contains(2) && r.contains(8) && !r.contains(9));
+    }
+}

@@ -1,0 +1,35 @@
+//! The vocabulary every tern crate speaks.
+//!
+//! This crate has no cloud SDK dependency on purpose: policies, pricing and the controller are
+//! written against these types, and each provider crate (`tern-sim`, `tern-aws`, `tern-gcp`) maps
+//! its cloud's API onto them. See DESIGN.md §3 and ARCHITECTURE.md.
+
+mod accelerator;
+mod error;
+mod instance;
+mod intent;
+mod job;
+mod location;
+mod offer;
+mod provider;
+
+pub use accelerator::{Accelerator, AcceleratorKind};
+pub use error::ProviderError;
+pub use instance::{Instance, InstanceId, InstanceState, Interruption, InterruptionKind, Tags};
+pub use intent::{IdempotencyKey, Intent, IntentId, IntentKind, IntentState};
+pub use job::{
+    Allocation, Budget, CheckpointSpec, Forecast, JobSpec, Observation, Plan, Work, WorkerRange,
+};
+pub use location::{Cloud, Region, Zone};
+pub use offer::{Availability, Capacity, InstanceType, Offer, PriceComponent};
+pub use provider::{LaunchOutcome, LaunchRequest, Provider};
+
+/// Tag keys tern puts on every instance it launches. The leak collector relies on them.
+pub mod tag {
+    /// Identifies the tern deployment (controller) that owns the instance.
+    pub const OWNER: &str = "tern:owner";
+    /// The persisted intent that caused the launch.
+    pub const INTENT: &str = "tern:intent";
+    /// The job the instance works for.
+    pub const JOB: &str = "tern:job";
+}

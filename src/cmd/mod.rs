@@ -1,0 +1,6 @@
+//! One module per subcommand. Each exposes `Args` (or `Command`) and `run`.
+
+pub mod bench;
+pub mod offers;
+pub mod output;
+pub mod prices;
