@@ -21,12 +21,25 @@ fn last_json(o: &Output) -> serde_json::Value {
 }
 
 fn shared(rel: &str) -> String {
-    format!("{}/../shared/data/catalog/{rel}", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/../shared/data/catalog/{rel}",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 #[test]
 fn offers_json_finds_the_cheapest_on_demand_t4_on_aws() {
-    let o = tern(&["offers", "-a", "T4:1", "--cloud", "aws", "--on-demand", "--json", "--limit", "3"]);
+    let o = tern(&[
+        "offers",
+        "-a",
+        "T4:1",
+        "--cloud",
+        "aws",
+        "--on-demand",
+        "--json",
+        "--limit",
+        "3",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = last_json(&o);
     let first = &v["offers"][0];
@@ -39,12 +52,17 @@ fn offers_json_finds_the_cheapest_on_demand_t4_on_aws() {
 
 #[test]
 fn offers_table_shows_spot_and_on_demand_side_by_side_sorted_by_price() {
-    let o = tern(&["offers", "-a", "A100:8", "--cloud", "gcp", "--limit", "0", "--json"]);
+    let o = tern(&[
+        "offers", "-a", "A100:8", "--cloud", "gcp", "--limit", "0", "--json",
+    ]);
     assert!(o.status.success());
     let v = last_json(&o);
     let rows = v["offers"].as_array().unwrap();
     assert!(rows.len() > 5);
-    let both = rows.iter().filter(|r| r["spot_per_hour"].is_number() && r["on_demand_per_hour"].is_number()).count();
+    let both = rows
+        .iter()
+        .filter(|r| r["spot_per_hour"].is_number() && r["on_demand_per_hour"].is_number())
+        .count();
     assert!(both > 0);
     // Sorted by each row's cheapest price.
     let cheapest: Vec<f64> = rows
@@ -67,15 +85,33 @@ fn offers_table_shows_spot_and_on_demand_side_by_side_sorted_by_price() {
 
     let o = tern(&["offers", "-a", "A100:8", "--cloud", "gcp", "--limit", "2"]);
     let text = stdout(&o);
-    assert!(text.contains("ON-DEMAND $/h") && text.contains("SPOT $/h") && text.contains("a2-highgpu-8g"), "{text}");
+    assert!(
+        text.contains("ON-DEMAND $/h")
+            && text.contains("SPOT $/h")
+            && text.contains("a2-highgpu-8g"),
+        "{text}"
+    );
     assert!(text.contains("2 of "), "{text}");
 }
 
 #[test]
 fn offers_filters_apply() {
     let o = tern(&[
-        "offers", "--cloud", "aws", "--region", "US-EAST-1", "--min-vcpus", "32", "--min-memory", "200",
-        "--max-price", "10", "--spot", "--limit", "0", "--json",
+        "offers",
+        "--cloud",
+        "aws",
+        "--region",
+        "US-EAST-1",
+        "--min-vcpus",
+        "32",
+        "--min-memory",
+        "200",
+        "--max-price",
+        "10",
+        "--spot",
+        "--limit",
+        "0",
+        "--json",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = last_json(&o);
@@ -95,7 +131,10 @@ fn bad_input_gets_a_clear_error_and_no_panic() {
     let o = tern(&["offers", "-a", "H10:8"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("unknown accelerator 'H10'") && err.contains("H100"), "{err}");
+    assert!(
+        err.contains("unknown accelerator 'H10'") && err.contains("H100"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"));
 
     let o = tern(&["offers", "--region", "us-est-1"]);
@@ -113,7 +152,12 @@ fn bad_input_gets_a_clear_error_and_no_panic() {
     let o = tern(&["offers", "--catalog", bad.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(err.contains("bad.csv:") && err.contains("column 7 (Price)") && err.contains("non-negative"), "{err}");
+    assert!(
+        err.contains("bad.csv:")
+            && err.contains("column 7 (Price)")
+            && err.contains("non-negative"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -122,14 +166,26 @@ fn prices_import_and_history_round_trip() {
     let db = dir.path().join("tern.db");
     let db = db.to_str().unwrap();
     let aws = shared("aws/vms.excerpt.csv");
-    let o = tern(&["prices", "import", &aws, "--db", db, "--at", "2026-01-01T00:00:00Z", "--json"]);
+    let o = tern(&[
+        "prices",
+        "import",
+        &aws,
+        "--db",
+        db,
+        "--at",
+        "2026-01-01T00:00:00Z",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(last_json(&o)["snapshots"][0]["offers"], 600 * 2 - 8 - 39);
 
     // A later snapshot where one price changed.
     let changed = dir.path().join("later.csv");
     let text = std::fs::read_to_string(&aws).unwrap();
-    let line = text.lines().find(|l| l.starts_with("p3.2xlarge,") && l.contains("us-east-1,")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("p3.2xlarge,") && l.contains("us-east-1,"))
+        .unwrap();
     let fields: Vec<&str> = line.rsplitn(6, ',').collect(); // arch, zone, region, spot, price, rest
     let new_line = line.replacen(
         &format!(",{},{},{},", fields[4], fields[3], fields[2]),
@@ -138,24 +194,67 @@ fn prices_import_and_history_round_trip() {
     );
     assert_ne!(new_line, line);
     std::fs::write(&changed, text.replacen(line, &new_line, 1)).unwrap();
-    let o = tern(&["prices", "import", changed.to_str().unwrap(), "--db", db, "--at", "2026-02-01T00:00:00Z", "--json"]);
+    let o = tern(&[
+        "prices",
+        "import",
+        changed.to_str().unwrap(),
+        "--db",
+        db,
+        "--at",
+        "2026-02-01T00:00:00Z",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(last_json(&o)["snapshots"][0]["changed"], 1);
 
     let zone = fields[1];
-    let o = tern(&["prices", "history", "--instance-type", "p3.2xlarge", "--zone", zone, "--capacity", "spot", "--db", db, "--json"]);
+    let o = tern(&[
+        "prices",
+        "history",
+        "--instance-type",
+        "p3.2xlarge",
+        "--zone",
+        zone,
+        "--capacity",
+        "spot",
+        "--db",
+        db,
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let points = last_json(&o)["points"].as_array().unwrap().clone();
     assert_eq!(points.len(), 2, "{points:?}");
     assert_eq!(points[1]["price_per_hour"], 9.99);
-    assert!(points[0]["observed_at"].as_str().unwrap().starts_with("2026-01-01"));
+    assert!(
+        points[0]["observed_at"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-01-01")
+    );
 
-    let o = tern(&["prices", "history", "--instance-type", "p3.2xlarge", "--db", db]);
+    let o = tern(&[
+        "prices",
+        "history",
+        "--instance-type",
+        "p3.2xlarge",
+        "--db",
+        db,
+    ]);
     let text = stdout(&o);
-    assert!(text.contains("OBSERVED AT") && text.contains("9.99"), "{text}");
+    assert!(
+        text.contains("OBSERVED AT") && text.contains("9.99"),
+        "{text}"
+    );
 
     let missing = dir.path().join("none.db");
-    let o = tern(&["prices", "history", "--instance-type", "x", "--db", missing.to_str().unwrap()]);
+    let o = tern(&[
+        "prices",
+        "history",
+        "--instance-type",
+        "x",
+        "--db",
+        missing.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("tern prices import"));
 }

@@ -25,7 +25,9 @@ pub enum HistoryError {
         #[source]
         source: std::io::Error,
     },
-    #[error("price history {path}: schema version {found} is newer than this tern understands ({supported}); upgrade tern")]
+    #[error(
+        "price history {path}: schema version {found} is newer than this tern understands ({supported}); upgrade tern"
+    )]
     NewerSchema {
         path: String,
         found: i64,
@@ -296,7 +298,9 @@ impl PriceHistory {
     pub fn snapshots(&self) -> Result<Vec<SnapshotSummary>, HistoryError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id, taken_at, source, offers, changed FROM snapshots ORDER BY taken_at, id")
+            .prepare(
+                "SELECT id, taken_at, source, offers, changed FROM snapshots ORDER BY taken_at, id",
+            )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], |r| {
@@ -356,7 +360,10 @@ mod tests {
             let mut h = PriceHistory::open(&path).unwrap();
             let s = h
                 .record(
-                    &[offer("use1-az1", Capacity::Spot, 0.92), offer("use1-az1", Capacity::OnDemand, 3.06)],
+                    &[
+                        offer("use1-az1", Capacity::Spot, 0.92),
+                        offer("use1-az1", Capacity::OnDemand, 3.06),
+                    ],
                     t0,
                     "first",
                 )
@@ -365,7 +372,10 @@ mod tests {
             // Same on-demand price again: nothing new; spot changed: one new point.
             let s = h
                 .record(
-                    &[offer("use1-az1", Capacity::Spot, 1.85), offer("use1-az1", Capacity::OnDemand, 3.06)],
+                    &[
+                        offer("use1-az1", Capacity::Spot, 1.85),
+                        offer("use1-az1", Capacity::OnDemand, 3.06),
+                    ],
                     t1,
                     "second",
                 )
@@ -374,13 +384,30 @@ mod tests {
         }
         // Reopen: the data survived.
         let h = PriceHistory::open(&path).unwrap();
-        let spot = h.history("p3.2xlarge", Some("use1-az1"), Some(Capacity::Spot)).unwrap();
-        assert_eq!(spot.iter().map(|p| p.price_per_hour).collect::<Vec<_>>(), vec![0.92, 1.85]);
+        let spot = h
+            .history("p3.2xlarge", Some("use1-az1"), Some(Capacity::Spot))
+            .unwrap();
+        assert_eq!(
+            spot.iter().map(|p| p.price_per_hour).collect::<Vec<_>>(),
+            vec![0.92, 1.85]
+        );
         assert_eq!(spot[1].source, "second");
-        assert_eq!(h.history("p3.2xlarge", Some("us-east-1"), None).unwrap().len(), 3);
-        assert!(h.history("p3.2xlarge", Some("use1-az9"), None).unwrap().is_empty());
+        assert_eq!(
+            h.history("p3.2xlarge", Some("us-east-1"), None)
+                .unwrap()
+                .len(),
+            3
+        );
+        assert!(
+            h.history("p3.2xlarge", Some("use1-az9"), None)
+                .unwrap()
+                .is_empty()
+        );
 
-        let at = |t| h.price_at(Cloud::Aws, "use1-az1", "p3.2xlarge", Capacity::Spot, t).unwrap();
+        let at = |t| {
+            h.price_at(Cloud::Aws, "use1-az1", "p3.2xlarge", Capacity::Spot, t)
+                .unwrap()
+        };
         assert_eq!(at(t0 - Duration::seconds(1)), None);
         assert_eq!(at(t0), Some(0.92));
         assert_eq!(at(t1 - Duration::seconds(1)), Some(0.92));

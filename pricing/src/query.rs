@@ -112,7 +112,11 @@ impl OfferQuery {
     /// Check names against the catalog and canonicalise their case, so `a100` finds `A100`
     /// and a typo gets a list of the closest real names instead of an empty result.
     pub fn resolve(mut self, catalog: &Catalog) -> Result<Self, QueryError> {
-        for (what, value) in [("min-vcpus", self.min_vcpus), ("min-memory", self.min_memory_gib), ("max-price", self.max_price)] {
+        for (what, value) in [
+            ("min-vcpus", self.min_vcpus),
+            ("min-memory", self.min_memory_gib),
+            ("max-price", self.max_price),
+        ] {
             if let Some(v) = value
                 && !(v.is_finite() && v >= 0.0)
             {

@@ -58,7 +58,11 @@ fn bench_catalog(iterations: usize, json: bool) -> anyhow::Result<()> {
         rows = catalog.sources.iter().map(|s| s.2).sum();
     }
     let t = Timings::from_samples(samples);
-    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
     if !json {
         println!(
             "bundled catalog: {rows} rows -> {offers} offers; load p50 {:.1} ms, p95 {:.1} ms, min {:.1} ms, max {:.1} ms over {} runs ({profile} build)",

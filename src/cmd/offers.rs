@@ -104,12 +104,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     if shown.is_empty() {
-        eprintln!("no offers match these filters ({})", args.catalog.describe());
+        eprintln!(
+            "no offers match these filters ({})",
+            args.catalog.describe()
+        );
         return Ok(());
     }
     let mut t = table(&[
-        "CLOUD", "REGION", "ZONE", "INSTANCE TYPE", "ACCELERATORS", "vCPUs", "MEM GiB",
-        "ON-DEMAND $/h", "SPOT $/h", "OD $/acc-h", "SPOT $/acc-h",
+        "CLOUD",
+        "REGION",
+        "ZONE",
+        "INSTANCE TYPE",
+        "ACCELERATORS",
+        "vCPUs",
+        "MEM GiB",
+        "ON-DEMAND $/h",
+        "SPOT $/h",
+        "OD $/acc-h",
+        "SPOT $/acc-h",
     ]);
     for r in &shown {
         t.add_row(vec![
@@ -147,7 +159,11 @@ fn side_by_side<'a>(offers: &[&'a Offer]) -> Vec<Row<'a>> {
     let mut index: std::collections::HashMap<(Cloud, &str, &str), usize> = Default::default();
     let mut rows: Vec<Row<'a>> = Vec::new();
     for &offer in offers {
-        let key = (offer.cloud, offer.zone.as_str(), offer.instance_type.name.as_str());
+        let key = (
+            offer.cloud,
+            offer.zone.as_str(),
+            offer.instance_type.name.as_str(),
+        );
         let i = *index.entry(key).or_insert_with(|| {
             rows.push(Row {
                 cloud: offer.cloud,

@@ -143,13 +143,23 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             if points.is_empty() {
                 eprintln!(
                     "no recorded prices for {instance_type}{}{} in {}",
-                    zone.as_deref().map(|z| format!(" in {z}")).unwrap_or_default(),
+                    zone.as_deref()
+                        .map(|z| format!(" in {z}"))
+                        .unwrap_or_default(),
                     capacity.map(|c| format!(" ({c})")).unwrap_or_default(),
                     path.display()
                 );
                 return Ok(());
             }
-            let mut t = table(&["OBSERVED AT", "CLOUD", "REGION", "ZONE", "CAPACITY", "$/h", "SOURCE"]);
+            let mut t = table(&[
+                "OBSERVED AT",
+                "CLOUD",
+                "REGION",
+                "ZONE",
+                "CAPACITY",
+                "$/h",
+                "SOURCE",
+            ]);
             for p in &points {
                 t.add_row(vec![
                     p.observed_at.format("%Y-%m-%d %H:%M:%S").to_string(),
@@ -162,7 +172,10 @@ pub fn run(command: Command) -> anyhow::Result<()> {
                 ]);
             }
             println!("{t}");
-            println!("{} price points (a price holds until the next point for its zone and capacity)", points.len());
+            println!(
+                "{} price points (a price holds until the next point for its zone and capacity)",
+                points.len()
+            );
             Ok(())
         }
         Command::Snapshots { db, json } => {

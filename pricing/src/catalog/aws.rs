@@ -48,7 +48,10 @@ pub(super) fn parse(
             memory_gib: row.quantity(cols.memory)?.unwrap_or(0.0),
             accelerator,
         };
-        for (capacity, column) in [(Capacity::OnDemand, cols.price), (Capacity::Spot, cols.spot)] {
+        for (capacity, column) in [
+            (Capacity::OnDemand, cols.price),
+            (Capacity::Spot, cols.spot),
+        ] {
             if let Some(price) = row.price(column)? {
                 offers.push(Offer {
                     cloud: Cloud::Aws,

@@ -227,7 +227,11 @@ impl Row<'_, '_> {
     pub fn required_text(&self, column: usize) -> Result<&str, CatalogError> {
         let t = self.text(column);
         if t.is_empty() {
-            Err(self.cols.field_error(self.line, column, "expected a value, found an empty field".into()))
+            Err(self.cols.field_error(
+                self.line,
+                column,
+                "expected a value, found an empty field".into(),
+            ))
         } else {
             Ok(t)
         }

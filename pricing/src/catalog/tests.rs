@@ -7,7 +7,9 @@ use super::*;
 use crate::{OfferQuery, QueryError};
 
 fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/catalog").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/catalog")
+        .join(rel)
 }
 
 const AWS_HEADER: &str = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch\n";
@@ -20,7 +22,11 @@ fn raw_rows(path: &std::path::Path) -> Vec<std::collections::HashMap<String, Str
     r.records()
         .map(|rec| {
             let rec = rec.unwrap();
-            header.iter().cloned().zip(rec.iter().map(str::to_owned)).collect()
+            header
+                .iter()
+                .cloned()
+                .zip(rec.iter().map(str::to_owned))
+                .collect()
         })
         .collect()
 }
@@ -38,7 +44,12 @@ fn full_gcp_catalog_and_aws_excerpt_load() {
 
     let bundled = crate::bundled().unwrap();
     assert_eq!(bundled.offers.len(), gcp.offers.len() + aws.offers.len());
-    assert!(bundled.offers.iter().all(|o| o.price_per_hour.is_finite() && o.price_per_hour >= 0.0));
+    assert!(
+        bundled
+            .offers
+            .iter()
+            .all(|o| o.price_per_hour.is_finite() && o.price_per_hour >= 0.0)
+    );
 }
 
 #[test]
@@ -61,9 +72,16 @@ fn cheapest_on_demand_single_t4_on_aws_is_g4dn_xlarge() {
 fn cheapest_spot_single_t4_across_aws_zones_matches_the_raw_data() {
     let expected = raw_rows(&shared("aws/vms.excerpt.csv"))
         .into_iter()
-        .filter(|r| r["AcceleratorName"] == "T4" && r["AcceleratorCount"].parse::<f64>().unwrap() == 1.0)
+        .filter(|r| {
+            r["AcceleratorName"] == "T4" && r["AcceleratorCount"].parse::<f64>().unwrap() == 1.0
+        })
         .filter(|r| !r["SpotPrice"].is_empty())
-        .map(|r| (r["SpotPrice"].parse::<f64>().unwrap(), r["AvailabilityZone"].clone()))
+        .map(|r| {
+            (
+                r["SpotPrice"].parse::<f64>().unwrap(),
+                r["AvailabilityZone"].clone(),
+            )
+        })
         .min_by(|a, b| a.0.partial_cmp(&b.0).unwrap())
         .unwrap();
     let catalog = crate::bundled().unwrap();
@@ -88,7 +106,10 @@ fn gcp_a100x8_is_host_plus_eight_gpus_in_the_same_zone() {
     let offers: Vec<_> = catalog
         .offers
         .iter()
-        .filter(|o| o.accelerator().is_some_and(|a| a.name == "A100" && a.count == 8))
+        .filter(|o| {
+            o.accelerator()
+                .is_some_and(|a| a.name == "A100" && a.count == 8)
+        })
         .collect();
     assert!(!offers.is_empty());
     let mut checked = [0; 2];
@@ -105,15 +126,27 @@ fn gcp_a100x8_is_host_plus_eight_gpus_in_the_same_zone() {
             .unwrap();
         let gpu = raw
             .iter()
-            .find(|r| r["InstanceType"].is_empty() && r["AcceleratorName"] == "A100" && r["AcceleratorCount"] == "8" && r["AvailabilityZone"] == zone)
+            .find(|r| {
+                r["InstanceType"].is_empty()
+                    && r["AcceleratorName"] == "A100"
+                    && r["AcceleratorCount"] == "8"
+                    && r["AvailabilityZone"] == zone
+            })
             .unwrap();
         let want = host[column].parse::<f64>().unwrap() + gpu[column].parse::<f64>().unwrap();
-        assert!((offer.price_per_hour - want).abs() < 1e-9, "{zone} {}", offer.capacity);
+        assert!(
+            (offer.price_per_hour - want).abs() < 1e-9,
+            "{zone} {}",
+            offer.capacity
+        );
         assert_eq!(offer.breakdown.len(), 2);
         assert_eq!(offer.instance_type.vcpus, 96.0);
         checked[usize::from(offer.capacity == Capacity::Spot)] += 1;
     }
-    assert!(checked[0] > 0 && checked[1] > 0, "both capacities are covered: {checked:?}");
+    assert!(
+        checked[0] > 0 && checked[1] > 0,
+        "both capacities are covered: {checked:?}"
+    );
 }
 
 #[test]
@@ -128,20 +161,26 @@ fn gcp_tpu_rows_become_tpu_offers_and_builtin_hosts_are_not_sold_alone() {
     assert_eq!(acc.kind(), AcceleratorKind::Tpu);
     assert_eq!(tpu.accelerator_units(), 8);
     // a2-highgpu-8g appears only with its GPUs attached.
-    assert!(catalog
-        .offers
-        .iter()
-        .filter(|o| o.instance_type.name.starts_with("a2-"))
-        .all(|o| o.accelerator().is_some()));
+    assert!(
+        catalog
+            .offers
+            .iter()
+            .filter(|o| o.instance_type.name.starts_with("a2-"))
+            .all(|o| o.accelerator().is_some())
+    );
     // n1 VMs are sold on their own too (CPU-only).
-    assert!(catalog.offers.iter().any(|o| o.instance_type.name == "n1-standard-8" && o.accelerator().is_none()));
+    assert!(
+        catalog
+            .offers
+            .iter()
+            .any(|o| o.instance_type.name == "n1-standard-8" && o.accelerator().is_none())
+    );
 }
 
 #[test]
 fn missing_spot_price_means_no_spot_offer() {
-    let text = format!(
-        "{AWS_HEADER}p3.2xlarge,V100,1.0,8.0,61.0,,3.06,,us-east-1,use1-az1,x86_64\n"
-    );
+    let text =
+        format!("{AWS_HEADER}p3.2xlarge,V100,1.0,8.0,61.0,,3.06,,us-east-1,use1-az1,x86_64\n");
     let c = Catalog::parse(text.as_bytes(), "t.csv").unwrap();
     assert_eq!(c.offers.len(), 1);
     assert_eq!(c.offers[0].capacity, Capacity::OnDemand);
@@ -151,7 +190,11 @@ fn missing_spot_price_means_no_spot_offer() {
         "{GCP_HEADER}n1-highmem-8,8.0,52.0,,,,us-central1,us-central1-a,0.47,0.1\n,,,T4,1,,us-central1,us-central1-a,0.35,\n"
     );
     let c = Catalog::parse(text.as_bytes(), "g.csv").unwrap();
-    let t4: Vec<_> = c.offers.iter().filter(|o| o.accelerator().is_some()).collect();
+    let t4: Vec<_> = c
+        .offers
+        .iter()
+        .filter(|o| o.accelerator().is_some())
+        .collect();
     assert_eq!(t4.len(), 1);
     assert_eq!(t4[0].capacity, Capacity::OnDemand);
     assert!((t4[0].price_per_hour - 0.82).abs() < 1e-9);
@@ -168,22 +211,42 @@ fn malformed_rows_name_file_line_and_column() {
     assert!(msg.starts_with("prices.csv:3: column 7 (Price)"), "{msg}");
     assert!(msg.contains("'abc'"), "{msg}");
 
-    let text = format!("{AWS_HEADER}g4dn.xlarge,T4,1.0,4.0,16.0,,-0.5,,us-east-1,use1-az1,x86_64\n");
-    let msg = Catalog::parse(text.as_bytes(), "neg.csv").unwrap_err().to_string();
-    assert!(msg.contains("neg.csv:2: column 7 (Price)") && msg.contains("non-negative"), "{msg}");
+    let text =
+        format!("{AWS_HEADER}g4dn.xlarge,T4,1.0,4.0,16.0,,-0.5,,us-east-1,use1-az1,x86_64\n");
+    let msg = Catalog::parse(text.as_bytes(), "neg.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("neg.csv:2: column 7 (Price)") && msg.contains("non-negative"),
+        "{msg}"
+    );
 
     let text = format!("{GCP_HEADER},,,T4,1,,us-central1,us-central1-a,0.35,NaN\n");
-    let msg = Catalog::parse(text.as_bytes(), "nan.csv").unwrap_err().to_string();
+    let msg = Catalog::parse(text.as_bytes(), "nan.csv")
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("nan.csv:2: column 10 (SpotPrice)"), "{msg}");
 
     let text = format!("{AWS_HEADER}g4dn.xlarge,T4,1.0\n");
-    let msg = Catalog::parse(text.as_bytes(), "short.csv").unwrap_err().to_string();
-    assert!(msg.contains("short.csv:2") && msg.contains("expected 11 fields, found 3"), "{msg}");
+    let msg = Catalog::parse(text.as_bytes(), "short.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("short.csv:2") && msg.contains("expected 11 fields, found 3"),
+        "{msg}"
+    );
 
-    let msg = Catalog::parse(b"a,b,c\n1,2,3\n", "other.csv").unwrap_err().to_string();
-    assert!(msg.contains("other.csv: not a SkyPilot v8 catalog") && msg.contains("InstanceType"), "{msg}");
+    let msg = Catalog::parse(b"a,b,c\n1,2,3\n", "other.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("other.csv: not a SkyPilot v8 catalog") && msg.contains("InstanceType"),
+        "{msg}"
+    );
 
-    let msg = Catalog::parse(AWS_HEADER.as_bytes(), "empty.csv").unwrap_err().to_string();
+    let msg = Catalog::parse(AWS_HEADER.as_bytes(), "empty.csv")
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("no rows"), "{msg}");
 }
 

@@ -73,8 +73,13 @@ impl fmt::Display for IdempotencyKey {
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum IntentKind {
     /// Start `count` instances from the first offer (in order) that has capacity.
-    Launch { offers: Vec<Offer>, count: u32 },
-    Terminate { instances: Vec<InstanceId> },
+    Launch {
+        offers: Vec<Offer>,
+        count: u32,
+    },
+    Terminate {
+        instances: Vec<InstanceId>,
+    },
     /// Checkpoint, bring up the new capacity, restore there, release the old.
     Migrate {
         from: Vec<InstanceId>,
@@ -82,7 +87,9 @@ pub enum IntentKind {
         count: u32,
     },
     /// Grow or shrink an elastic job to `count` workers.
-    Resize { count: u32 },
+    Resize {
+        count: u32,
+    },
 }
 
 impl IntentKind {

@@ -36,7 +36,9 @@ impl std::str::FromStr for Cloud {
             "aws" => Ok(Cloud::Aws),
             "gcp" => Ok(Cloud::Gcp),
             "sim" => Ok(Cloud::Sim),
-            other => Err(format!("unknown cloud '{other}' (expected aws, gcp or sim)")),
+            other => Err(format!(
+                "unknown cloud '{other}' (expected aws, gcp or sim)"
+            )),
         }
     }
 }
