@@ -25,6 +25,9 @@ enum Command {
     /// Benchmarks that print figures (catalog load, ...).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
+    /// Predicted throughput and runtime of a job (`--job`), or the forecaster's error on
+    /// measured profiles (`evaluate`).
+    Forecast(cmd::forecast::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -33,6 +36,7 @@ fn main() -> std::process::ExitCode {
         Command::Offers(args) => cmd::offers::run(args),
         Command::Prices(command) => cmd::prices::run(command),
         Command::Bench(command) => cmd::bench::run(command),
+        Command::Forecast(args) => cmd::forecast::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

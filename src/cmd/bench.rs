@@ -14,11 +14,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Time forecaster fits, predictions and a 1,000-job refit tick.
+    Forecast(super::bench_forecast::Args),
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Catalog { iterations, json } => bench_catalog(iterations.max(1), json),
+        Command::Forecast(args) => super::bench_forecast::run(args),
     }
 }
 

@@ -1,7 +1,9 @@
 //! One module per subcommand. Each exposes `Args` (or `Command`) and `run`.
 
 pub mod bench;
+pub mod bench_forecast;
 pub mod catalog_source;
+pub mod forecast;
 pub mod offers;
 pub mod output;
 pub mod prices;

@@ -64,13 +64,76 @@ pub struct Budget {
     pub per_hour_usd: Option<f64>,
 }
 
+/// When a job must finish: an absolute time, or a duration after submission (resolved against
+/// the submission time the controller passes in, so parsing never reads the clock).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Deadline {
+    At(DateTime<Utc>),
+    /// Seconds after submission.
+    AfterSeconds(u64),
+}
+
+impl Deadline {
+    pub fn resolve(&self, submitted: DateTime<Utc>) -> DateTime<Utc> {
+        match *self {
+            Deadline::At(t) => t,
+            Deadline::AfterSeconds(s) => {
+                let s = i64::try_from(s).unwrap_or(i64::MAX);
+                submitted
+                    .checked_add_signed(
+                        chrono::TimeDelta::try_seconds(s).unwrap_or(chrono::TimeDelta::MAX),
+                    )
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC)
+            }
+        }
+    }
+}
+
+/// A step time measured before submission (inline in the job spec) to seed the forecaster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedStep {
+    pub accelerator: String,
+    pub gpus: u32,
+    pub nodes: u32,
+    pub local_batch: u32,
+    pub step_seconds: f64,
+    pub sync_seconds: Option<f64>,
+}
+
+impl ObservedStep {
+    pub fn to_observation(&self, job: &str, at: DateTime<Utc>) -> Observation {
+        Observation {
+            job: job.to_string(),
+            accelerator: self.accelerator.clone(),
+            gpus: self.gpus,
+            nodes: self.nodes,
+            local_batch: self.local_batch,
+            step_seconds: self.step_seconds,
+            sync_seconds: self.sync_seconds,
+            at,
+        }
+    }
+}
+
+/// A throughput profile directory (see data/profiles/README.md) that seeds the forecaster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileRef {
+    /// As written in the spec: relative paths are relative to the spec file's directory.
+    pub path: String,
+    /// Accelerator the profile was measured on.
+    pub accelerator: String,
+    /// Node-type suffix of Sia-layout files (`placements-<node_type>.csv`), if any.
+    pub node_type: Option<String>,
+}
+
 /// What a user submits (already validated; see the job-spec parser for the TOML form).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub name: String,
     pub team: String,
     pub work: Work,
-    pub deadline: Option<DateTime<Utc>>,
+    pub deadline: Option<Deadline>,
     /// Accelerator names the job may run on (`A100`, `H100`, `tpu-v5p-8`).
     pub accelerators: Vec<String>,
     pub workers: WorkerRange,
@@ -81,6 +144,9 @@ pub struct JobSpec {
     pub priority: i32,
     /// Per-accelerator batch size the training script uses.
     pub local_batch: Option<u32>,
+    /// Measurements that seed the forecaster before the job has run under tern.
+    pub observations: Vec<ObservedStep>,
+    pub profile: Option<ProfileRef>,
 }
 
 /// One measured training step, reported by the worker agent.

@@ -12,17 +12,20 @@ mod job;
 mod location;
 mod offer;
 mod provider;
+mod spec;
 
 pub use accelerator::{Accelerator, AcceleratorKind};
 pub use error::ProviderError;
 pub use instance::{Instance, InstanceId, InstanceState, Interruption, InterruptionKind, Tags};
 pub use intent::{IdempotencyKey, Intent, IntentId, IntentKind, IntentState};
 pub use job::{
-    Allocation, Budget, CheckpointSpec, Forecast, JobSpec, Observation, Plan, Work, WorkerRange,
+    Allocation, Budget, CheckpointSpec, Deadline, Forecast, JobSpec, Observation, ObservedStep,
+    Plan, ProfileRef, Work, WorkerRange,
 };
 pub use location::{Cloud, Region, Zone};
 pub use offer::{Availability, Capacity, InstanceType, Offer, PriceComponent};
 pub use provider::{LaunchOutcome, LaunchRequest, Provider};
+pub use spec::{SpecError, parse_duration, parse_job_spec};
 
 /// Tag keys tern puts on every instance it launches. The leak collector relies on them.
 pub mod tag {

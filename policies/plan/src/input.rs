@@ -1,0 +1,121 @@
+//! What the planner is given. Forecasts arrive through [`ThroughputModel`], so this crate does
+//! not depend on how they are made (fitted model, relative-speed prior, a test's table).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tern_cloud::{Budget, Capacity, CheckpointSpec, Cloud, WorkerRange};
+
+/// Predicted training throughput of one configuration, samples per second.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Throughput {
+    pub expected: f64,
+    /// A pessimistic (low) throughput: the deadline test uses it.
+    pub pessimistic: f64,
+    /// No observation of this job backs the number (a relative-speed prior).
+    pub prior: bool,
+}
+
+/// Predicts a job's throughput on `nodes` VMs with `per_node` accelerators of one type.
+pub trait ThroughputModel: Send + Sync + std::fmt::Debug {
+    fn throughput(&self, accelerator: &str, per_node: u32, nodes: u32) -> Option<Throughput>;
+}
+
+/// A job as the planner sees it: what remains to do, by when, and on what.
+#[derive(Debug, Clone)]
+pub struct PlanJob {
+    pub name: String,
+    pub team: String,
+    pub remaining_samples: f64,
+    /// Seconds from now; `None` = no deadline.
+    pub deadline_s: Option<f64>,
+    /// Accelerator names allowed (matched case-insensitively against offers).
+    pub accelerators: Vec<String>,
+    /// Allowed total accelerators (GPUs or TPU chips) across all nodes.
+    pub workers: WorkerRange,
+    pub gang: bool,
+    pub checkpoint: CheckpointSpec,
+    pub budget: Budget,
+    /// Higher is placed first when resources are short.
+    pub priority: i32,
+    pub model: Arc<dyn ThroughputModel>,
+}
+
+/// An account limit on accelerators: e.g. 64 A100 (any size) in aws/us-east-1, spot only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    pub cloud: Cloud,
+    /// `None` = every region of the cloud together.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Accelerator family (`A100` covers `A100-80GB`; `tpu-v5p` covers every v5p slice).
+    pub family: String,
+    /// `None` = spot and on-demand together.
+    #[serde(default)]
+    pub capacity: Option<Capacity>,
+    /// Accelerators (GPUs or TPU chips) allowed at once.
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objective {
+    /// Minimise expected total cost; deadlines are constraints.
+    #[default]
+    Cost,
+    /// Finish soonest, within budgets and deadlines.
+    Time,
+}
+
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub objective: Objective,
+    /// HiGHS time limit; the greedy answers if it runs out with nothing better.
+    pub time_limit: Duration,
+    /// Seconds from a launch request to a VM running the job's first step.
+    pub provision_s: f64,
+    /// Spot interruptions per node-hour when no history is known. 0.1/h (one interruption per
+    /// ten node-hours) sits inside the range measured on real GPU spot traces: the V100
+    /// availability traces of Can't Be Late show runs between losses from about 2 h (busy
+    /// zones) to well over a day, and AWS's Spot Advisor puts most GPU types in its
+    /// ">20 % per month" band. Callers with availability history pass `hazards` instead.
+    pub default_spot_hazard_per_hour: f64,
+    /// Interruptions per node-hour by (zone, instance type), learned from history.
+    pub hazards: HashMap<(String, String), f64>,
+    /// After pruning, keep at most this many configurations per job (cheapest first).
+    pub max_candidates_per_job: usize,
+    /// Alternatives listed per job in the explanation.
+    pub alternatives: usize,
+    pub use_milp: bool,
+    /// Team budgets ($ total and $/h) by team name.
+    pub team_budgets: BTreeMap<String, Budget>,
+    pub quotas: Vec<Quota>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self {
+            objective: Objective::Cost,
+            time_limit: Duration::from_secs(5),
+            provision_s: 300.0,
+            default_spot_hazard_per_hour: 0.1,
+            hazards: HashMap::new(),
+            max_candidates_per_job: 48,
+            alternatives: 3,
+            use_milp: true,
+            team_budgets: BTreeMap::new(),
+            quotas: Vec::new(),
+        }
+    }
+}
+
+/// How long the cloud warns before reclaiming spot capacity (DESIGN.md §5).
+pub fn notice_seconds(cloud: Cloud) -> f64 {
+    match cloud {
+        Cloud::Aws | Cloud::Sim => 120.0,
+        Cloud::Gcp => 30.0,
+    }
+}

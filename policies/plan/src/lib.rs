@@ -1,0 +1,19 @@
+//! tern's fleet planner (DESIGN.md §4.2): which instance type, zone, capacity type and how many
+//! instances for each job, minimising expected total cost under deadlines, quotas, availability
+//! caps and budgets.
+//!
+//! Pure and synchronous: the caller passes offers, forecasts and time (as "seconds from now")
+//! in; no IO. A separate crate from `tern-policies` so that the native HiGHS build (minutes)
+//! is not a dependency of the light policies.
+
+mod input;
+mod plan;
+pub mod problem;
+pub mod solve;
+
+pub use input::{
+    Objective, PlanJob, PlanOptions, Quota, Throughput, ThroughputModel, notice_seconds,
+};
+pub use plan::{Alternative, CandidateCounts, Config, JobPlan, PlanReport, plan};
+pub use problem::{Assignment, Choice, Problem};
+pub use solve::{Solved, SolverKind, greedy, solve};

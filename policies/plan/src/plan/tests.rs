@@ -1,0 +1,544 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tern_cloud::{
+    Accelerator, Availability, Budget, Capacity, CheckpointSpec, Cloud, InstanceType, Offer,
+    PriceComponent, Region, WorkerRange, Zone,
+};
+
+use super::*;
+use crate::input::{Quota, Throughput, ThroughputModel};
+
+/// Samples/s per accelerator by name, scaling linearly with count (a test's stand-in for the
+/// fitted forecaster; the planner only sees the trait).
+#[derive(Debug)]
+struct Table(HashMap<String, f64>);
+
+impl ThroughputModel for Table {
+    fn throughput(&self, accelerator: &str, per_node: u32, nodes: u32) -> Option<Throughput> {
+        let per = *self.0.get(accelerator)?;
+        let t = per * f64::from(per_node * nodes);
+        Some(Throughput {
+            expected: t,
+            pessimistic: t * 0.9,
+            prior: false,
+        })
+    }
+}
+
+fn offer(
+    cloud: Cloud,
+    zone: &str,
+    ty: &str,
+    acc: &str,
+    count: u32,
+    capacity: Capacity,
+    price: f64,
+) -> Offer {
+    Offer {
+        cloud,
+        region: Region::new(
+            zone.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                .trim_end_matches('-'),
+        ),
+        zone: Zone::new(zone),
+        instance_type: InstanceType {
+            name: ty.into(),
+            vcpus: 8.0,
+            memory_gib: 64.0,
+            accelerator: Some(Accelerator::new(acc, count)),
+        },
+        capacity,
+        price_per_hour: price,
+        observed_at: None,
+        breakdown: vec![PriceComponent {
+            label: ty.into(),
+            price_per_hour: price,
+        }],
+        availability: Availability::Unknown,
+    }
+}
+
+fn job(
+    name: &str,
+    accs: &[&str],
+    samples: f64,
+    deadline_h: Option<f64>,
+    speeds: &[(&str, f64)],
+) -> PlanJob {
+    PlanJob {
+        name: name.into(),
+        team: "ml".into(),
+        remaining_samples: samples,
+        deadline_s: deadline_h.map(|h| h * 3600.0),
+        accelerators: accs.iter().map(|s| s.to_string()).collect(),
+        workers: WorkerRange { min: 1, max: 1 },
+        gang: true,
+        checkpoint: CheckpointSpec {
+            interval_s: 1800.0,
+            size_gb: 5.0,
+            save_s: 60.0,
+            restore_s: 120.0,
+        },
+        budget: Budget::default(),
+        priority: 0,
+        model: Arc::new(Table(
+            speeds.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        )),
+    }
+}
+
+#[test]
+fn three_times_faster_at_twice_the_price_wins() {
+    let offers = vec![
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "t4.box",
+            "T4",
+            1,
+            Capacity::OnDemand,
+            1.0,
+        ),
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "a100.box",
+            "A100",
+            1,
+            Capacity::OnDemand,
+            2.0,
+        ),
+    ];
+    // 10 h on T4, 3.3 h on A100.
+    let j = job(
+        "resnet",
+        &["T4", "A100"],
+        36_000.0,
+        None,
+        &[("T4", 1.0), ("A100", 3.0)],
+    );
+    let r = plan(&[j], &offers, &PlanOptions::default());
+    let c = r.jobs[0].choice.as_ref().unwrap();
+    assert_eq!(c.accelerator, "A100:1");
+    assert_eq!(r.solver, SolverKind::Milp);
+    // The explanation names the cheaper-per-GPU-hour option and why it lost.
+    let v = r.jobs[0]
+        .versus_cheapest_per_accelerator_hour
+        .as_ref()
+        .unwrap();
+    assert!(v.contains("t4.box") && v.contains("in total"), "{v}");
+    assert!(r.jobs[0].alternatives[0].why_not.contains("more in total"));
+}
+
+#[test]
+fn loose_deadline_goes_to_spot_tight_one_to_on_demand() {
+    let offers = vec![
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "p3.2xlarge",
+            "V100",
+            1,
+            Capacity::OnDemand,
+            3.06,
+        ),
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "p3.2xlarge",
+            "V100",
+            1,
+            Capacity::Spot,
+            0.92,
+        ),
+    ];
+    // 48 h of work.
+    let samples = 48.0 * 3600.0;
+    let loose = job("loose", &["V100"], samples, Some(70.0), &[("V100", 1.0)]);
+    let r = plan(&[loose], &offers, &PlanOptions::default());
+    assert_eq!(r.jobs[0].choice.as_ref().unwrap().capacity, Capacity::Spot);
+
+    // Pessimistic on-demand finish: 300 s + 48 h / 0.9 = 53.4 h. Spot adds expected
+    // interruptions and one more restart: infeasible at 54 h, so on-demand.
+    let tight = job("tight", &["V100"], samples, Some(54.0), &[("V100", 1.0)]);
+    let r = plan(&[tight], &offers, &PlanOptions::default());
+    let j = &r.jobs[0];
+    assert_eq!(
+        j.choice.as_ref().unwrap().capacity,
+        Capacity::OnDemand,
+        "{j:#?}"
+    );
+    assert!(
+        j.alternatives
+            .iter()
+            .any(|a| a.config.capacity == Capacity::Spot
+                && a.why_not.contains("misses the deadline"))
+    );
+}
+
+#[test]
+fn infeasible_inputs_are_reported_per_job() {
+    let offers = vec![offer(
+        Cloud::Aws,
+        "use1-az1",
+        "p3.2xlarge",
+        "V100",
+        1,
+        Capacity::OnDemand,
+        3.06,
+    )];
+    let no_offer = job("no-offer", &["H100"], 1000.0, None, &[("H100", 1.0)]);
+    let too_short = job(
+        "too-short",
+        &["V100"],
+        100.0 * 3600.0,
+        Some(10.0),
+        &[("V100", 1.0)],
+    );
+    let no_quota = job("no-quota", &["V100"], 1000.0, None, &[("V100", 1.0)]);
+    let options = PlanOptions {
+        quotas: vec![Quota {
+            cloud: Cloud::Aws,
+            region: None,
+            family: "V100".into(),
+            capacity: None,
+            limit: 0,
+        }],
+        ..Default::default()
+    };
+    let r = plan(
+        &[no_offer.clone(), too_short],
+        &offers,
+        &PlanOptions::default(),
+    );
+    assert_eq!(r.placed, 0);
+    assert!(
+        r.jobs[0]
+            .reason
+            .as_ref()
+            .unwrap()
+            .contains("no offer has an allowed accelerator")
+    );
+    assert!(
+        r.jobs[1]
+            .reason
+            .as_ref()
+            .unwrap()
+            .contains("misses the deadline"),
+        "{:?}",
+        r.jobs[1].reason
+    );
+    let r = plan(&[no_quota], &offers, &options);
+    assert!(!r.jobs[0].placed);
+    assert!(
+        r.jobs[0].reason.as_ref().unwrap().contains("over quota"),
+        "{:?}",
+        r.jobs[0].reason
+    );
+    // Empty input is still an answer.
+    let r = plan(&[], &offers, &PlanOptions::default());
+    assert_eq!((r.placed, r.unplaced), (0, 0));
+}
+
+#[test]
+fn quota_contention_moves_a_job_and_says_why() {
+    let offers = vec![
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "a100.box",
+            "A100",
+            1,
+            Capacity::OnDemand,
+            2.0,
+        ),
+        offer(
+            Cloud::Gcp,
+            "us-central1-a",
+            "a2-highgpu-1g",
+            "A100",
+            1,
+            Capacity::OnDemand,
+            2.5,
+        ),
+    ];
+    let mut a = job("a", &["A100"], 36_000.0, None, &[("A100", 1.0)]);
+    a.priority = 1;
+    let b = job("b", &["A100"], 36_000.0, None, &[("A100", 1.0)]);
+    let options = PlanOptions {
+        quotas: vec![Quota {
+            cloud: Cloud::Aws,
+            region: None,
+            family: "A100".into(),
+            capacity: None,
+            limit: 1,
+        }],
+        ..Default::default()
+    };
+    let r = plan(&[a, b], &offers, &options);
+    assert_eq!(r.placed, 2);
+    let clouds: Vec<&str> = r
+        .jobs
+        .iter()
+        .map(|j| j.choice.as_ref().unwrap().cloud.as_str())
+        .collect();
+    assert!(clouds.contains(&"aws") && clouds.contains(&"gcp"));
+    let moved = r
+        .jobs
+        .iter()
+        .find(|j| j.choice.as_ref().unwrap().cloud == "gcp")
+        .unwrap();
+    assert!(
+        moved
+            .alternatives
+            .iter()
+            .any(|a| a.why_not.contains("would exceed quota")),
+        "{moved:#?}"
+    );
+}
+
+#[test]
+fn team_budget_limits_total_spend() {
+    let offers = vec![
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "fast",
+            "A100",
+            1,
+            Capacity::OnDemand,
+            10.0,
+        ),
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "slow",
+            "T4",
+            1,
+            Capacity::OnDemand,
+            1.0,
+        ),
+    ];
+    // Fast: 1 h x $10 (+provisioning); slow: 2 h x $1. Time objective wants fast, budget forbids.
+    let j = job(
+        "j",
+        &["A100", "T4"],
+        7200.0,
+        None,
+        &[("A100", 2.0), ("T4", 1.0)],
+    );
+    let mut options = PlanOptions {
+        objective: Objective::Time,
+        ..Default::default()
+    };
+    let r = plan(std::slice::from_ref(&j), &offers, &options);
+    assert_eq!(r.jobs[0].choice.as_ref().unwrap().instance_type, "fast");
+    options.team_budgets.insert(
+        "ml".into(),
+        Budget {
+            total_usd: Some(5.0),
+            per_hour_usd: None,
+        },
+    );
+    let r = plan(&[j], &offers, &options);
+    assert_eq!(r.jobs[0].choice.as_ref().unwrap().instance_type, "slow");
+}
+
+#[test]
+fn greedy_fallback_is_marked() {
+    let offers = vec![offer(
+        Cloud::Aws,
+        "use1-az1",
+        "p3.2xlarge",
+        "V100",
+        1,
+        Capacity::OnDemand,
+        3.06,
+    )];
+    let j = job("j", &["V100"], 3600.0, None, &[("V100", 1.0)]);
+    let r = plan(
+        &[j],
+        &offers,
+        &PlanOptions {
+            use_milp: false,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.solver, SolverKind::Greedy);
+    assert_eq!(r.solver_family, "greedy");
+    assert!(r.fallback_reason.is_some());
+    assert!(r.jobs[0].placed);
+}
+
+#[test]
+fn node_counts_cover_the_range() {
+    let mut j = job("j", &["V100"], 1.0, None, &[]);
+    j.workers = WorkerRange { min: 2, max: 16 };
+    assert_eq!(node_counts(&j, 1), vec![2, 4, 8, 16]);
+    assert_eq!(node_counts(&j, 8), vec![1, 2]);
+    j.workers = WorkerRange { min: 3, max: 12 };
+    assert_eq!(node_counts(&j, 1), vec![3, 4, 8, 12]);
+    assert_eq!(node_counts(&j, 4), vec![1, 2, 3]);
+    assert!(node_counts(&j, 16).is_empty());
+}
+
+fn small_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOptions)> {
+    let offer_s = (
+        0usize..3,
+        0usize..2,
+        prop::bool::ANY,
+        0.5f64..5.0,
+        prop::option::of(1u32..3),
+    );
+    let job_s = (
+        0usize..3,
+        1.0f64..30.0,
+        prop::option::of(2.0f64..40.0),
+        0i32..2,
+    );
+    (
+        proptest::collection::vec(offer_s, 1..6),
+        proptest::collection::vec(job_s, 1..4),
+        prop::option::of(1u32..4),
+        prop::option::of(5.0f64..60.0),
+    )
+        .prop_map(|(offers, jobs, quota, budget)| {
+            let names = ["T4", "V100", "A100"];
+            let offers: Vec<Offer> = offers
+                .into_iter()
+                .enumerate()
+                .map(|(i, (acc, zone, spot, price, cap))| {
+                    let mut o = offer(
+                        Cloud::Aws,
+                        ["use1-az1", "use1-az2"][zone],
+                        &format!("type{i}"),
+                        names[acc],
+                        1,
+                        if spot {
+                            Capacity::Spot
+                        } else {
+                            Capacity::OnDemand
+                        },
+                        price,
+                    );
+                    o.availability =
+                        cap.map_or(Availability::Unknown, |c| Availability::Available(Some(c)));
+                    o
+                })
+                .collect();
+            let jobs: Vec<PlanJob> = jobs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (acc, hours, deadline, prio))| {
+                    let mut j = job(
+                        &format!("j{i}"),
+                        &names[acc..],
+                        hours * 3600.0,
+                        deadline,
+                        &[("T4", 1.0), ("V100", 2.0), ("A100", 4.0)],
+                    );
+                    j.priority = prio;
+                    j.workers = WorkerRange { min: 1, max: 2 };
+                    j
+                })
+                .collect();
+            let mut options = PlanOptions::default();
+            if let Some(limit) = quota {
+                options.quotas.push(Quota {
+                    cloud: Cloud::Aws,
+                    region: None,
+                    family: "A100".into(),
+                    capacity: None,
+                    limit,
+                });
+            }
+            if let Some(b) = budget {
+                options.team_budgets.insert(
+                    "ml".into(),
+                    Budget {
+                        total_usd: Some(b),
+                        per_hour_usd: None,
+                    },
+                );
+            }
+            (jobs, offers, options)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// End to end on small instances: the plan (after pruning, on HiGHS) is as good as brute
+    /// force over every feasible configuration, and respects quotas, caps and budgets.
+    #[test]
+    fn plan_matches_brute_force_over_unpruned_configurations((jobs, offers, options) in small_instance()) {
+        let report = plan(&jobs, &offers, &options);
+        prop_assert_eq!(report.solver, SolverKind::Milp);
+        // Rebuild the problem without pruning.
+        let unpruned = PlanOptions { max_candidates_per_job: usize::MAX, ..options.clone() };
+        let mut problem = Problem::default();
+        let mut labels: Vec<String> = Vec::new();
+        let mut limits: Vec<f64> = Vec::new();
+        let mut rid = |l: String, lim: f64| match labels.iter().position(|x| *x == l) {
+            Some(i) => i,
+            None => { labels.push(l); limits.push(lim); labels.len() - 1 }
+        };
+        let mut worst = 0.0f64;
+        for (j, job) in jobs.iter().enumerate() {
+            let mut job_worst = 0.0f64;
+            for o in &offers {
+                let acc = o.accelerator().unwrap();
+                if !job.accelerators.iter().any(|a| a == &acc.name) { continue; }
+                for n in node_counts(job, 1) {
+                    let (c, infeasible) = evaluate(job, o, n, &unpruned);
+                    if infeasible.is_some() { continue; }
+                    let mut usage = Vec::new();
+                    let mut over = false;
+                    for q in &unpruned.quotas {
+                        if q.family == acc.family() {
+                            over |= c.workers > q.limit;
+                            usage.push((rid("q".into(), f64::from(q.limit)), f64::from(c.workers)));
+                        }
+                    }
+                    if let Availability::Available(Some(cap)) = o.availability {
+                        over |= n > cap;
+                        usage.push((rid(o.key(), f64::from(cap)), f64::from(n)));
+                    }
+                    if let Some(b) = unpruned.team_budgets.get("ml").and_then(|b| b.total_usd) {
+                        usage.push((rid("budget".into(), b), c.expected_cost));
+                    }
+                    if over { continue; }
+                    job_worst = job_worst.max(c.expected_cost);
+                    problem.options.push(Choice { job: j, objective: c.expected_cost, usage });
+                }
+            }
+            worst += job_worst;
+        }
+        let unit = worst + 1.0;
+        problem.unplaced_penalty = jobs.iter().map(|j| unit * (1.0 + f64::from(j.priority.clamp(0, 100)) * 0.5)).collect();
+        problem.limits = limits;
+        let (best, _) = problem.brute_force();
+        let placed_cost: f64 = report.jobs.iter().filter_map(|j| j.choice.as_ref()).map(|c| c.expected_cost).sum();
+        let value = placed_cost + report.jobs.iter().enumerate().filter(|(_, j)| !j.placed).map(|(i, _)| problem.unplaced_penalty[i]).sum::<f64>();
+        prop_assert!((value - best).abs() <= 1e-6 * best.abs().max(1.0), "plan {value} vs brute force {best}");
+
+        // Every constraint holds in the answer.
+        let mut a100 = 0;
+        let mut spend = 0.0;
+        let mut per_offer: HashMap<&str, u32> = HashMap::new();
+        for c in report.jobs.iter().filter_map(|j| j.choice.as_ref()) {
+            if c.accelerator.starts_with("A100") { a100 += c.workers; }
+            spend += c.expected_cost;
+            *per_offer.entry(c.offer.as_str()).or_default() += c.nodes;
+        }
+        if let Some(q) = options.quotas.first() { prop_assert!(a100 <= q.limit); }
+        if let Some(b) = options.team_budgets.get("ml").and_then(|b| b.total_usd) { prop_assert!(spend <= b + 1e-6); }
+        for o in &offers {
+            if let Availability::Available(Some(cap)) = o.availability {
+                prop_assert!(per_offer.get(o.key().as_str()).copied().unwrap_or(0) <= cap);
+            }
+        }
+    }
+}

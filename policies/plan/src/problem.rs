@@ -1,0 +1,99 @@
+//! The optimisation problem in its plainest form: choose at most one option per job, within
+//! shared resource limits. Quotas, per-offer availability caps and team budgets are all
+//! "resources", so one MILP, one greedy and one brute force serve every constraint.
+
+use serde::Serialize;
+
+/// One way to run one job (a configuration), reduced to what the optimiser needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Choice {
+    pub job: usize,
+    /// Objective value if chosen (expected $ for the cost objective, hours for time).
+    pub objective: f64,
+    /// (resource index, amount used).
+    pub usage: Vec<(usize, f64)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Problem {
+    /// Penalty paid by each job left unplaced (index = job).
+    pub unplaced_penalty: Vec<f64>,
+    pub options: Vec<Choice>,
+    /// Limit of each resource.
+    pub limits: Vec<f64>,
+}
+
+/// An assignment: for each job, the chosen option index (into `Problem::options`), if any.
+pub type Assignment = Vec<Option<usize>>;
+
+impl Problem {
+    pub fn jobs(&self) -> usize {
+        self.unplaced_penalty.len()
+    }
+
+    /// Total objective of an assignment, penalties included.
+    pub fn value(&self, a: &Assignment) -> f64 {
+        a.iter()
+            .enumerate()
+            .map(|(j, c)| match c {
+                Some(c) => self.options[*c].objective,
+                None => self.unplaced_penalty[j],
+            })
+            .sum()
+    }
+
+    /// Whether an assignment respects every resource limit (with a small tolerance for the
+    /// solver's floating point) and assigns options to their own jobs.
+    pub fn is_feasible(&self, a: &Assignment) -> bool {
+        let mut used = vec![0.0; self.limits.len()];
+        for (j, c) in a.iter().enumerate() {
+            if let Some(c) = c {
+                let o = &self.options[*c];
+                if o.job != j {
+                    return false;
+                }
+                for &(r, amount) in &o.usage {
+                    used[r] += amount;
+                }
+            }
+        }
+        used.iter()
+            .zip(&self.limits)
+            .all(|(u, l)| *u <= l + 1e-9 * l.abs().max(1.0))
+    }
+
+    /// Exhaustive search. Exponential: for tests on small instances only.
+    pub fn brute_force(&self) -> (f64, Assignment) {
+        let mut per_job: Vec<Vec<Option<usize>>> = vec![vec![None]; self.jobs()];
+        for (i, o) in self.options.iter().enumerate() {
+            per_job[o.job].push(Some(i));
+        }
+        let mut best = (f64::INFINITY, vec![None; self.jobs()]);
+        let mut current = vec![None; self.jobs()];
+        self.search(&per_job, 0, &mut current, &mut best);
+        best
+    }
+
+    fn search(
+        &self,
+        per_job: &[Vec<Option<usize>>],
+        j: usize,
+        current: &mut Assignment,
+        best: &mut (f64, Assignment),
+    ) {
+        if j == per_job.len() {
+            if self.is_feasible(current) {
+                let v = self.value(current);
+                if v < best.0 {
+                    *best = (v, current.clone());
+                }
+            }
+            return;
+        }
+        for &c in &per_job[j] {
+            current[j] = c;
+            self.search(per_job, j + 1, current, best);
+        }
+        current[j] = None;
+    }
+}

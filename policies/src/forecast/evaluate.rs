@@ -1,0 +1,377 @@
+//! Offline checks of the forecaster on measured profiles (`tern forecast evaluate`).
+
+use serde::{Deserialize, Serialize};
+
+use super::ForecastError;
+use super::fit::{
+    CROSS_NODE_SD, Fit, FitOptions, Identified, OBS_NOISE, Spread, fit, log_step_gradient,
+};
+use super::forecaster::{Interconnect, Z_90, blend, bootstrap, transfer};
+
+/// How an accelerator with only single-GPU rows borrows a multi-GPU model from another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BootstrapMethod {
+    /// Sia: the whole step scales with the single-GPU speed ratio.
+    Ratio,
+    /// Target compute + source sync scaled by interconnect bandwidths.
+    Transfer,
+    /// Geometric mean of the two, widened by their disagreement.
+    Blend,
+}
+use super::model::{Params, Sample, Shape, ix};
+use super::profile::ProfileRow;
+
+/// Which rows the model is fitted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FitOn {
+    /// Every row; error measured in-sample (how well the model form fits).
+    All,
+    /// Rows on one node; every multi-node row is predicted.
+    SingleNode,
+    /// Single-node rows plus ≤ 2 multi-node probes chosen by [`select_probes`].
+    Probes,
+}
+
+/// Error breakdown over one group of evaluated rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub n: usize,
+    pub mape: f64,
+    /// Mean of ln(predicted / measured): > 0 means the model is too slow (pessimistic).
+    pub bias: f64,
+}
+
+/// Result of one evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub n_fit: usize,
+    pub n_eval: usize,
+    /// Mean absolute percentage error of step time, in percent (`None` if nothing to predict).
+    pub mape: Option<f64>,
+    /// Fraction of evaluated rows whose measured step time lies inside the 90 % interval.
+    pub coverage: Option<f64>,
+    /// Mean of (high / low) of the interval: how wide the uncertainty is.
+    pub mean_interval_ratio: Option<f64>,
+    pub params: Params,
+    pub identified: Identified,
+    /// Probed configurations (only for [`FitOn::Probes`]).
+    pub probes: Vec<Shape>,
+    pub groups: Vec<Group>,
+}
+
+struct Scored {
+    shape: Shape,
+    log_err: f64,
+    inside: bool,
+    width: f64,
+}
+
+fn summarise(
+    n_fit: usize,
+    f: &Fit,
+    probes: Vec<Shape>,
+    scored: &[Scored],
+    group: impl Fn(&Shape) -> String,
+) -> Evaluation {
+    let n = scored.len();
+    let ape = |s: &Scored| (s.log_err.exp() - 1.0).abs() * 100.0;
+    let mean = |xs: &mut dyn Iterator<Item = f64>| -> Option<f64> {
+        let v: Vec<f64> = xs.collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let mut names: Vec<String> = scored.iter().map(|s| group(&s.shape)).collect();
+    names.sort();
+    names.dedup();
+    let groups = names
+        .into_iter()
+        .map(|name| {
+            let rows: Vec<&Scored> = scored.iter().filter(|s| group(&s.shape) == name).collect();
+            let k = rows.len() as f64;
+            Group {
+                n: rows.len(),
+                mape: rows.iter().map(|s| ape(s)).sum::<f64>() / k,
+                bias: rows.iter().map(|s| s.log_err).sum::<f64>() / k,
+                name,
+            }
+        })
+        .collect();
+    Evaluation {
+        n_fit,
+        n_eval: n,
+        mape: mean(&mut scored.iter().map(ape)),
+        coverage: mean(&mut scored.iter().map(|s| if s.inside { 1.0 } else { 0.0 })),
+        mean_interval_ratio: mean(&mut scored.iter().map(|s| s.width)),
+        params: f.params,
+        identified: f.identified,
+        probes,
+        groups,
+    }
+}
+
+fn score(shape: Shape, predicted: f64, spread: Spread, measured: f64) -> Scored {
+    let log_err = predicted.ln() - measured.ln();
+    Scored {
+        shape,
+        log_err,
+        // Measured above the prediction (log_err < 0) must be within the upper side.
+        inside: -Z_90 * spread.up <= log_err && log_err <= Z_90 * spread.down,
+        width: (Z_90 * (spread.down + spread.up)).exp(),
+    }
+}
+
+fn default_group(s: &Shape) -> String {
+    match (s.gpus, s.nodes) {
+        (1, _) => "1 GPU".to_string(),
+        (_, 1) => "1 node, multi-GPU".to_string(),
+        (_, n) if n <= 2 => "2 nodes".to_string(),
+        (_, n) if n <= 4 => "3-4 nodes".to_string(),
+        _ => "5+ nodes".to_string(),
+    }
+}
+
+/// Fits according to `fit_on` and measures the step-time error on the predicted rows.
+pub fn evaluate(
+    rows: &[ProfileRow],
+    fit_on: FitOn,
+    opts: &FitOptions,
+) -> Result<Evaluation, ForecastError> {
+    let single: Vec<Sample> = rows
+        .iter()
+        .filter(|r| r.shape.nodes == 1)
+        .map(ProfileRow::sample)
+        .collect();
+    let (train, eval, probes): (Vec<Sample>, Vec<&ProfileRow>, Vec<Shape>) = match fit_on {
+        FitOn::All => (
+            rows.iter().map(ProfileRow::sample).collect(),
+            rows.iter().collect(),
+            Vec::new(),
+        ),
+        FitOn::SingleNode => (
+            single,
+            rows.iter().filter(|r| r.shape.nodes > 1).collect(),
+            Vec::new(),
+        ),
+        FitOn::Probes => {
+            let base = fit(&single, opts, None)?;
+            let candidates: Vec<Shape> = rows
+                .iter()
+                .filter(|r| r.shape.nodes > 1)
+                .map(|r| r.shape)
+                .collect();
+            let probes = select_probes(&base, &candidates, 2);
+            let mut train = single;
+            train.extend(
+                rows.iter()
+                    .filter(|r| probes.contains(&r.shape))
+                    .map(ProfileRow::sample),
+            );
+            let eval = rows
+                .iter()
+                .filter(|r| r.shape.nodes > 1 && !probes.contains(&r.shape))
+                .collect();
+            (train, eval, probes)
+        }
+    };
+    let f = fit(&train, opts, None)?;
+    let scored: Vec<Scored> = eval
+        .iter()
+        .map(|r| {
+            score(
+                r.shape,
+                f.params.step_s(&r.shape),
+                f.log_spread(&r.shape),
+                r.step_s,
+            )
+        })
+        .collect();
+    Ok(summarise(train.len(), &f, probes, &scored, default_group))
+}
+
+/// Chooses up to `n` multi-node shapes whose measurement would most reduce the uncertainty of
+/// the cross-node sync terms (D-optimal design on ln α_n, ln β_n under the current fit): it
+/// maximises det(prior precision + Σ g gᵀ / σ²) with g = ∂ ln T / ∂(ln α_n, ln β_n).
+pub fn select_probes(current: &Fit, candidates: &[Shape], n: usize) -> Vec<Shape> {
+    let mut uniq: Vec<Shape> = Vec::new();
+    for c in candidates {
+        if c.nodes > 1 && !uniq.contains(c) {
+            uniq.push(*c);
+        }
+    }
+    let grads: Vec<[f64; 2]> = uniq
+        .iter()
+        .map(|s| {
+            let g = log_step_gradient(&current.theta, s);
+            [g[ix::ALPHA_N], g[ix::BETA_N]]
+        })
+        .collect();
+    let prior = 1.0 / (CROSS_NODE_SD * CROSS_NODE_SD);
+    let w = 1.0 / (OBS_NOISE * OBS_NOISE);
+    let det = |picked: &[usize]| {
+        let (mut a, mut b, mut c) = (prior, 0.0, prior);
+        for &i in picked {
+            let g = grads[i];
+            a += w * g[0] * g[0];
+            b += w * g[0] * g[1];
+            c += w * g[1] * g[1];
+        }
+        a * c - b * b
+    };
+    let mut picked: Vec<usize> = Vec::new();
+    match n.min(uniq.len()) {
+        0 => {}
+        1 => {
+            if let Some(i) = (0..uniq.len()).max_by(|&i, &j| det(&[i]).total_cmp(&det(&[j]))) {
+                picked.push(i);
+            }
+        }
+        _ => {
+            // Exhaustive over pairs: a few hundred candidates at most.
+            let mut best = (f64::MIN, 0, 0);
+            for i in 0..uniq.len() {
+                for j in i + 1..uniq.len() {
+                    let d = det(&[i, j]);
+                    if d > best.0 {
+                        best = (d, i, j);
+                    }
+                }
+            }
+            picked.extend([best.1, best.2]);
+            // More than two: greedy additions.
+            while picked.len() < n.min(uniq.len()) {
+                let next = (0..uniq.len())
+                    .filter(|i| !picked.contains(i))
+                    .max_by(|&i, &j| {
+                        let mut pi = picked.clone();
+                        pi.push(i);
+                        let mut pj = picked.clone();
+                        pj.push(j);
+                        det(&pi).total_cmp(&det(&pj))
+                    });
+                match next {
+                    Some(i) => picked.push(i),
+                    None => break,
+                }
+            }
+        }
+    }
+    picked.into_iter().map(|i| uniq[i]).collect()
+}
+
+/// Sia-style bootstrap check: fit all of `source` and the single-GPU rows of `target`, then
+/// predict `target`'s multi-GPU rows. Groups split the error into single-node and multi-node
+/// rows and by GPU count, which shows whether it comes from intra-node scaling differences
+/// between the two node types or from the network.
+pub fn evaluate_bootstrap(
+    source: &[ProfileRow],
+    target: &[ProfileRow],
+    source_opts: &FitOptions,
+    target_opts: &FitOptions,
+    nets: Option<(Interconnect, Interconnect)>,
+    method: BootstrapMethod,
+) -> Result<Evaluation, ForecastError> {
+    let src: Vec<Sample> = source.iter().map(ProfileRow::sample).collect();
+    let one: Vec<Sample> = target
+        .iter()
+        .filter(|r| r.shape.gpus == 1)
+        .map(ProfileRow::sample)
+        .collect();
+    let fs = fit(&src, source_opts, None)?;
+    let ft = fit(&one, target_opts, None)?;
+    let scored: Vec<Scored> = target
+        .iter()
+        .filter(|r| r.shape.gpus > 1)
+        .map(|r| {
+            let p = match (method, nets) {
+                (BootstrapMethod::Transfer, Some((t, s))) => {
+                    transfer(&ft, &fs, &r.shape, "source", t, s)
+                }
+                (BootstrapMethod::Blend, Some((t, s))) => blend(&ft, &fs, &r.shape, "source", t, s),
+                _ => bootstrap(&ft, &fs, &r.shape, "source"),
+            };
+            score(r.shape, p.step_s, p.spread, r.step_s)
+        })
+        .collect();
+    Ok(summarise(
+        src.len() + one.len(),
+        &ft,
+        Vec::new(),
+        &scored,
+        |s| {
+            let kind = if s.nodes == 1 { "1 node" } else { "multi-node" };
+            let k = match s.gpus {
+                0..=2 => "2",
+                3..=4 => "3-4",
+                5..=8 => "5-8",
+                _ => "9+",
+            };
+            format!("{kind}, {k} GPUs")
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn truth() -> Params {
+        Params {
+            alpha_c: 0.03,
+            beta_c: 0.0015,
+            alpha_r: 0.01,
+            beta_r: 0.002,
+            alpha_n: 0.08,
+            beta_n: 0.006,
+            gamma: 1.8,
+        }
+    }
+
+    fn rows(p: &Params) -> Vec<ProfileRow> {
+        let mut out = Vec::new();
+        for (gpus, nodes) in [
+            (1, 1),
+            (2, 1),
+            (3, 1),
+            (4, 1),
+            (2, 2),
+            (4, 2),
+            (8, 2),
+            (16, 4),
+        ] {
+            for m in [16.0, 32.0, 64.0, 128.0] {
+                let shape = Shape::new(gpus, nodes, m);
+                out.push(ProfileRow {
+                    shape,
+                    step_s: p.step_s(&shape),
+                    sync_s: None,
+                    line: out.len() + 2,
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn probes_are_multi_node_and_distinct() {
+        let r = rows(&truth());
+        let e = evaluate(&r, FitOn::Probes, &FitOptions::default()).expect("evaluate");
+        assert_eq!(e.probes.len(), 2);
+        assert!(e.probes.iter().all(|s| s.nodes > 1));
+        assert_ne!(e.probes[0], e.probes[1]);
+        // Exact data from the model form: two well-chosen probes pin the cross-node terms.
+        assert!(e.mape.expect("rows to predict") < 5.0, "{e:?}");
+    }
+
+    #[test]
+    fn single_node_fit_is_honest_about_the_unknown_network() {
+        let r = rows(&truth());
+        let e = evaluate(&r, FitOn::SingleNode, &FitOptions::default()).expect("evaluate");
+        assert!(!e.identified.cross_node);
+        assert_eq!(e.n_eval, r.iter().filter(|x| x.shape.nodes > 1).count());
+        let all = evaluate(&r, FitOn::All, &FitOptions::default()).expect("evaluate");
+        // Intervals widen when the cross-node terms come from the prior only.
+        assert!(e.mean_interval_ratio > all.mean_interval_ratio);
+    }
+}

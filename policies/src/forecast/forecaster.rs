@@ -1,0 +1,433 @@
+//! Online forecaster state: observations per (job, accelerator), refitted when they change.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tern_cloud::{Forecast, Observation};
+
+use super::ForecastError;
+use super::fit::{Fit, FitOptions, Spread, fit};
+use super::model::{Sample, Shape};
+use super::profile::GradientNoise;
+use super::speed;
+
+/// Two-sided 90 % normal quantile: intervals are [T·e^(−zσ), T·e^(zσ)] in log space.
+pub const Z_90: f64 = 1.645;
+
+/// Extra log-space sd of a Sia-style bootstrap: the single-GPU ratio ignores how the two types'
+/// interconnects and node sizes differ (assumed ±35 % at 90 %, the issue's error budget).
+pub const BOOTSTRAP_SD: f64 = 0.30 / Z_90;
+
+/// How a prediction was obtained; anything but `Fitted` leans on another accelerator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Basis {
+    /// The job's own model on this accelerator.
+    Fitted,
+    /// Sia's bootstrap: this accelerator's single-GPU speed × `from`'s scaling curve.
+    Bootstrap { from: String },
+    /// No observation on this accelerator: `from`'s model scaled by datasheet relative speed.
+    RelativeSpeed { from: String, ratio: f64 },
+}
+
+/// A step-time prediction with its 90 % interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    pub shape: Shape,
+    pub step_s: f64,
+    pub step_low_s: f64,
+    pub step_high_s: f64,
+    /// sds of ln(step time) below and above `step_s`.
+    pub spread: Spread,
+    pub basis: Basis,
+}
+
+impl Prediction {
+    fn new(shape: Shape, step_s: f64, spread: Spread, basis: Basis) -> Self {
+        Self {
+            shape,
+            step_s,
+            step_low_s: step_s * (-Z_90 * spread.down).exp(),
+            step_high_s: step_s * (Z_90 * spread.up).exp(),
+            spread,
+            basis,
+        }
+    }
+
+    /// Samples per second (expected).
+    pub fn throughput(&self) -> f64 {
+        self.shape.global_batch() / self.step_s
+    }
+
+    /// Runtime of `samples` more samples. With `noise`, the samples are counted at the batch
+    /// the noise was measured at, and a larger global batch needs 1/E more of them.
+    pub fn forecast(&self, samples: f64, noise: Option<&GradientNoise>) -> Forecast {
+        let eff = noise
+            .map(|n| n.efficiency(self.shape.global_batch()))
+            .unwrap_or(1.0)
+            .clamp(1e-6, f64::MAX);
+        let work = samples / eff;
+        let per_sample = |step: f64| step / self.shape.global_batch();
+        Forecast {
+            throughput_samples_per_s: self.throughput() * eff,
+            runtime_s: work * per_sample(self.step_s),
+            low_s: work * per_sample(self.step_low_s),
+            high_s: work * per_sample(self.step_high_s),
+            prior_only: matches!(self.basis, Basis::RelativeSpeed { .. }),
+        }
+    }
+}
+
+/// What to forecast.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query<'a> {
+    pub job: &'a str,
+    pub accelerator: &'a str,
+    pub shape: Shape,
+    pub remaining_samples: f64,
+    pub noise: Option<GradientNoise>,
+}
+
+/// A change of a shape's mean ln(step time) smaller than this (1 %) does not trigger a refit:
+/// per-step jitter should not cost a fit on every tick.
+pub const MATERIAL_CHANGE: f64 = 0.01;
+
+/// Running statistics of one shape.
+#[derive(Debug, Clone)]
+struct ShapeStat {
+    shape: Shape,
+    /// Running mean of ln(step time).
+    mean: f64,
+    n: u32,
+    /// `mean` when the model was last fitted.
+    fitted: Option<f64>,
+}
+
+/// Observations of one job on one accelerator, one entry per distinct shape. Repeated reports at
+/// a shape (the agent sends one per tick) update a running mean of ln(step time), so the fit's
+/// size is the number of shapes tried, not the number of reports; and only a new shape or a
+/// material change of a mean marks the series for refit.
+#[derive(Debug, Clone, Default)]
+struct Series {
+    shapes: Vec<ShapeStat>,
+    fit: Option<Fit>,
+    dirty: bool,
+}
+
+impl Series {
+    fn add(&mut self, shape: Shape, step_s: f64) {
+        let ln = step_s.ln();
+        match self.shapes.iter_mut().find(|s| s.shape == shape) {
+            Some(s) => {
+                s.n = s.n.saturating_add(1);
+                s.mean += (ln - s.mean) / f64::from(s.n);
+                if s.fitted
+                    .is_none_or(|f| (s.mean - f).abs() > MATERIAL_CHANGE)
+                {
+                    self.dirty = true;
+                }
+            }
+            None => {
+                self.shapes.push(ShapeStat {
+                    shape,
+                    mean: ln,
+                    n: 1,
+                    fitted: None,
+                });
+                self.dirty = true;
+            }
+        }
+    }
+
+    fn samples(&self) -> Vec<Sample> {
+        self.shapes
+            .iter()
+            .map(|s| Sample {
+                shape: s.shape,
+                step_s: s.mean.exp(),
+            })
+            .collect()
+    }
+
+    fn mark_fitted(&mut self, fit: Fit) {
+        for s in &mut self.shapes {
+            s.fitted = Some(s.mean);
+        }
+        self.fit = Some(fit);
+        self.dirty = false;
+    }
+
+    fn multi_gpu(&self) -> bool {
+        self.shapes.iter().any(|s| s.shape.gpus > 1)
+    }
+}
+
+/// Learns per-(job, accelerator) throughput models from observations and forecasts runtimes.
+#[derive(Debug, Clone, Default)]
+pub struct Forecaster {
+    series: BTreeMap<(String, String), Series>,
+    /// Override of the interconnect prior (ratio of cross- to intra-node sync) per accelerator.
+    cross_ratio: BTreeMap<String, f64>,
+}
+
+impl Forecaster {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the cross-node prior ratio for an accelerator (e.g. a node type with a faster NIC).
+    pub fn set_cross_ratio(&mut self, accelerator: &str, ratio: f64) {
+        self.cross_ratio.insert(accelerator.to_string(), ratio);
+    }
+
+    fn options(&self, accelerator: &str) -> FitOptions {
+        FitOptions {
+            cross_ratio: self
+                .cross_ratio
+                .get(accelerator)
+                .copied()
+                .unwrap_or_else(|| speed::interconnect_ratio(accelerator)),
+            ..FitOptions::default()
+        }
+    }
+
+    /// Records one measured step. Cheap: marks the series for refit.
+    pub fn observe(&mut self, o: &Observation) -> Result<(), ForecastError> {
+        let bad = |reason: &str| ForecastError::BadObservation {
+            job: o.job.clone(),
+            reason: reason.to_string(),
+        };
+        if o.gpus == 0 || o.nodes == 0 || o.nodes > o.gpus {
+            return Err(bad("need 1 ≤ nodes ≤ gpus"));
+        }
+        if o.local_batch == 0 {
+            return Err(bad("local_batch must be > 0"));
+        }
+        if !(o.step_seconds.is_finite() && o.step_seconds > 0.0) {
+            return Err(bad("step_seconds must be a positive number"));
+        }
+        self.series
+            .entry((o.job.clone(), o.accelerator.clone()))
+            .or_default()
+            .add(
+                Shape::new(o.gpus, o.nodes, f64::from(o.local_batch)),
+                o.step_seconds,
+            );
+        Ok(())
+    }
+
+    /// Refits every series with new observations, warm-started from its previous optimum.
+    /// Returns how many were refitted.
+    pub fn refit(&mut self) -> Result<usize, ForecastError> {
+        let mut n = 0;
+        let keys: Vec<(String, String)> = self
+            .series
+            .iter()
+            .filter(|(_, s)| s.dirty)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            let opts = self.options(&key.1);
+            if let Some(s) = self.series.get_mut(&key) {
+                let warm = s.fit.as_ref().map(|f| f.theta);
+                let fitted = fit(&s.samples(), &opts, warm.as_ref())?;
+                s.mark_fitted(fitted);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The fitted model of a job on an accelerator, if any (after [`Forecaster::refit`]).
+    pub fn model(&self, job: &str, accelerator: &str) -> Option<&Fit> {
+        self.series
+            .get(&(job.to_string(), accelerator.to_string()))
+            .and_then(|s| s.fit.as_ref())
+    }
+
+    /// The job's best-observed other accelerator: most distinct shapes, multi-GPU preferred.
+    fn donor(&self, job: &str, except: &str) -> Option<(&str, &Fit, bool)> {
+        self.series
+            .iter()
+            .filter(|((j, a), s)| j == job && a != except && s.fit.is_some())
+            .max_by_key(|(_, s)| (s.multi_gpu(), s.shapes.len()))
+            .and_then(|((_, a), s)| s.fit.as_ref().map(|f| (a.as_str(), f, s.multi_gpu())))
+    }
+
+    /// Predicts the step time of `job` on `accelerator` at `shape` from the current fits.
+    pub fn predict(
+        &self,
+        job: &str,
+        accelerator: &str,
+        shape: &Shape,
+    ) -> Result<Prediction, ForecastError> {
+        let own = self.series.get(&(job.to_string(), accelerator.to_string()));
+        let donor = self.donor(job, accelerator);
+        match (own, donor) {
+            (Some(s), donor) if s.fit.is_some() => {
+                let f = s.fit.as_ref().ok_or(ForecastError::NoData)?;
+                match donor {
+                    Some((from, src, true)) if shape.gpus > 1 && !s.multi_gpu() => {
+                        Ok(match (net(accelerator), net(from)) {
+                            (Some(t), Some(s)) => blend(f, src, shape, from, t, s),
+                            _ => bootstrap(f, src, shape, from),
+                        })
+                    }
+                    _ => Ok(Prediction::new(
+                        *shape,
+                        f.params.step_s(shape),
+                        f.log_spread(shape),
+                        Basis::Fitted,
+                    )),
+                }
+            }
+            (_, Some((from, src, _))) => {
+                let (sa, sb) = (
+                    speed::relative_speed(accelerator)
+                        .ok_or_else(|| ForecastError::UnknownAccelerator(accelerator.into()))?,
+                    speed::relative_speed(from)
+                        .ok_or_else(|| ForecastError::UnknownAccelerator(from.into()))?,
+                );
+                let ratio = sa / sb;
+                // Compute scales with chip speed; sync with the usual nodes' interconnects,
+                // as in `transfer`.
+                let mut p = src.params;
+                p.alpha_c /= ratio;
+                p.beta_c /= ratio;
+                if let (Some(t), Some(s)) = (net(accelerator), net(from)) {
+                    let intra = (s.link_gbps / t.link_gbps).sqrt();
+                    let cross = (s.nic_gbps / t.nic_gbps).sqrt();
+                    p.alpha_r *= intra;
+                    p.beta_r *= intra;
+                    p.alpha_n *= cross;
+                    p.beta_n *= cross;
+                    // Scaled separately the two can cross; with no data on this accelerator,
+                    // keep the physical order (leaving a node never makes a 2-replica
+                    // all-reduce cheaper) so that the planner never sees more nodes as faster.
+                    p.alpha_n = p.alpha_n.max(p.alpha_r);
+                }
+                let sd = src
+                    .log_spread(shape)
+                    .plus(Spread::symmetric(speed::RELATIVE_SPEED_SD));
+                Ok(Prediction::new(
+                    *shape,
+                    p.step_s(shape),
+                    sd,
+                    Basis::RelativeSpeed {
+                        from: from.to_string(),
+                        ratio,
+                    },
+                ))
+            }
+            _ => Err(ForecastError::NoObservations {
+                job: job.to_string(),
+            }),
+        }
+    }
+
+    /// Refits what changed, then forecasts the runtime of the remaining work.
+    pub fn forecast(&mut self, q: &Query<'_>) -> Result<(Prediction, Forecast), ForecastError> {
+        self.refit()?;
+        let p = self.predict(q.job, q.accelerator, &q.shape)?;
+        let f = p.forecast(q.remaining_samples, q.noise.as_ref());
+        Ok((p, f))
+    }
+}
+
+/// The usual cloud node's interconnect for an accelerator, if it is in the hardware table.
+fn net(accelerator: &str) -> Option<Interconnect> {
+    speed::lookup(accelerator).map(|h| Interconnect {
+        link_gbps: h.link_gbps,
+        nic_gbps: h.nic_gbps,
+    })
+}
+
+/// Sia's bootstrap: T_target(shape) = T_source(shape) · T1_target(m) / T1_source(m).
+pub fn bootstrap(target: &Fit, source: &Fit, shape: &Shape, from: &str) -> Prediction {
+    let one = Shape::new(1, 1, shape.local_batch);
+    let ratio = target.params.step_s(&one) / source.params.step_s(&one);
+    let step = source.params.step_s(shape) * ratio;
+    let sd = source
+        .log_spread(shape)
+        .plus(target.log_spread(&one))
+        .plus(source.log_spread(&one))
+        .plus(Spread::symmetric(BOOTSTRAP_SD));
+    Prediction::new(
+        *shape,
+        step,
+        sd,
+        Basis::Bootstrap {
+            from: from.to_string(),
+        },
+    )
+}
+
+/// Interconnect of a node type, for transferring sync costs between node types.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interconnect {
+    /// Intra-node GPU link bandwidth, GB/s.
+    pub link_gbps: f64,
+    /// Node NIC bandwidth, GB/s.
+    pub nic_gbps: f64,
+}
+
+/// Component transfer: the target's own compute terms (from its single-GPU fit) with the
+/// source's sync terms and overlap, the sync scaled by √(bandwidth ratio) of the two node types'
+/// links (intra-node) and NICs (cross-node) — the same "between overhead-bound and
+/// bandwidth-bound" middle as the cross-node prior. Unlike Sia's ratio it does not make a faster
+/// chip's all-reduce faster too.
+pub fn transfer(
+    target: &Fit,
+    source: &Fit,
+    shape: &Shape,
+    from: &str,
+    target_net: Interconnect,
+    source_net: Interconnect,
+) -> Prediction {
+    let mut p = source.params;
+    p.alpha_c = target.params.alpha_c;
+    p.beta_c = target.params.beta_c;
+    let intra = (source_net.link_gbps / target_net.link_gbps).sqrt();
+    let cross = (source_net.nic_gbps / target_net.nic_gbps).sqrt();
+    p.alpha_r *= intra;
+    p.beta_r *= intra;
+    p.alpha_n *= cross;
+    p.beta_n *= cross;
+    let one = Shape::new(1, 1, shape.local_batch);
+    let sd = source
+        .log_spread(shape)
+        .plus(target.log_spread(&one))
+        .plus(Spread::symmetric(BOOTSTRAP_SD));
+    Prediction::new(
+        *shape,
+        p.step_s(shape),
+        sd,
+        Basis::Bootstrap {
+            from: from.to_string(),
+        },
+    )
+}
+
+/// Both bootstrap estimates combined: Sia's ratio errs when the target's network is much
+/// faster than the source's (it carries the slow network over), the component transfer when
+/// it is much slower (bandwidth scaling overstates sync). Without knowing which regime holds,
+/// take their geometric mean and count half their disagreement as extra uncertainty.
+pub fn blend(
+    target: &Fit,
+    source: &Fit,
+    shape: &Shape,
+    from: &str,
+    target_net: Interconnect,
+    source_net: Interconnect,
+) -> Prediction {
+    let a = bootstrap(target, source, shape, from);
+    let b = transfer(target, source, shape, from, target_net, source_net);
+    let (la, lb) = (a.step_s.ln(), b.step_s.ln());
+    let half_gap = (la - lb).abs() / 2.0;
+    let sd = Spread {
+        down: a.spread.down.max(b.spread.down),
+        up: a.spread.up.max(b.spread.up),
+    }
+    .plus(Spread::symmetric(half_gap));
+    Prediction::new(*shape, ((la + lb) / 2.0).exp(), sd, a.basis)
+}

@@ -1,0 +1,767 @@
+//! Job spec files (TOML) → validated [`JobSpec`].
+//!
+//! The parser takes the text and the file's path (for messages) and does no IO. Every error
+//! names the file, the field and what was expected, with the line when it can be located.
+//! Unknown fields are errors, so a typo cannot silently drop a constraint.
+//!
+//! ```toml
+//! name = "resnet50"            # required
+//! team = "vision"              # required
+//! accelerators = ["V100", "A100"]
+//! deadline = "3d 4h"           # after submission, or RFC 3339 ("2026-12-01T00:00:00Z")
+//! gang = true                  # default false
+//! priority = 5                 # default 0
+//! local_batch = 64
+//! workers = { min = 4, max = 16 }   # or workers = 8
+//! [work]                       # samples = N, or steps = N and batch = N
+//! samples = 128_000_000
+//! [checkpoint]                 # all optional: interval (duration or s), size_gb, save/restore_seconds
+//! [budget]                     # total_usd and/or per_hour_usd
+//! [[observation]]              # accelerator, gpus, nodes (default 1), local_batch, step_seconds[, sync_seconds]
+//! [profile]                    # path (relative to the spec file), accelerator[, node_type]
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use toml::Value;
+use toml::de::{DeTable, DeValue};
+
+use crate::job::{
+    Budget, CheckpointSpec, Deadline, JobSpec, ObservedStep, ProfileRef, Work, WorkerRange,
+};
+
+/// Where an error is: `file` or `file:line`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub file: String,
+    pub line: Option<usize>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{l}", self.file),
+            None => f.write_str(&self.file),
+        }
+    }
+}
+
+/// Why a job spec was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("{at}: not valid TOML: {msg}")]
+    Syntax { at: Location, msg: String },
+    #[error("{at}: `{field}`: expected {expected}, found {found}")]
+    Invalid {
+        at: Location,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{at}: missing field `{field}`: expected {expected}")]
+    Missing {
+        at: Location,
+        field: String,
+        expected: String,
+    },
+    #[error("{at}: unknown field `{field}` (allowed here: {allowed})")]
+    Unknown {
+        at: Location,
+        field: String,
+        allowed: String,
+    },
+}
+
+/// Parses and validates a job spec. `path` is only used in messages.
+pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
+    let root: toml::Table = toml::from_str(text).map_err(|e| SpecError::Syntax {
+        at: Location {
+            file: path.to_string(),
+            line: e.span().map(|s| line_at(text, s.start)),
+        },
+        msg: e.message().trim().to_string(),
+    })?;
+    let lines = key_lines(text);
+    let cx = Cx {
+        file: path,
+        lines: &lines,
+    };
+    let mut top = Fields::new(&cx, "", &root, TOP_FIELDS)?;
+    let name = top
+        .string("name")?
+        .ok_or_else(|| cx.missing("name", "a job name"))?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(cx.invalid(
+            "name",
+            "a non-empty name of letters, digits, `-`, `_` or `.`",
+            &format!("{name:?}"),
+        ));
+    }
+    let team = top
+        .string("team")?
+        .ok_or_else(|| cx.missing("team", "a team name"))?;
+    let work = parse_work(&cx, top.table("work")?)?;
+    let deadline = match top.get("deadline") {
+        None => None,
+        Some(v) => Some(parse_deadline(&cx, v)?),
+    };
+    let accelerators = parse_accelerators(&cx, top.get("accelerators"))?;
+    let workers = parse_workers(&cx, top.get("workers"))?;
+    let gang = top.bool("gang")?.unwrap_or(false);
+    let checkpoint = parse_checkpoint(&cx, top.table("checkpoint")?)?;
+    let budget = parse_budget(&cx, top.table("budget")?)?;
+    let priority = match top.integer("priority")? {
+        None => 0,
+        Some(p) => i32::try_from(p)
+            .map_err(|_| cx.invalid("priority", "an integer in i32 range", &p.to_string()))?,
+    };
+    let local_batch = match top.integer("local_batch")? {
+        None => None,
+        Some(b) => Some(positive_u32(&cx, "local_batch", b)?),
+    };
+    let observations = parse_observations(&cx, top.get("observation"))?;
+    let profile = match top.table("profile")? {
+        None => None,
+        Some(t) => {
+            let mut f = Fields::new(&cx, "profile", t, &["path", "accelerator", "node_type"])?;
+            let path = f
+                .string("path")?
+                .ok_or_else(|| cx.missing("profile.path", "a profile directory"))?;
+            let accelerator = f.string("accelerator")?.ok_or_else(|| {
+                cx.missing("profile.accelerator", "the accelerator it was measured on")
+            })?;
+            let node_type = f.string("node_type")?;
+            Some(ProfileRef {
+                path,
+                accelerator,
+                node_type,
+            })
+        }
+    };
+    Ok(JobSpec {
+        name,
+        team,
+        work,
+        deadline,
+        accelerators,
+        workers,
+        gang,
+        checkpoint,
+        budget,
+        priority,
+        local_batch,
+        observations,
+        profile,
+    })
+}
+
+const TOP_FIELDS: &[&str] = &[
+    "name",
+    "team",
+    "work",
+    "deadline",
+    "accelerators",
+    "workers",
+    "gang",
+    "checkpoint",
+    "budget",
+    "priority",
+    "local_batch",
+    "observation",
+    "profile",
+];
+
+/// File name and the line of every key path, for messages.
+struct Cx<'a> {
+    file: &'a str,
+    lines: &'a BTreeMap<String, usize>,
+}
+
+impl Cx<'_> {
+    fn at(&self, field: &str) -> Location {
+        // Fall back to the enclosing table when the field itself is absent.
+        let mut key = field.to_string();
+        let line = loop {
+            if let Some(l) = self.lines.get(&key) {
+                break Some(*l);
+            }
+            match key.rfind(['.', '[']) {
+                Some(i) => key.truncate(i),
+                None => break None,
+            }
+        };
+        Location {
+            file: self.file.to_string(),
+            line,
+        }
+    }
+    fn invalid(&self, field: &str, expected: &str, found: &str) -> SpecError {
+        SpecError::Invalid {
+            at: self.at(field),
+            field: field.to_string(),
+            expected: expected.to_string(),
+            found: found.to_string(),
+        }
+    }
+    fn missing(&self, field: &str, expected: &str) -> SpecError {
+        SpecError::Missing {
+            at: self.at(field),
+            field: field.to_string(),
+            expected: expected.to_string(),
+        }
+    }
+}
+
+/// A table whose keys are checked against an allow-list.
+struct Fields<'a, 'c> {
+    cx: &'c Cx<'c>,
+    prefix: String,
+    table: &'a toml::Table,
+}
+
+impl<'a, 'c> Fields<'a, 'c> {
+    fn new(
+        cx: &'c Cx<'c>,
+        prefix: &str,
+        table: &'a toml::Table,
+        allowed: &[&str],
+    ) -> Result<Self, SpecError> {
+        let f = Self {
+            cx,
+            prefix: prefix.to_string(),
+            table,
+        };
+        if let Some(k) = table.keys().find(|k| !allowed.contains(&k.as_str())) {
+            let field = f.path(k);
+            return Err(SpecError::Unknown {
+                at: cx.at(&field),
+                field,
+                allowed: allowed.join(", "),
+            });
+        }
+        Ok(f)
+    }
+
+    fn path(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.prefix)
+        }
+    }
+
+    fn get(&mut self, key: &str) -> Option<(String, &'a Value)> {
+        self.table.get(key).map(|v| (self.path(key), v))
+    }
+
+    fn string(&mut self, key: &str) -> Result<Option<String>, SpecError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((_, Value::String(s))) => Ok(Some(s.trim().to_string())),
+            Some((p, v)) => Err(self.cx.invalid(&p, "a string", &describe(v))),
+        }
+    }
+
+    fn bool(&mut self, key: &str) -> Result<Option<bool>, SpecError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((_, Value::Boolean(b))) => Ok(Some(*b)),
+            Some((p, v)) => Err(self.cx.invalid(&p, "true or false", &describe(v))),
+        }
+    }
+
+    fn integer(&mut self, key: &str) -> Result<Option<i64>, SpecError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((_, Value::Integer(i))) => Ok(Some(*i)),
+            Some((p, v)) => Err(self.cx.invalid(&p, "an integer", &describe(v))),
+        }
+    }
+
+    /// A finite number ≥ 0 (integers accepted).
+    fn number(&mut self, key: &str) -> Result<Option<f64>, SpecError> {
+        let (p, x) = match self.get(key) {
+            None => return Ok(None),
+            Some((p, Value::Integer(i))) => (p, *i as f64),
+            Some((p, Value::Float(x))) => (p, *x),
+            Some((p, v)) => return Err(self.cx.invalid(&p, "a number", &describe(v))),
+        };
+        if !x.is_finite() || x < 0.0 {
+            return Err(self.cx.invalid(&p, "a finite number ≥ 0", &x.to_string()));
+        }
+        Ok(Some(x))
+    }
+
+    fn table(&mut self, key: &str) -> Result<Option<&'a toml::Table>, SpecError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((_, Value::Table(t))) => Ok(Some(t)),
+            Some((p, v)) => Err(self.cx.invalid(&p, "a table", &describe(v))),
+        }
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Integer(i) => format!("the integer {i}"),
+        Value::Float(x) => format!("the number {x}"),
+        Value::Boolean(b) => format!("{b}"),
+        Value::Datetime(d) => format!("the datetime {d}"),
+        Value::Array(_) => "an array".to_string(),
+        Value::Table(_) => "a table".to_string(),
+    }
+}
+
+fn positive_u32(cx: &Cx<'_>, field: &str, v: i64) -> Result<u32, SpecError> {
+    u32::try_from(v)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| cx.invalid(field, "an integer ≥ 1", &v.to_string()))
+}
+
+fn positive_u64(cx: &Cx<'_>, field: &str, v: i64) -> Result<u64, SpecError> {
+    u64::try_from(v)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| cx.invalid(field, "an integer ≥ 1", &v.to_string()))
+}
+
+fn parse_work(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<Work, SpecError> {
+    const EXPECTED: &str = "`samples = N`, or `steps = N` and `batch = N` (global batch)";
+    let t = t.ok_or_else(|| cx.missing("work", &format!("a [work] table with {EXPECTED}")))?;
+    let mut f = Fields::new(cx, "work", t, &["samples", "steps", "batch"])?;
+    match (
+        f.integer("samples")?,
+        f.integer("steps")?,
+        f.integer("batch")?,
+    ) {
+        (Some(s), None, None) => Ok(Work::Samples(positive_u64(cx, "work.samples", s)?)),
+        (None, Some(steps), Some(batch)) => Ok(Work::Steps {
+            steps: positive_u64(cx, "work.steps", steps)?,
+            batch: positive_u64(cx, "work.batch", batch)?,
+        }),
+        (None, Some(_), None) => Err(cx.missing("work.batch", "the global batch size per step")),
+        (None, None, Some(_)) => Err(cx.missing("work.steps", "the number of optimiser steps")),
+        (None, None, None) => Err(cx.missing("work.samples", EXPECTED)),
+        _ => Err(cx.invalid("work", EXPECTED, "both `samples` and `steps`/`batch`")),
+    }
+}
+
+fn parse_deadline(cx: &Cx<'_>, (p, v): (String, &Value)) -> Result<Deadline, SpecError> {
+    const EXPECTED: &str =
+        "a duration after submission like \"52h\" or \"3d 4h\", or an RFC 3339 time";
+    let text = match v {
+        Value::String(s) => s.trim().to_string(),
+        Value::Datetime(d) => d.to_string(),
+        other => return Err(cx.invalid(&p, EXPECTED, &describe(other))),
+    };
+    if let Ok(t) = DateTime::parse_from_rfc3339(&text) {
+        return Ok(Deadline::At(t.with_timezone(&Utc)));
+    }
+    match parse_duration(&text) {
+        Some(0) => Err(cx.invalid(&p, "a duration > 0", &format!("{text:?}"))),
+        Some(s) => Ok(Deadline::AfterSeconds(s)),
+        None => Err(cx.invalid(&p, EXPECTED, &format!("{text:?}"))),
+    }
+}
+
+/// `"3d 4h"`, `"52h"`, `"90m"`, `"1w"`, `"1h30m"`, `"45s"` → seconds. `None` if malformed.
+pub fn parse_duration(text: &str) -> Option<u64> {
+    let mut total: u64 = 0;
+    let mut num = String::new();
+    let mut any = false;
+    for c in text.chars().filter(|c| !c.is_whitespace()) {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit: u64 = match c {
+            'w' => 7 * 86_400,
+            'd' => 86_400,
+            'h' => 3_600,
+            'm' => 60,
+            's' => 1,
+            _ => return None,
+        };
+        let n: u64 = num.parse().ok()?;
+        total = total.checked_add(n.checked_mul(unit)?)?;
+        num.clear();
+        any = true;
+    }
+    (any && num.is_empty()).then_some(total)
+}
+
+fn parse_accelerators(cx: &Cx<'_>, v: Option<(String, &Value)>) -> Result<Vec<String>, SpecError> {
+    const EXPECTED: &str = "a non-empty array of accelerator names like [\"A100\", \"T4\"]";
+    let (p, v) = v.ok_or_else(|| cx.missing("accelerators", EXPECTED))?;
+    let items = match v {
+        Value::Array(a) if !a.is_empty() => a,
+        other => return Err(cx.invalid(&p, EXPECTED, &describe(other))),
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("{p}[{i}]");
+        match item {
+            Value::String(s)
+                if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') =>
+            {
+                if out.contains(s) {
+                    return Err(cx.invalid(&field, "no duplicates", &format!("{s:?} twice")));
+                }
+                out.push(s.clone());
+            }
+            other => {
+                return Err(cx.invalid(
+                    &field,
+                    "an accelerator name of letters, digits and `-` (\"A100-80GB\", \"tpu-v5p-8\")",
+                    &describe(other),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn parse_workers(cx: &Cx<'_>, v: Option<(String, &Value)>) -> Result<WorkerRange, SpecError> {
+    const EXPECTED: &str = "`workers = N` or `workers = { min = N, max = M }` with 1 ≤ N ≤ M";
+    let (p, v) = v.ok_or_else(|| cx.missing("workers", EXPECTED))?;
+    let range = match v {
+        Value::Integer(n) => {
+            let n = positive_u32(cx, &p, *n)?;
+            WorkerRange { min: n, max: n }
+        }
+        Value::Table(t) => {
+            let mut f = Fields::new(cx, &p, t, &["min", "max"])?;
+            let min = f
+                .integer("min")?
+                .ok_or_else(|| cx.missing("workers.min", EXPECTED))?;
+            let max = f
+                .integer("max")?
+                .ok_or_else(|| cx.missing("workers.max", EXPECTED))?;
+            WorkerRange {
+                min: positive_u32(cx, "workers.min", min)?,
+                max: positive_u32(cx, "workers.max", max)?,
+            }
+        }
+        other => return Err(cx.invalid(&p, EXPECTED, &describe(other))),
+    };
+    if range.min > range.max {
+        return Err(cx.invalid(
+            &p,
+            "min ≤ max",
+            &format!("min = {}, max = {}", range.min, range.max),
+        ));
+    }
+    Ok(range)
+}
+
+fn parse_checkpoint(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<CheckpointSpec, SpecError> {
+    let mut c = CheckpointSpec::default();
+    let Some(t) = t else { return Ok(c) };
+    let mut f = Fields::new(
+        cx,
+        "checkpoint",
+        t,
+        &["interval", "size_gb", "save_seconds", "restore_seconds"],
+    )?;
+    if let Some((p, v)) = f.get("interval") {
+        c.interval_s = match v {
+            Value::String(s) => parse_duration(s)
+                .filter(|s| *s > 0)
+                .ok_or_else(|| cx.invalid(&p, "a duration like \"30m\" or seconds", &describe(v)))?
+                as f64,
+            Value::Integer(i) if *i > 0 => *i as f64,
+            Value::Float(x) if x.is_finite() && *x > 0.0 => *x,
+            other => {
+                return Err(cx.invalid(
+                    &p,
+                    "a duration like \"30m\" or seconds > 0",
+                    &describe(other),
+                ));
+            }
+        };
+    }
+    if let Some(x) = f.number("size_gb")? {
+        c.size_gb = x;
+    }
+    if let Some(x) = f.number("save_seconds")? {
+        c.save_s = x;
+    }
+    if let Some(x) = f.number("restore_seconds")? {
+        c.restore_s = x;
+    }
+    Ok(c)
+}
+
+fn parse_budget(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<Budget, SpecError> {
+    let Some(t) = t else {
+        return Ok(Budget::default());
+    };
+    let mut f = Fields::new(cx, "budget", t, &["total_usd", "per_hour_usd"])?;
+    let b = Budget {
+        total_usd: f.number("total_usd")?,
+        per_hour_usd: f.number("per_hour_usd")?,
+    };
+    for (name, v) in [
+        ("budget.total_usd", b.total_usd),
+        ("budget.per_hour_usd", b.per_hour_usd),
+    ] {
+        if v == Some(0.0) {
+            return Err(cx.invalid(name, "an amount > 0", "0"));
+        }
+    }
+    if b.total_usd.is_none() && b.per_hour_usd.is_none() {
+        return Err(cx.missing("budget.total_usd", "`total_usd` and/or `per_hour_usd`"));
+    }
+    Ok(b)
+}
+
+fn parse_observations(
+    cx: &Cx<'_>,
+    v: Option<(String, &Value)>,
+) -> Result<Vec<ObservedStep>, SpecError> {
+    let Some((p, v)) = v else {
+        return Ok(Vec::new());
+    };
+    let items = match v {
+        Value::Array(a) => a,
+        other => {
+            return Err(cx.invalid(&p, "[[observation]] tables", &describe(other)));
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let prefix = format!("observation[{i}]");
+        let Value::Table(t) = item else {
+            return Err(cx.invalid(&prefix, "a table", &describe(item)));
+        };
+        let mut f = Fields::new(
+            cx,
+            &prefix,
+            t,
+            &[
+                "accelerator",
+                "gpus",
+                "nodes",
+                "local_batch",
+                "step_seconds",
+                "sync_seconds",
+            ],
+        )?;
+        let field = |k: &str| format!("{prefix}.{k}");
+        let accelerator = f
+            .string("accelerator")?
+            .ok_or_else(|| cx.missing(&field("accelerator"), "an accelerator name"))?;
+        let gpus = f
+            .integer("gpus")?
+            .ok_or_else(|| cx.missing(&field("gpus"), "the number of GPUs (replicas)"))?;
+        let gpus = positive_u32(cx, &field("gpus"), gpus)?;
+        let nodes = match f.integer("nodes")? {
+            None => 1,
+            Some(n) => positive_u32(cx, &field("nodes"), n)?,
+        };
+        if nodes > gpus {
+            return Err(cx.invalid(
+                &field("nodes"),
+                &format!("at most gpus = {gpus}"),
+                &nodes.to_string(),
+            ));
+        }
+        let lb = f
+            .integer("local_batch")?
+            .ok_or_else(|| cx.missing(&field("local_batch"), "the per-GPU batch size"))?;
+        let local_batch = positive_u32(cx, &field("local_batch"), lb)?;
+        let step_seconds = f
+            .number("step_seconds")?
+            .ok_or_else(|| cx.missing(&field("step_seconds"), "seconds per step"))?;
+        if step_seconds <= 0.0 {
+            return Err(cx.invalid(&field("step_seconds"), "seconds > 0", "0"));
+        }
+        let sync_seconds = f.number("sync_seconds")?;
+        out.push(ObservedStep {
+            accelerator,
+            gpus,
+            nodes,
+            local_batch,
+            step_seconds,
+            sync_seconds,
+        });
+    }
+    Ok(out)
+}
+
+/// 1-based line of a byte offset.
+fn line_at(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+/// Line of every key path (`work.samples`, `observation[1].gpus`), from the spanned parser.
+fn key_lines(text: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    if let Ok(t) = DeTable::parse(text) {
+        walk(text, "", t.get_ref(), &mut out);
+    }
+    out
+}
+
+fn walk(text: &str, prefix: &str, t: &DeTable<'_>, out: &mut BTreeMap<String, usize>) {
+    for (k, v) in t {
+        let path = if prefix.is_empty() {
+            k.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", k.get_ref())
+        };
+        out.insert(path.clone(), line_at(text, k.span().start));
+        match v.get_ref() {
+            DeValue::Table(inner) => walk(text, &path, inner, out),
+            DeValue::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let p = format!("{path}[{i}]");
+                    out.insert(p.clone(), line_at(text, item.span().start));
+                    if let DeValue::Table(inner) = item.get_ref() {
+                        walk(text, &p, inner, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "bert-ft"
+team = "nlp"
+accelerators = ["A100", "H100"]
+deadline = "3d 4h"
+workers = { min = 2, max = 8 }
+gang = true
+priority = 3
+local_batch = 32
+
+[work]
+steps = 1000
+batch = 256
+
+[checkpoint]
+interval = "30m"
+size_gb = 4.5
+
+[budget]
+total_usd = 900
+
+[[observation]]
+accelerator = "A100"
+gpus = 1
+local_batch = 32
+step_seconds = 0.21
+"#;
+
+    #[test]
+    fn parses_a_full_spec() {
+        let s = parse_job_spec(GOOD, "job.toml").expect("valid");
+        assert_eq!(s.work.samples(), 256_000);
+        assert_eq!(
+            s.deadline,
+            Some(Deadline::AfterSeconds(3 * 86_400 + 4 * 3_600))
+        );
+        assert_eq!(s.workers, WorkerRange { min: 2, max: 8 });
+        assert_eq!(s.checkpoint.interval_s, 1800.0);
+        assert_eq!(s.checkpoint.restore_s, CheckpointSpec::default().restore_s);
+        assert_eq!(s.observations[0].nodes, 1);
+        assert_eq!(s.budget.total_usd, Some(900.0));
+    }
+
+    #[test]
+    fn deadline_forms() {
+        let at = parse_job_spec(
+            &GOOD.replace("\"3d 4h\"", "\"2026-12-01T00:00:00Z\""),
+            "j.toml",
+        )
+        .expect("valid");
+        let t = DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z")
+            .expect("time")
+            .with_timezone(&Utc);
+        assert_eq!(at.deadline, Some(Deadline::At(t)));
+        let rel = Deadline::AfterSeconds(3600);
+        assert_eq!(rel.resolve(t), t + chrono::TimeDelta::hours(1));
+        assert_eq!(parse_duration("52h"), Some(52 * 3600));
+        assert_eq!(parse_duration("1h30m"), Some(5400));
+        assert_eq!(parse_duration("3x"), None);
+        assert_eq!(parse_duration("12"), None);
+    }
+
+    #[test]
+    fn errors_name_file_field_line_and_expectation() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            (
+                "priority = 3",
+                "prioritty = 3",
+                &["job.toml:8", "unknown field `prioritty`"],
+            ),
+            (
+                "size_gb = 4.5",
+                "size_gbs = 4.5",
+                &["job.toml:17", "`checkpoint.size_gbs`"],
+            ),
+            (
+                "steps = 1000",
+                "steps = 0",
+                &["job.toml:12", "`work.steps`", "≥ 1"],
+            ),
+            (
+                "deadline = \"3d 4h\"",
+                "deadline = \"soon\"",
+                &["job.toml:5", "`deadline`", "\"soon\""],
+            ),
+            ("max = 8", "max = 1", &["job.toml:6", "min ≤ max"]),
+            (
+                "gang = true",
+                "gang = \"yes\"",
+                &["job.toml:7", "true or false"],
+            ),
+            (
+                "step_seconds = 0.21",
+                "step_seconds = -1",
+                &["job.toml:26", "observation[0].step_seconds"],
+            ),
+            (
+                "\"H100\"]",
+                "\"H 100\"]",
+                &["job.toml:4", "accelerators[1]"],
+            ),
+            (
+                "name = \"bert-ft\"",
+                "name = ",
+                &["job.toml:2", "not valid TOML"],
+            ),
+            (
+                "team = \"nlp\"\n",
+                "",
+                &["job.toml", "missing field `team`"],
+            ),
+        ];
+        for (from, to, wants) in cases {
+            assert!(GOOD.contains(from), "{from}");
+            let text = GOOD.replacen(from, to, 1);
+            let e = parse_job_spec(&text, "job.toml").expect_err(to).to_string();
+            for w in *wants {
+                assert!(e.contains(w), "{to:?}: {e:?} lacks {w:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! `tern forecast`: predicted throughput and runtime of a job spec per accelerator and worker
+//! count, and `tern forecast evaluate`: the forecaster's error on measured profiles.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use tern_cloud::{JobSpec, Observation, parse_job_spec};
+use tern_policies::forecast::{
+    Basis, BootstrapMethod, Evaluation, FitOn, FitOptions, Forecaster, Interconnect, ProfileRow,
+    Shape, evaluate, evaluate_bootstrap, parse_profile, speed,
+};
+
+use super::output::{print_json_line, table};
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Job spec (TOML) to forecast.
+    #[arg(long, value_name = "FILE")]
+    pub job: Option<PathBuf>,
+    /// GPUs per node when a worker count needs several nodes (default: the most seen on one
+    /// node in the job's observations for that accelerator, else its usual cloud node, else 8).
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
+    /// Print one JSON object as the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Fit on part of a measured profile and report the step-time error (MAPE) on the rest.
+    Evaluate(EvaluateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EvaluateArgs {
+    /// Profile directory: `placements.csv` + `scalability.csv`, or the `-<gpu>` variants.
+    #[arg(long, value_name = "DIR")]
+    pub profile: PathBuf,
+    /// Node type of `placements-<gpu>.csv` / `scalability-<gpu>.csv` (aws, azure, dgx, ...).
+    #[arg(long, value_name = "TYPE")]
+    pub gpu: Option<String>,
+    /// Rows to fit on: all, single-node, or single-node plus two chosen probes.
+    #[arg(long, value_enum, default_value = "all")]
+    pub fit_on: FitOnArg,
+    /// Bootstrap: fit all of this node type plus the single-GPU rows of --gpu, predict the rest.
+    #[arg(long, value_name = "SOURCE", requires = "gpu")]
+    pub bootstrap_from: Option<String>,
+    /// ratio: Sia's single-GPU speed ratio applied to the whole step; transfer: target compute +
+    /// source sync scaled by interconnect (needs known node types); blend: geometric mean.
+    #[arg(long, value_enum, default_value = "blend")]
+    pub bootstrap_method: BootstrapArg,
+    /// Accelerator name for the interconnect prior (default: derived from --gpu, else generic).
+    #[arg(long, value_name = "NAME")]
+    pub accelerator: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum BootstrapArg {
+    Blend,
+    Transfer,
+    Ratio,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum FitOnArg {
+    All,
+    SingleNode,
+    Probes,
+}
+
+impl From<FitOnArg> for FitOn {
+    fn from(a: FitOnArg) -> Self {
+        match a {
+            FitOnArg::All => FitOn::All,
+            FitOnArg::SingleNode => FitOn::SingleNode,
+            FitOnArg::Probes => FitOn::Probes,
+        }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match (args.command, args.job) {
+        (Some(Command::Evaluate(e)), _) => run_evaluate(e),
+        (None, Some(job)) => run_job(&job, args.gpus_per_node.map(|n| n.max(1)), args.json),
+        (None, None) => bail!("give --job FILE, or use `tern forecast evaluate --profile DIR`"),
+    }
+}
+
+/// Accelerator of a profile's node type (Sia's names, see data/profiles/README.md).
+fn node_accelerator(node_type: &str) -> Option<&'static str> {
+    speed::node_type(node_type)
+        .map(|n| n.accelerator)
+        .or_else(|| speed::lookup(node_type).map(|h| h.name))
+}
+
+/// The interconnect prior: the node type's own link/NIC figures when known, else the
+/// accelerator's usual cloud node, else the generic default.
+fn fit_options(node_type: Option<&str>, accelerator: Option<&str>) -> FitOptions {
+    let cross_ratio = match (node_type.and_then(speed::node_type), accelerator) {
+        (Some(n), None) => speed::cross_ratio(n.link_gbps, n.nic_gbps),
+        (_, Some(a)) => speed::interconnect_ratio(a),
+        (None, None) => speed::DEFAULT_CROSS_RATIO,
+    };
+    FitOptions {
+        cross_ratio,
+        ..FitOptions::default()
+    }
+}
+
+/// Reads the profile files of a directory (the binary does the IO; parsing is pure).
+pub fn load_profile(dir: &Path, node_type: Option<&str>) -> anyhow::Result<Vec<ProfileRow>> {
+    let suffix = node_type.map(|g| format!("-{g}")).unwrap_or_default();
+    let mut rows = Vec::new();
+    let mut found = Vec::new();
+    for stem in ["placements", "scalability"] {
+        let path = dir.join(format!("{stem}{suffix}.csv"));
+        if !path.exists() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        rows.extend(parse_profile(&text, &path.display().to_string())?);
+        found.push(path);
+    }
+    if found.is_empty() {
+        bail!(
+            "{}: no placements{suffix}.csv or scalability{suffix}.csv{}",
+            dir.display(),
+            if node_type.is_none() {
+                " (Sia-layout profiles need --gpu TYPE)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(rows)
+}
+
+#[derive(Debug, Serialize)]
+struct EvaluateReport<'a> {
+    profile: String,
+    gpu: Option<&'a str>,
+    mode: &'a str,
+    bootstrap_from: Option<&'a str>,
+    accelerator: Option<&'a str>,
+    cross_ratio_prior: f64,
+    mape: Option<f64>,
+    n_fit: usize,
+    n_eval: usize,
+    #[serde(flatten)]
+    evaluation: &'a Evaluation,
+}
+
+fn run_evaluate(a: EvaluateArgs) -> anyhow::Result<()> {
+    let opts = fit_options(a.gpu.as_deref(), a.accelerator.as_deref());
+    let accelerator = a.accelerator.clone().or_else(|| {
+        a.gpu
+            .as_deref()
+            .and_then(node_accelerator)
+            .map(String::from)
+    });
+    let target = load_profile(&a.profile, a.gpu.as_deref())?;
+    let (mode, evaluation) = match &a.bootstrap_from {
+        Some(src) => {
+            let source = load_profile(&a.profile, Some(src))?;
+            let src_opts = fit_options(Some(src), None);
+            let net = |n: &str| {
+                speed::node_type(n).map(|n| Interconnect {
+                    link_gbps: n.link_gbps,
+                    nic_gbps: n.nic_gbps,
+                })
+            };
+            let nets = a.gpu.as_deref().and_then(net).zip(net(src));
+            let method = match (a.bootstrap_method, nets) {
+                (BootstrapArg::Blend, Some(_)) => BootstrapMethod::Blend,
+                (BootstrapArg::Transfer, Some(_)) => BootstrapMethod::Transfer,
+                _ => BootstrapMethod::Ratio,
+            };
+            let mode = match method {
+                BootstrapMethod::Blend => "bootstrap-blend",
+                BootstrapMethod::Transfer => "bootstrap-transfer",
+                BootstrapMethod::Ratio => "bootstrap-ratio",
+            };
+            let e = evaluate_bootstrap(&source, &target, &src_opts, &opts, nets, method)?;
+            (mode, e)
+        }
+        None => {
+            let mode = match a.fit_on {
+                FitOnArg::All => "all",
+                FitOnArg::SingleNode => "single-node",
+                FitOnArg::Probes => "probes",
+            };
+            (mode, evaluate(&target, a.fit_on.into(), &opts)?)
+        }
+    };
+    let report = EvaluateReport {
+        profile: a.profile.display().to_string(),
+        gpu: a.gpu.as_deref(),
+        mode,
+        bootstrap_from: a.bootstrap_from.as_deref(),
+        accelerator: accelerator.as_deref(),
+        cross_ratio_prior: opts.cross_ratio,
+        mape: evaluation.mape,
+        n_fit: evaluation.n_fit,
+        n_eval: evaluation.n_eval,
+        evaluation: &evaluation,
+    };
+    print_evaluation(&report);
+    if a.json {
+        print_json_line(&report)?;
+    }
+    Ok(())
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1} %")).unwrap_or_else(|| "-".into())
+}
+
+fn print_evaluation(r: &EvaluateReport<'_>) {
+    let e = r.evaluation;
+    println!(
+        "{} ({}{}), fit on {}: {} rows fitted, {} evaluated, MAPE {}",
+        r.profile,
+        r.gpu.unwrap_or("default files"),
+        r.bootstrap_from
+            .map(|s| format!(", bootstrapped from {s}"))
+            .unwrap_or_default(),
+        r.mode,
+        e.n_fit,
+        e.n_eval,
+        pct(e.mape),
+    );
+    println!(
+        "90 % interval: covers {} of evaluated rows, mean high/low ratio {}",
+        pct(e.coverage.map(|c| c * 100.0)),
+        e.mean_interval_ratio
+            .map(|w| format!("{w:.2}"))
+            .unwrap_or_else(|| "-".into())
+    );
+    for p in &e.probes {
+        println!(
+            "probe: {} GPUs on {} nodes, local batch {}",
+            p.gpus, p.nodes, p.local_batch
+        );
+    }
+    let p = &e.params;
+    println!(
+        "params: alpha_c {:.3e} beta_c {:.3e} alpha_r {:.3e} beta_r {:.3e} alpha_n {:.3e} beta_n {:.3e} gamma {:.2}; identified compute={} intra={} cross={}",
+        p.alpha_c,
+        p.beta_c,
+        p.alpha_r,
+        p.beta_r,
+        p.alpha_n,
+        p.beta_n,
+        p.gamma,
+        e.identified.compute,
+        e.identified.intra_node,
+        e.identified.cross_node
+    );
+    if !e.groups.is_empty() {
+        let mut t = table(&["rows", "n", "MAPE", "bias (pred/measured)"]);
+        for g in &e.groups {
+            t.add_row(vec![
+                g.name.clone(),
+                g.n.to_string(),
+                format!("{:.1} %", g.mape),
+                format!("{:+.1} %", (g.bias.exp() - 1.0) * 100.0),
+            ]);
+        }
+        println!("{t}");
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    accelerator: String,
+    workers: u32,
+    nodes: u32,
+    local_batch: f64,
+    step_s: f64,
+    throughput_samples_per_s: f64,
+    throughput_low: f64,
+    throughput_high: f64,
+    runtime_s: f64,
+    runtime_low_s: f64,
+    runtime_high_s: f64,
+    basis: Basis,
+    prior_only: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct JobReport<'a> {
+    job: &'a str,
+    samples: u64,
+    forecasts: Vec<Row>,
+    unavailable: Vec<String>,
+}
+
+fn run_job(path: &Path, gpus_per_node: Option<u32>, json: bool) -> anyhow::Result<()> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
+    let spec = parse_job_spec(&text, &shown)?;
+    let now = chrono::Utc::now();
+    let mut f = Forecaster::new();
+    let mut batches: Vec<u32> = Vec::new();
+    for o in &spec.observations {
+        f.observe(&o.to_observation(&spec.name, now))?;
+        batches.push(o.local_batch);
+    }
+    let mut node_gpus: Vec<(String, u32)> = spec
+        .observations
+        .iter()
+        .filter(|o| o.nodes == 1)
+        .map(|o| (o.accelerator.clone(), o.gpus))
+        .collect();
+    if let Some(p) = &spec.profile {
+        let dir = path.parent().unwrap_or(Path::new(".")).join(&p.path);
+        if let Some(n) = p.node_type.as_deref().and_then(speed::node_type) {
+            f.set_cross_ratio(&p.accelerator, speed::cross_ratio(n.link_gbps, n.nic_gbps));
+            node_gpus.push((p.accelerator.clone(), n.gpus));
+        }
+        for r in load_profile(&dir, p.node_type.as_deref())? {
+            let lb = r.shape.local_batch.round().max(1.0) as u32;
+            f.observe(&Observation {
+                job: spec.name.clone(),
+                accelerator: p.accelerator.clone(),
+                gpus: r.shape.gpus,
+                nodes: r.shape.nodes,
+                local_batch: lb,
+                step_seconds: r.step_s,
+                sync_seconds: r.sync_s,
+                at: now,
+            })?;
+            batches.push(lb);
+            if r.shape.nodes == 1 {
+                node_gpus.push((p.accelerator.clone(), r.shape.gpus));
+            }
+        }
+    }
+    let local_batch = match spec.local_batch {
+        Some(b) => f64::from(b),
+        None => {
+            batches.sort_unstable();
+            match batches.get(batches.len() / 2) {
+                Some(b) => f64::from(*b),
+                None => bail!("{shown}: `local_batch` is needed when there are no observations"),
+            }
+        }
+    };
+    f.refit()?;
+    let per_node = |acc: &str| {
+        gpus_per_node
+            .or_else(|| {
+                node_gpus
+                    .iter()
+                    .filter(|(a, _)| a == acc)
+                    .map(|(_, g)| *g)
+                    .max()
+            })
+            .or_else(|| {
+                let name = speed::lookup(acc)?.name;
+                speed::NODE_TYPES
+                    .iter()
+                    .find(|n| n.accelerator == name)
+                    .map(|n| n.gpus)
+            })
+            .unwrap_or(8)
+    };
+    let report = job_report(&f, &spec, local_batch, &per_node);
+    print_job(&report, &spec);
+    if json {
+        print_json_line(&report)?;
+    }
+    Ok(())
+}
+
+/// Worker counts worth showing: min, max and the powers of two between.
+fn worker_counts(min: u32, max: u32) -> Vec<u32> {
+    let mut v = vec![min];
+    let mut p = 1u32;
+    while p < max {
+        if p > min {
+            v.push(p);
+        }
+        p = p.saturating_mul(2);
+    }
+    if max > min {
+        v.push(max);
+    }
+    v
+}
+
+fn job_report<'a>(
+    f: &Forecaster,
+    spec: &'a JobSpec,
+    local_batch: f64,
+    gpus_per_node: &dyn Fn(&str) -> u32,
+) -> JobReport<'a> {
+    let samples = spec.work.samples();
+    let mut rows = Vec::new();
+    let mut unavailable = Vec::new();
+    for acc in &spec.accelerators {
+        for w in worker_counts(spec.workers.min, spec.workers.max) {
+            let shape = Shape::new(w, w.div_ceil(gpus_per_node(acc)), local_batch);
+            match f.predict(&spec.name, acc, &shape) {
+                Ok(p) => {
+                    let fc = p.forecast(samples as f64, None);
+                    rows.push(Row {
+                        accelerator: acc.clone(),
+                        workers: w,
+                        nodes: shape.nodes,
+                        local_batch,
+                        step_s: p.step_s,
+                        throughput_samples_per_s: fc.throughput_samples_per_s,
+                        throughput_low: shape.global_batch() / p.step_high_s,
+                        throughput_high: shape.global_batch() / p.step_low_s,
+                        runtime_s: fc.runtime_s,
+                        runtime_low_s: fc.low_s,
+                        runtime_high_s: fc.high_s,
+                        basis: p.basis,
+                        prior_only: fc.prior_only,
+                    });
+                }
+                Err(e) => {
+                    let msg = format!("{acc}: {e}");
+                    if !unavailable.contains(&msg) {
+                        unavailable.push(msg);
+                    }
+                }
+            }
+        }
+    }
+    JobReport {
+        job: &spec.name,
+        samples,
+        forecasts: rows,
+        unavailable,
+    }
+}
+
+fn hours(s: f64) -> String {
+    format!("{:.1}", s / 3600.0)
+}
+
+fn print_job(r: &JobReport<'_>, spec: &JobSpec) {
+    println!(
+        "{} ({}): {} samples, workers {}..{}",
+        r.job, spec.team, r.samples, spec.workers.min, spec.workers.max
+    );
+    let mut t = table(&[
+        "accelerator",
+        "workers",
+        "nodes",
+        "step s",
+        "samples/s",
+        "90 % range",
+        "runtime h",
+        "90 % range h",
+        "basis",
+    ]);
+    for row in &r.forecasts {
+        t.add_row(vec![
+            row.accelerator.clone(),
+            row.workers.to_string(),
+            row.nodes.to_string(),
+            format!("{:.3}", row.step_s),
+            format!("{:.0}", row.throughput_samples_per_s),
+            format!("{:.0}–{:.0}", row.throughput_low, row.throughput_high),
+            hours(row.runtime_s),
+            format!("{}–{}", hours(row.runtime_low_s), hours(row.runtime_high_s)),
+            match &row.basis {
+                Basis::Fitted => "fitted".to_string(),
+                Basis::Bootstrap { from } => format!("bootstrap from {from}"),
+                Basis::RelativeSpeed { from, ratio } => {
+                    format!("PRIOR: {from} × {ratio:.2} (datasheet)")
+                }
+            },
+        ]);
+    }
+    println!("{t}");
+    for u in &r.unavailable {
+        println!("no forecast: {u}");
+    }
+}
