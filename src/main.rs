@@ -1,6 +1,7 @@
 //! `tern`: the single binary. This file only wires subcommands; each lives in `cmd/`.
 
 mod cmd;
+mod jobs;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,8 @@ enum Command {
     /// Import price snapshots and show price history.
     #[command(subcommand)]
     Prices(cmd::prices::Command),
+    /// Plan fleets for job specs: instance type, zone, spot/on-demand and count, explained.
+    Plan(cmd::plan::Args),
     /// Benchmarks that print figures (catalog load, ...).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
@@ -35,6 +38,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Offers(args) => cmd::offers::run(args),
         Command::Prices(command) => cmd::prices::run(command),
+        Command::Plan(args) => cmd::plan::run(args),
         Command::Bench(command) => cmd::bench::run(command),
         Command::Forecast(args) => cmd::forecast::run(args),
     };

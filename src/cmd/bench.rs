@@ -14,6 +14,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Time the planner: N jobs from the example specs against the whole bundled catalog.
+    Plan(super::bench_plan::Args),
     /// Time forecaster fits, predictions and a 1,000-job refit tick.
     Forecast(super::bench_forecast::Args),
 }
@@ -21,6 +23,7 @@ pub enum Command {
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Catalog { iterations, json } => bench_catalog(iterations.max(1), json),
+        Command::Plan(args) => super::bench_plan::run(args),
         Command::Forecast(args) => super::bench_forecast::run(args),
     }
 }

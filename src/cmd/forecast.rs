@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
-use tern_cloud::{JobSpec, Observation, parse_job_spec};
+use tern_cloud::JobSpec;
 use tern_policies::forecast::{
     Basis, BootstrapMethod, Evaluation, FitOn, FitOptions, Forecaster, Interconnect, ProfileRow,
     Shape, evaluate, evaluate_bootstrap, parse_profile, speed,
 };
+
+use crate::jobs::LoadedJob;
 
 use super::output::{print_json_line, table};
 
@@ -304,77 +306,10 @@ struct JobReport<'a> {
 }
 
 fn run_job(path: &Path, gpus_per_node: Option<u32>, json: bool) -> anyhow::Result<()> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
-    let spec = parse_job_spec(&text, &shown)?;
-    let now = chrono::Utc::now();
-    let mut f = Forecaster::new();
-    let mut batches: Vec<u32> = Vec::new();
-    for o in &spec.observations {
-        f.observe(&o.to_observation(&spec.name, now))?;
-        batches.push(o.local_batch);
-    }
-    let mut node_gpus: Vec<(String, u32)> = spec
-        .observations
-        .iter()
-        .filter(|o| o.nodes == 1)
-        .map(|o| (o.accelerator.clone(), o.gpus))
-        .collect();
-    if let Some(p) = &spec.profile {
-        let dir = path.parent().unwrap_or(Path::new(".")).join(&p.path);
-        if let Some(n) = p.node_type.as_deref().and_then(speed::node_type) {
-            f.set_cross_ratio(&p.accelerator, speed::cross_ratio(n.link_gbps, n.nic_gbps));
-            node_gpus.push((p.accelerator.clone(), n.gpus));
-        }
-        for r in load_profile(&dir, p.node_type.as_deref())? {
-            let lb = r.shape.local_batch.round().max(1.0) as u32;
-            f.observe(&Observation {
-                job: spec.name.clone(),
-                accelerator: p.accelerator.clone(),
-                gpus: r.shape.gpus,
-                nodes: r.shape.nodes,
-                local_batch: lb,
-                step_seconds: r.step_s,
-                sync_seconds: r.sync_s,
-                at: now,
-            })?;
-            batches.push(lb);
-            if r.shape.nodes == 1 {
-                node_gpus.push((p.accelerator.clone(), r.shape.gpus));
-            }
-        }
-    }
-    let local_batch = match spec.local_batch {
-        Some(b) => f64::from(b),
-        None => {
-            batches.sort_unstable();
-            match batches.get(batches.len() / 2) {
-                Some(b) => f64::from(*b),
-                None => bail!("{shown}: `local_batch` is needed when there are no observations"),
-            }
-        }
-    };
-    f.refit()?;
-    let per_node = |acc: &str| {
-        gpus_per_node
-            .or_else(|| {
-                node_gpus
-                    .iter()
-                    .filter(|(a, _)| a == acc)
-                    .map(|(_, g)| *g)
-                    .max()
-            })
-            .or_else(|| {
-                let name = speed::lookup(acc)?.name;
-                speed::NODE_TYPES
-                    .iter()
-                    .find(|n| n.accelerator == name)
-                    .map(|n| n.gpus)
-            })
-            .unwrap_or(8)
-    };
-    let report = job_report(&f, &spec, local_batch, &per_node);
-    print_job(&report, &spec);
+    let job = LoadedJob::load(path, chrono::Utc::now())?;
+    let per_node = |acc: &str| job.gpus_per_node(acc, gpus_per_node);
+    let report = job_report(&job.forecaster, &job.spec, job.local_batch, &per_node);
+    print_job(&report, &job.spec);
     if json {
         print_json_line(&report)?;
     }

@@ -2,8 +2,10 @@
 
 pub mod bench;
 pub mod bench_forecast;
+pub mod bench_plan;
 pub mod catalog_source;
 pub mod forecast;
 pub mod offers;
 pub mod output;
+pub mod plan;
 pub mod prices;

@@ -618,7 +618,8 @@ fn versus_cheapest(chosen: &Entry, list: &[Entry], objective: Objective) -> Opti
             .total_cmp(&b.0.price_per_accelerator_hour)
             .then(a.3.total_cmp(&b.3))
     })?;
-    if cheapest.0.price_per_accelerator_hour >= chosen.0.price_per_accelerator_hour - 1e-12 {
+    // Only a real difference (over 1 %) is worth a note.
+    if cheapest.0.price_per_accelerator_hour >= chosen.0.price_per_accelerator_hour * 0.99 {
         return None;
     }
     // The best configuration on that same offer.

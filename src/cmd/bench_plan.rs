@@ -1,0 +1,124 @@
+//! `tern bench plan`: planner latency for N jobs drawn from the example specs, against the
+//! whole bundled catalog.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use tern_cloud::parse_job_spec;
+use tern_plan::{PlanOptions, plan};
+
+use super::bench::Timings;
+use super::output::print_json_line;
+use crate::jobs::LoadedJob;
+
+/// The example specs, compiled in so the benchmark runs from any folder.
+const SPECS: [(&str, &str); 4] = [
+    (
+        "examples/jobs/resnet50-imagenet.toml",
+        include_str!("../../examples/jobs/resnet50-imagenet.toml"),
+    ),
+    (
+        "examples/jobs/llm-finetune-a100.toml",
+        include_str!("../../examples/jobs/llm-finetune-a100.toml"),
+    ),
+    (
+        "examples/jobs/small-t4-job.toml",
+        include_str!("../../examples/jobs/small-t4-job.toml"),
+    ),
+    (
+        "examples/jobs/gang-bert-v100.toml",
+        include_str!("../../examples/jobs/gang-bert-v100.toml"),
+    ),
+];
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Jobs per plan (cycled from the example specs, renamed job-0, job-1, ...).
+    #[arg(long, default_value_t = 100)]
+    pub jobs: usize,
+    /// Plans to time.
+    #[arg(long, default_value_t = 5)]
+    pub iterations: usize,
+    /// HiGHS time limit per plan, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub time_limit: f64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    // Plan as of a fixed date, so the examples' absolute deadlines stay in the future and the
+    // benchmark measures the same problem on every run.
+    let now = Utc
+        .with_ymd_and_hms(2026, 11, 22, 0, 0, 0)
+        .single()
+        .ok_or_else(|| anyhow::anyhow!("bad benchmark date"))?;
+    let catalog = tern_pricing::bundled()?;
+    let templates = SPECS
+        .iter()
+        .map(|(name, text)| {
+            let spec = parse_job_spec(text, name)?;
+            LoadedJob::from_spec(spec, Path::new("examples/jobs"), name, now)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let jobs: Vec<_> = (0..args.jobs)
+        .map(|i| {
+            let t = &templates[i % templates.len()];
+            let mut j = t.plan_job(now, now, t.spec.work.samples() as f64);
+            j.name = format!("job-{i}");
+            j
+        })
+        .collect();
+    let options = PlanOptions {
+        time_limit: Duration::from_secs_f64(args.time_limit.max(0.001)),
+        ..PlanOptions::default()
+    };
+    let mut samples = Vec::new();
+    let mut last = None;
+    for _ in 0..args.iterations.max(1) {
+        let start = Instant::now();
+        let report = plan(&jobs, &catalog.offers, &options);
+        samples.push(start.elapsed().as_secs_f64() * 1e3);
+        last = Some(report);
+    }
+    let report = last.ok_or_else(|| anyhow::anyhow!("no iteration ran"))?;
+    let t = Timings::from_samples(samples);
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    if !args.json {
+        println!(
+            "plan {} jobs x {} offers: p50 {:.1} ms, p95 {:.1} ms over {} runs ({build} build); solver {:?}, {} placed; configurations {} generated, {} in the MILP; solve {:.1} ms",
+            args.jobs,
+            catalog.offers.len(),
+            t.p50_ms,
+            t.p95_ms,
+            t.iterations,
+            report.solver,
+            report.placed,
+            report.candidates.generated,
+            report.candidates.considered,
+            report.solve_ms
+        );
+    }
+    print_json_line(&serde_json::json!({
+        "bench": "plan",
+        "build": build,
+        "jobs": args.jobs,
+        "offers": catalog.offers.len(),
+        "iterations": t.iterations,
+        "p50_ms": t.p50_ms,
+        "p95_ms": t.p95_ms,
+        "min_ms": t.min_ms,
+        "max_ms": t.max_ms,
+        "solver": report.solver_family,
+        "solver_detail": report.solver,
+        "placed": report.placed,
+        "configurations": report.candidates.generated,
+        "milp_configurations": report.candidates.considered,
+        "last_solve_ms": report.solve_ms,
+    }))
+}

@@ -1,0 +1,206 @@
+//! End-to-end tests of `tern plan` and `tern bench plan` on the example specs and the bundled
+//! catalog.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tern(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .output()
+        .expect("run tern")
+}
+
+fn last_json(o: &Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().expect("some output");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}"))
+}
+
+fn examples() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs");
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| p.ends_with(".toml"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+const JOB: &str = r#"
+name = "NAME"
+team = "ml"
+accelerators = ["ACC"]
+workers = 1
+deadline = "DEADLINE"
+[work]
+samples = 3600000
+[[observation]]
+accelerator = "V100"
+gpus = 1
+local_batch = 32
+step_seconds = 0.032
+"#;
+
+fn job(name: &str, acc: &str, deadline: &str) -> String {
+    JOB.replace("NAME", name)
+        .replace("ACC", acc)
+        .replace("DEADLINE", deadline)
+}
+
+#[test]
+fn every_example_is_planned_by_the_milp_with_explanations() {
+    let mut args = vec!["plan".to_string()];
+    args.extend(examples());
+    args.push("--json".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = tern(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = last_json(&o);
+    assert_eq!(v["solver_family"], "milp");
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), examples().len());
+    for j in jobs {
+        // An example whose absolute deadline has passed is reported, never silently dropped.
+        if j["placed"] == false {
+            assert!(j["reason"].as_str().unwrap().contains("deadline"), "{j}");
+            continue;
+        }
+        let c = &j["choice"];
+        assert!(c["expected_cost"].as_f64().unwrap() > 0.0);
+        assert!(c["finish_high_h"].as_f64().unwrap() >= c["finish_h"].as_f64().unwrap());
+        if let Some(d) = j["deadline_h"].as_f64() {
+            assert!(c["finish_high_h"].as_f64().unwrap() <= d);
+        }
+        assert!(!j["alternatives"].as_array().unwrap().is_empty());
+        assert!(j["alternatives"][0]["why_not"].as_str().unwrap().len() > 5);
+    }
+    let c = &v["candidates"];
+    assert!(c["generated"].as_u64().unwrap() > c["considered"].as_u64().unwrap());
+
+    // The text report says the same in words.
+    let mut args = vec!["plan".to_string()];
+    args.extend(examples());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = String::from_utf8_lossy(&tern(&args).stdout).into_owned();
+    assert!(
+        text.contains("expected $") && text.contains("instead of") && text.contains("solver: Milp"),
+        "{text}"
+    );
+}
+
+#[test]
+fn infeasible_jobs_say_why_per_job() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1000 s of V100 work: fine with 3 days, impossible in 10 minutes.
+    let ok = write(dir.path(), "ok.toml", &job("ok", "V100", "3d"));
+    let short = write(dir.path(), "short.toml", &job("short", "V100", "10m"));
+    let none = write(dir.path(), "none.toml", &job("no-offer", "MI300X", "3d"));
+    let quota = write(
+        dir.path(),
+        "quota.toml",
+        "[[quota]]\ncloud = \"aws\"\nfamily = \"V100\"\nlimit = 0\n\n[[quota]]\ncloud = \"gcp\"\nfamily = \"V100\"\nlimit = 0\n",
+    );
+    let o = tern(&["plan", &ok, &short, &none, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = last_json(&o);
+    let by_name = |n: &str| {
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_name("ok")["placed"], true);
+    assert_eq!(by_name("short")["placed"], false);
+    assert!(
+        by_name("short")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("misses the deadline")
+    );
+    assert_eq!(by_name("no-offer")["placed"], false);
+    assert!(
+        by_name("no-offer")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no offer has an allowed accelerator")
+    );
+
+    let o = tern(&["plan", &ok, "--quota", &quota, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = last_json(&o);
+    assert_eq!(v["jobs"][0]["placed"], false);
+    assert!(
+        v["jobs"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("over quota"),
+        "{}",
+        v["jobs"][0]
+    );
+}
+
+#[test]
+fn bad_quota_and_spec_files_name_the_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = write(dir.path(), "ok.toml", &job("ok", "V100", "3d"));
+    let bad = write(
+        dir.path(),
+        "q.toml",
+        "[[quota]]\ncloud = \"aws\"\nfamily = \"V100\"\nlimit = -1\n",
+    );
+    let o = tern(&["plan", &ok, "--quota", &bad]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("q.toml:4"), "{err}");
+
+    let typo = write(
+        dir.path(),
+        "t.toml",
+        "[[quota]]\ncloud = \"aws\"\nfamly = \"V100\"\nlimit = 1\n",
+    );
+    let err = String::from_utf8_lossy(&tern(&["plan", &ok, "--quota", &typo]).stderr).into_owned();
+    assert!(err.contains("t.toml:") && err.contains("famly"), "{err}");
+
+    let spec = write(
+        dir.path(),
+        "s.toml",
+        &job("s", "V100", "3d").replace("workers = 1", "workers = 0"),
+    );
+    let o = tern(&["plan", &spec]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("s.toml") && err.contains("workers"), "{err}");
+
+    let twice = tern(&["plan", &ok, &ok]);
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("unique"));
+}
+
+#[test]
+fn bench_plan_prints_a_json_summary() {
+    let o = tern(&[
+        "bench",
+        "plan",
+        "--jobs",
+        "10",
+        "--iterations",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = last_json(&o);
+    assert_eq!(v["jobs"], 10);
+    assert!(v["offers"].as_u64().unwrap() > 50_000);
+    assert_eq!(v["solver"], "milp");
+    assert!(v["p95_ms"].as_f64().unwrap() >= v["p50_ms"].as_f64().unwrap());
+}
