@@ -40,6 +40,9 @@ pub struct Args {
     /// Plans to time.
     #[arg(long, default_value_t = 5)]
     pub iterations: usize,
+    /// Quotas and team budgets (the `tern plan --quota` format), to benchmark a contended plan.
+    #[arg(long, value_name = "FILE")]
+    pub quota: Option<std::path::PathBuf>,
     /// HiGHS time limit per plan, seconds.
     #[arg(long, default_value_t = 10.0)]
     pub time_limit: f64,
@@ -70,8 +73,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             j
         })
         .collect();
+    let limits = match &args.quota {
+        Some(p) => super::plan::load_limits(p)?,
+        None => super::plan::LimitsFile::default(),
+    };
     let options = PlanOptions {
         time_limit: Duration::from_secs_f64(args.time_limit.max(0.001)),
+        team_budgets: limits.budgets(),
+        quotas: limits.quota,
         ..PlanOptions::default()
     };
     let mut samples = Vec::new();
@@ -117,6 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "solver": report.solver_family,
         "solver_detail": report.solver,
         "placed": report.placed,
+        "quotas": options.quotas.len(),
         "configurations": report.candidates.generated,
         "milp_configurations": report.candidates.considered,
         "last_solve_ms": report.solve_ms,

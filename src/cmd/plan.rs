@@ -68,6 +68,23 @@ pub struct TeamBudget {
     pub per_hour_usd: Option<f64>,
 }
 
+impl LimitsFile {
+    pub fn budgets(&self) -> BTreeMap<String, Budget> {
+        self.team
+            .iter()
+            .map(|(k, b)| {
+                (
+                    k.clone(),
+                    Budget {
+                        total_usd: b.total_usd,
+                        per_hour_usd: b.per_hour_usd,
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
 pub fn load_limits(path: &Path) -> anyhow::Result<LimitsFile> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
@@ -133,20 +150,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         default_spot_hazard_per_hour: args.spot_hazard,
         alternatives: args.alternatives,
         use_milp: !args.greedy,
+        team_budgets: limits.budgets(),
         quotas: limits.quota,
-        team_budgets: limits
-            .team
-            .into_iter()
-            .map(|(k, b)| {
-                (
-                    k,
-                    Budget {
-                        total_usd: b.total_usd,
-                        per_hour_usd: b.per_hour_usd,
-                    },
-                )
-            })
-            .collect(),
         ..PlanOptions::default()
     };
     let report = plan(&jobs, &catalog.offers, &options);

@@ -6,11 +6,13 @@
 //! in; no IO. A separate crate from `tern-policies` so that the native HiGHS build (minutes)
 //! is not a dependency of the light policies.
 
+mod hazard;
 mod input;
 mod plan;
 pub mod problem;
 pub mod solve;
 
+pub use hazard::hazard_per_hour;
 pub use input::{
     Objective, PlanJob, PlanOptions, Quota, Throughput, ThroughputModel, notice_seconds,
 };
