@@ -1,5 +1,8 @@
 //! End-to-end tests of `tern offers`, `tern prices` and `tern bench catalog`, run as a user would.
 
+// Test helpers may panic on broken fixtures; that is a test failure, as intended.
+#![allow(clippy::unwrap_used)]
+
 use std::process::{Command, Output};
 
 fn tern(args: &[&str]) -> Output {

@@ -1,6 +1,9 @@
 //! End-to-end tests of `tern plan` and `tern bench plan` on the example specs and the bundled
 //! catalog.
 
+// Test helpers may panic on broken fixtures; that is a test failure, as intended.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::process::{Command, Output};
 

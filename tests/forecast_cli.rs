@@ -1,5 +1,8 @@
 //! End-to-end tests of `tern forecast` on the shared profiles and the example job specs.
 
+// Test helpers may panic on broken fixtures; that is a test failure, as intended.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

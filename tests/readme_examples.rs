@@ -1,5 +1,8 @@
 //! The README's examples are checked against the real parsers, so the docs cannot drift.
 
+// Test helpers may panic on broken fixtures; that is a test failure, as intended.
+#![allow(clippy::unwrap_used)]
+
 use std::process::Command;
 
 fn readme_block(after: &str) -> String {
