@@ -1,10 +1,7 @@
 //! `tern`: the single binary. This file only wires subcommands; each lives in `cmd/`.
 
-mod api;
 mod cmd;
-mod controller;
 mod jobs;
-mod store;
 
 use clap::{Parser, Subcommand};
 
@@ -21,17 +18,6 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the controller on the simulated cloud with the example jobs, printing every
-    /// decision and a cost summary (no credentials needed).
-    Demo(cmd::demo::Args),
-    /// The long-running controller: reconcile loop, HTTP API, /metrics (simulated cloud).
-    Controller(cmd::controller::Args),
-    /// Submit a job spec to a running controller.
-    Submit(cmd::submit::SubmitArgs),
-    /// Show jobs of a running controller.
-    Status(cmd::submit::StatusArgs),
-    /// Cancel a job on a running controller.
-    Cancel(cmd::submit::CancelArgs),
     /// List purchasable offers from the price catalog, cheapest first.
     Offers(cmd::offers::Args),
     /// Import price snapshots and show price history.
@@ -45,21 +31,19 @@ enum Command {
     /// Predicted throughput and runtime of a job (`--job`), or the forecaster's error on
     /// measured profiles (`evaluate`).
     Forecast(cmd::forecast::Args),
+    /// Replay real spot traces and compare deadline policies (od, greedy, up, optimal, tern).
+    Simulate(cmd::simulate::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Offers(args) => cmd::offers::run(args),
-        Command::Demo(args) => cmd::demo::run(args),
-        Command::Controller(args) => cmd::controller::run(args),
-        Command::Submit(args) => cmd::submit::submit(args),
-        Command::Status(args) => cmd::submit::status(args),
-        Command::Cancel(args) => cmd::submit::cancel(args),
         Command::Prices(command) => cmd::prices::run(command),
         Command::Plan(args) => cmd::plan::run(args),
         Command::Bench(command) => cmd::bench::run(command),
         Command::Forecast(args) => cmd::forecast::run(args),
+        Command::Simulate(args) => cmd::simulate::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -2,4 +2,6 @@
 //! an argument), no randomness without a seed. That keeps them testable against brute force and
 //! replayable on traces.
 
+pub mod deadline;
 pub mod forecast;
+pub mod migrate;

@@ -1,0 +1,765 @@
+//! [`SimCloud`]: a [`Provider`] on a virtual clock, driven by real spot traces.
+//!
+//! Each trace is one zone. Spot capacity in a zone at a moment is the trace's count at that tick
+//! minus the spot instances already running there; on-demand is unlimited (up to the quota).
+//! When the trace says capacity shrinks below what runs, the newest spot instances get a
+//! [`InterruptionKind::SpotNotice`] the cloud's lead time before (AWS 120 s, GCP 30 s) and are
+//! gone at the tick itself. Faults come from a seeded schedule, so a failing run replays exactly.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+use tern_cloud::{
+    Accelerator, Availability, Capacity, Cloud, IdempotencyKey, Instance, InstanceId,
+    InstanceState, InstanceType, Interruption, InterruptionKind, LaunchOutcome, LaunchRequest,
+    Offer, PriceComponent, Provider, ProviderError, Region, Zone,
+};
+
+use crate::Trace;
+
+/// Which faults to inject and how often. Rates are per call (throttle, transient) or per offer
+/// tried (capacity, quota); `scripted` forces an error on the n-th call (0-based), whatever the
+/// rates say. The same seed gives the same faults on the same call sequence.
+#[derive(Debug, Clone, Default)]
+pub struct FaultSchedule {
+    pub seed: u64,
+    pub throttle: f64,
+    pub transient: f64,
+    /// Extra capacity errors on top of what the traces say (e.g. a pool exhausted briefly).
+    pub capacity: f64,
+    pub quota: f64,
+    pub scripted: BTreeMap<u64, ProviderError>,
+}
+
+/// How the simulated cloud is set up.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Virtual time of tick 0 of every trace.
+    pub start: DateTime<Utc>,
+    pub instance_type: InstanceType,
+    pub on_demand_price: f64,
+    /// Spot $/h when a trace has no price series or `price_info`.
+    pub spot_price: f64,
+    /// Time from launch to `Running`.
+    pub boot: Duration,
+    /// Most instances (all zones, both capacities) alive at once; `None`: unlimited.
+    pub quota: Option<u32>,
+    pub faults: FaultSchedule,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            start: DateTime::UNIX_EPOCH,
+            instance_type: InstanceType {
+                name: "p3.2xlarge".into(),
+                vcpus: 8.0,
+                memory_gib: 61.0,
+                accelerator: Some(Accelerator::new("V100", 1)),
+            },
+            on_demand_price: crate::replay::DEFAULT_ON_DEMAND,
+            spot_price: crate::replay::DEFAULT_ON_DEMAND * crate::replay::DEFAULT_SPOT_FRACTION,
+            boot: Duration::from_secs(60),
+            quota: None,
+            faults: FaultSchedule::default(),
+        }
+    }
+}
+
+/// One recorded provider call, readable with [`SimCloud::calls`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub at: DateTime<Utc>,
+    /// `offers`, `launch`, `terminate`, `get`, `list` or `interruptions`.
+    pub op: &'static str,
+    /// The argument that identifies the call (region, idempotency key, instance id, owner).
+    pub target: String,
+    /// `ok`, or the error kind ([`ProviderError::kind`]).
+    pub result: &'static str,
+}
+
+#[derive(Debug)]
+struct SimInstance {
+    instance: Instance,
+    zone: usize,
+    ready_at: DateTime<Utc>,
+    /// When a notice said it will be reclaimed.
+    reclaim_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug)]
+struct World {
+    now: DateTime<Utc>,
+    instances: BTreeMap<InstanceId, SimInstance>,
+    launches: HashMap<IdempotencyKey, Vec<InstanceId>>,
+    pending: Vec<Interruption>,
+    calls: Vec<Call>,
+    rng: u64,
+    next_id: u64,
+}
+
+/// The simulated cloud. Cheap to share (`Arc<SimCloud>`); every method takes `&self`.
+#[derive(Debug)]
+pub struct SimCloud {
+    zones: Vec<Trace>,
+    config: SimConfig,
+    world: Mutex<World>,
+}
+
+impl SimCloud {
+    pub fn new(zones: Vec<Trace>, config: SimConfig) -> SimCloud {
+        let world = World {
+            now: config.start,
+            instances: BTreeMap::new(),
+            launches: HashMap::new(),
+            pending: Vec::new(),
+            calls: Vec::new(),
+            rng: config.faults.seed ^ 0x9e37_79b9_7f4a_7c15,
+            next_id: 0,
+        };
+        SimCloud {
+            zones,
+            config,
+            world: Mutex::new(world),
+        }
+    }
+
+    fn world(&self) -> MutexGuard<'_, World> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.world.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn now(&self) -> DateTime<Utc> {
+        self.world().now
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        (self.now() - self.config.start)
+            .to_std()
+            .unwrap_or_default()
+    }
+
+    /// Move the virtual clock forward, delivering notices and preemptions on the way.
+    pub fn advance(&self, dt: Duration) {
+        let mut w = self.world();
+        let end = w.now + TimeDelta::from_std(dt).unwrap_or(TimeDelta::MAX);
+        let step = self
+            .zones
+            .iter()
+            .map(|z| i64::from(z.gap_seconds).min(z.notice_seconds().into()))
+            .min()
+            .unwrap_or(60)
+            .max(1);
+        while w.now < end {
+            let next = (w.now + TimeDelta::seconds(step)).min(end);
+            w.now = next;
+            self.reconcile(&mut w);
+        }
+        self.reconcile(&mut w);
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.world().calls.clone()
+    }
+
+    fn tick_of(&self, zone: usize, at: DateTime<Utc>) -> usize {
+        let z = &self.zones[zone];
+        let secs = (at - self.config.start).num_seconds().max(0) as u64;
+        let tick = (secs / u64::from(z.gap_seconds)) as usize;
+        tick.min(z.ticks().saturating_sub(1))
+    }
+
+    fn tick_start(&self, zone: usize, tick: usize) -> DateTime<Utc> {
+        let gap = i64::from(self.zones[zone].gap_seconds);
+        self.config.start + TimeDelta::seconds(gap * tick as i64)
+    }
+
+    fn available(&self, zone: usize, at: DateTime<Utc>) -> u32 {
+        self.zones[zone].available[self.tick_of(zone, at)]
+    }
+
+    fn spot_price(&self, zone: usize, at: DateTime<Utc>) -> f64 {
+        let z = &self.zones[zone];
+        match &z.prices {
+            Some(p) => p[self.tick_of(zone, at)],
+            None => z.spot_price.unwrap_or(self.config.spot_price),
+        }
+    }
+
+    fn offer(&self, zone: usize, capacity: Capacity, at: DateTime<Utc>, used: u32) -> Offer {
+        let z = &self.zones[zone];
+        let price = match capacity {
+            Capacity::Spot => self.spot_price(zone, at),
+            _ => z.on_demand_price.unwrap_or(self.config.on_demand_price),
+        };
+        let availability = match capacity {
+            Capacity::Spot => match self.available(zone, at).saturating_sub(used) {
+                0 => Availability::Unavailable,
+                n => Availability::Available(Some(n)),
+            },
+            _ => Availability::Available(None),
+        };
+        Offer {
+            cloud: Cloud::Sim,
+            region: Region::new(z.region.clone()),
+            zone: Zone::new(z.zone.clone()),
+            instance_type: self.config.instance_type.clone(),
+            capacity,
+            price_per_hour: price,
+            observed_at: Some(at),
+            breakdown: vec![PriceComponent {
+                label: self.config.instance_type.name.clone(),
+                price_per_hour: price,
+            }],
+            availability,
+        }
+    }
+
+    fn spot_in_use(w: &World, zone: usize) -> u32 {
+        w.instances
+            .values()
+            .filter(|i| {
+                i.zone == zone
+                    && i.instance.offer.capacity == Capacity::Spot
+                    && i.instance.state != InstanceState::Terminated
+            })
+            .count() as u32
+    }
+
+    fn alive(w: &World) -> u32 {
+        w.instances
+            .values()
+            .filter(|i| i.instance.state != InstanceState::Terminated)
+            .count() as u32
+    }
+
+    /// Boot finished instances, send notices for capacity about to vanish, reclaim on time.
+    fn reconcile(&self, w: &mut World) {
+        let now = w.now;
+        for i in w.instances.values_mut() {
+            if i.instance.state == InstanceState::Pending && i.ready_at <= now {
+                i.instance.state = InstanceState::Running;
+            }
+        }
+        for zone in 0..self.zones.len() {
+            let lead = TimeDelta::seconds(self.zones[zone].notice_seconds().into());
+            // Capacity over the next `lead`: the smallest count any tick in it shows.
+            let (from, to) = (self.tick_of(zone, now), self.tick_of(zone, now + lead));
+            let Some((tick, low)) = (from..=to)
+                .map(|t| (t, self.zones[zone].available[t]))
+                .min_by_key(|&(t, n)| (n, t))
+            else {
+                continue;
+            };
+            let mut doomed: Vec<&mut SimInstance> = w
+                .instances
+                .values_mut()
+                .filter(|i| {
+                    i.zone == zone
+                        && i.instance.offer.capacity == Capacity::Spot
+                        && i.instance.state != InstanceState::Terminated
+                })
+                .collect();
+            let keep = low as usize;
+            let noticed = doomed.iter().filter(|i| i.reclaim_at.is_some()).count();
+            if doomed.len() > keep + noticed {
+                let gone_at = self.tick_start(zone, tick).max(now);
+                // Newest first: the cloud reclaims what it gave last.
+                doomed.sort_by_key(|i| {
+                    std::cmp::Reverse((i.instance.launched_at, i.instance.id.clone()))
+                });
+                let extra = doomed.len() - keep - noticed;
+                for i in doomed
+                    .iter_mut()
+                    .filter(|i| i.reclaim_at.is_none())
+                    .take(extra)
+                {
+                    i.reclaim_at = Some(gone_at);
+                    w.pending.push(Interruption {
+                        instance: i.instance.id.clone(),
+                        kind: InterruptionKind::SpotNotice,
+                        deadline: Some(gone_at),
+                        received_at: (gone_at - lead).max(i.instance.launched_at),
+                    });
+                }
+            }
+        }
+        let mut preempted = Vec::new();
+        for i in w.instances.values_mut() {
+            if i.instance.state != InstanceState::Terminated
+                && i.reclaim_at.is_some_and(|t| t <= now)
+            {
+                i.instance.state = InstanceState::Terminated;
+                preempted.push(Interruption {
+                    instance: i.instance.id.clone(),
+                    kind: InterruptionKind::Preempted,
+                    deadline: i.reclaim_at,
+                    received_at: now,
+                });
+            }
+        }
+        w.pending.extend(preempted);
+    }
+
+    /// Next number from the seeded generator (splitmix64), as a fraction in [0, 1).
+    fn draw(w: &mut World) -> f64 {
+        w.rng = w.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = w.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Record the call, and fail it if the schedule says so.
+    fn enter(&self, w: &mut World, op: &'static str, target: String) -> Result<(), ProviderError> {
+        let n = w.calls.len() as u64;
+        let f = &self.config.faults;
+        let err = if let Some(e) = f.scripted.get(&n) {
+            Some(e.clone())
+        } else if Self::draw(w) < f.throttle {
+            Some(ProviderError::Throttled {
+                retry_after: Some(Duration::from_secs(1)),
+            })
+        } else if Self::draw(w) < f.transient {
+            Some(ProviderError::Transient {
+                message: "simulated 503 Service Unavailable".into(),
+            })
+        } else {
+            None
+        };
+        w.calls.push(Call {
+            at: w.now,
+            op,
+            target,
+            result: err.as_ref().map_or("ok", ProviderError::kind),
+        });
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn zone_of(&self, offer: &Offer) -> Option<usize> {
+        self.zones
+            .iter()
+            .position(|z| z.zone == offer.zone.as_str())
+    }
+
+    fn capacity_code(&self, zone: usize) -> &'static str {
+        match self.zones[zone].cloud {
+            Cloud::Gcp => "ZONE_RESOURCE_POOL_EXHAUSTED",
+            _ => "InsufficientInstanceCapacity",
+        }
+    }
+
+    fn do_launch(
+        &self,
+        w: &mut World,
+        req: &LaunchRequest,
+    ) -> Result<LaunchOutcome, ProviderError> {
+        if req.offers.is_empty() || req.count == 0 {
+            return Err(ProviderError::InvalidRequest {
+                message: "a launch needs at least one offer and a count > 0".into(),
+            });
+        }
+        let now = w.now;
+        let mut out = LaunchOutcome::default();
+        let mut ids = Vec::new();
+        let mut left = req.count;
+        for offer in &req.offers {
+            if left == 0 {
+                break;
+            }
+            let key = offer.key();
+            let Some(zone) = self.zone_of(offer) else {
+                out.errors.push((
+                    key,
+                    ProviderError::InvalidRequest {
+                        message: format!("zone {} is not simulated", offer.zone),
+                    },
+                ));
+                continue;
+            };
+            let mut room = match offer.capacity {
+                Capacity::Spot => self
+                    .available(zone, now)
+                    .saturating_sub(Self::spot_in_use(w, zone)),
+                _ => u32::MAX,
+            };
+            if Self::draw(w) < self.config.faults.capacity {
+                room = 0;
+            }
+            if let Some(q) = self.config.quota {
+                let quota_room = q.saturating_sub(Self::alive(w));
+                if quota_room == 0 || Self::draw(w) < self.config.faults.quota {
+                    out.errors.push((
+                        key,
+                        ProviderError::Quota {
+                            code: "VcpuLimitExceeded".into(),
+                            message: format!("at most {q} instances"),
+                        },
+                    ));
+                    continue;
+                }
+                room = room.min(quota_room);
+            } else if Self::draw(w) < self.config.faults.quota {
+                out.errors.push((
+                    key,
+                    ProviderError::Quota {
+                        code: "MaxSpotInstanceCountExceeded".into(),
+                        message: "simulated quota".into(),
+                    },
+                ));
+                continue;
+            }
+            let take = left.min(room);
+            if take == 0 || (req.single_zone && take < left) {
+                out.errors.push((
+                    key.clone(),
+                    ProviderError::Capacity {
+                        offer: key,
+                        code: self.capacity_code(zone).into(),
+                        message: format!("{} available, {left} asked", room.min(left)),
+                    },
+                ));
+                continue;
+            }
+            for _ in 0..take {
+                w.next_id += 1;
+                let id = InstanceId(format!("sim-{:08x}", w.next_id));
+                let instance = Instance {
+                    id: id.clone(),
+                    offer: self.offer(zone, offer.capacity, now, 0),
+                    state: InstanceState::Pending,
+                    tags: req.tags.clone(),
+                    launched_at: now,
+                };
+                let ready_at = now + TimeDelta::from_std(self.config.boot).unwrap_or_default();
+                w.instances.insert(
+                    id.clone(),
+                    SimInstance {
+                        instance: instance.clone(),
+                        zone,
+                        ready_at,
+                        reclaim_at: None,
+                    },
+                );
+                ids.push(id);
+                out.instances.push(instance);
+            }
+            left -= take;
+        }
+        if (out.instances.len() as u32) < req.min_count.max(1) {
+            // Below the acceptable minimum: give back what was started, report why.
+            for i in &out.instances {
+                if let Some(s) = w.instances.get_mut(&i.id) {
+                    s.instance.state = InstanceState::Terminated;
+                }
+            }
+            out.instances.clear();
+            ids.clear();
+        }
+        w.launches.insert(req.key, ids);
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Provider for SimCloud {
+    fn cloud(&self) -> Cloud {
+        Cloud::Sim
+    }
+
+    async fn offers(&self, region: &Region) -> Result<Vec<Offer>, ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "offers", region.to_string())?;
+        let now = w.now;
+        let mut out = Vec::new();
+        for (zone, z) in self.zones.iter().enumerate() {
+            if z.region == region.as_str() {
+                let used = Self::spot_in_use(&w, zone);
+                out.push(self.offer(zone, Capacity::Spot, now, used));
+                out.push(self.offer(zone, Capacity::OnDemand, now, 0));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "launch", request.key.to_string())?;
+        if let Some(ids) = w.launches.get(&request.key) {
+            // Same key, same instances: a retried intent never launches twice.
+            let instances = ids
+                .iter()
+                .filter_map(|id| w.instances.get(id).map(|i| i.instance.clone()))
+                .collect();
+            return Ok(LaunchOutcome {
+                instances,
+                errors: Vec::new(),
+            });
+        }
+        self.do_launch(&mut w, request)
+    }
+
+    async fn terminate(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "terminate", id.to_string())?;
+        if let Some(i) = w.instances.get_mut(id) {
+            i.instance.state = InstanceState::Terminated;
+        }
+        Ok(())
+    }
+
+    async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "get", id.to_string())?;
+        Ok(w.instances.get(id).map(|i| i.instance.clone()))
+    }
+
+    async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "list", owner.to_owned())?;
+        Ok(w.instances
+            .values()
+            .filter(|i| {
+                i.instance.state != InstanceState::Terminated && i.instance.owner() == Some(owner)
+            })
+            .map(|i| i.instance.clone())
+            .collect())
+    }
+
+    async fn interruptions(&self) -> Result<Vec<Interruption>, ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "interruptions", String::new())?;
+        Ok(std::mem::take(&mut w.pending))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use tern_cloud::{IntentId, Tags, tag};
+
+    fn trace(zone: &str, cloud: Cloud, gap: u32, data: Vec<u32>) -> Trace {
+        Trace {
+            source: PathBuf::from(format!("{zone}.json")),
+            cloud,
+            region: crate::trace::region_of(zone),
+            zone: zone.into(),
+            gap_seconds: gap,
+            available: data,
+            prices: None,
+            spot_price: None,
+            on_demand_price: None,
+        }
+    }
+
+    fn request(
+        cloud: &SimCloud,
+        zone: &str,
+        capacity: Capacity,
+        count: u32,
+        attempt: u32,
+    ) -> LaunchRequest {
+        let z = cloud.zones.iter().position(|t| t.zone == zone).unwrap();
+        let offer = cloud.offer(z, capacity, cloud.now(), 0);
+        let intent = IntentId::from_uuid(uuid_from(7));
+        let mut tags = Tags::new();
+        tags.insert(tag::OWNER.into(), "test".into());
+        LaunchRequest {
+            key: IdempotencyKey::derive(intent, attempt),
+            intent,
+            job: "job".into(),
+            offers: vec![offer],
+            count,
+            min_count: 1,
+            single_zone: false,
+            tags,
+            template: None,
+        }
+    }
+
+    fn uuid_from(n: u128) -> uuid::Uuid {
+        uuid::Uuid::from_u128(n)
+    }
+
+    #[tokio::test]
+    async fn launch_is_idempotent_by_key() {
+        let sim = SimCloud::new(
+            vec![trace("us-east-1a", Cloud::Aws, 60, vec![4; 100])],
+            SimConfig::default(),
+        );
+        let req = request(&sim, "us-east-1a", Capacity::Spot, 2, 0);
+        let first = sim.launch(&req).await.unwrap();
+        let again = sim.launch(&req).await.unwrap();
+        assert_eq!(first.instances.len(), 2);
+        let ids = |o: &LaunchOutcome| o.instances.iter().map(|i| i.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&first), ids(&again));
+        assert_eq!(sim.list("test").await.unwrap().len(), 2);
+        // A new attempt is a new key: two more instances, which is all the zone has left.
+        let next = sim
+            .launch(&request(&sim, "us-east-1a", Capacity::Spot, 3, 1))
+            .await
+            .unwrap();
+        assert_eq!(next.instances.len(), 2);
+        let calls = sim.calls();
+        assert_eq!(calls.iter().filter(|c| c.op == "launch").count(), 3);
+    }
+
+    #[tokio::test]
+    async fn capacity_follows_the_trace_and_on_demand_does_not() {
+        let sim = SimCloud::new(
+            vec![trace("us-east-1a", Cloud::Aws, 60, vec![0, 0, 1])],
+            SimConfig::default(),
+        );
+        let out = sim
+            .launch(&request(&sim, "us-east-1a", Capacity::Spot, 1, 0))
+            .await
+            .unwrap();
+        assert!(out.instances.is_empty());
+        assert!(out.errors[0].1.is_capacity());
+        assert!(
+            out.errors[0]
+                .1
+                .to_string()
+                .contains("InsufficientInstanceCapacity")
+        );
+        let od = sim
+            .launch(&request(&sim, "us-east-1a", Capacity::OnDemand, 1, 1))
+            .await
+            .unwrap();
+        assert_eq!(od.instances.len(), 1);
+        sim.advance(Duration::from_secs(120));
+        let spot = sim
+            .launch(&request(&sim, "us-east-1a", Capacity::Spot, 1, 2))
+            .await
+            .unwrap();
+        assert_eq!(spot.instances.len(), 1);
+        let offers = sim.offers(&Region::new("us-east-1")).await.unwrap();
+        assert_eq!(offers.len(), 2);
+        assert_eq!(offers[0].availability, Availability::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn notices_come_with_the_clouds_lead_time() {
+        for (cloud, lead) in [(Cloud::Aws, 120u64), (Cloud::Gcp, 30)] {
+            // Up for 10 minutes, then gone.
+            let mut data = vec![1; 10];
+            data.extend([0; 10]);
+            let sim = SimCloud::new(
+                vec![trace("us-central1-a", cloud, 60, data)],
+                SimConfig::default(),
+            );
+            let out = sim
+                .launch(&request(&sim, "us-central1-a", Capacity::Spot, 1, 0))
+                .await
+                .unwrap();
+            let id = out.instances[0].id.clone();
+            sim.advance(Duration::from_secs(600 - lead - 10));
+            assert!(
+                sim.interruptions().await.unwrap().is_empty(),
+                "{cloud}: too early"
+            );
+            sim.advance(Duration::from_secs(10));
+            let notices = sim.interruptions().await.unwrap();
+            assert_eq!(notices.len(), 1, "{cloud}");
+            let n = &notices[0];
+            assert_eq!(n.kind, InterruptionKind::SpotNotice);
+            let gone = sim.config.start + TimeDelta::seconds(600);
+            assert_eq!(n.deadline, Some(gone));
+            assert_eq!(n.received_at, gone - TimeDelta::seconds(lead as i64));
+            assert_eq!(
+                sim.get(&id).await.unwrap().unwrap().state,
+                InstanceState::Running
+            );
+            sim.advance(Duration::from_secs(lead));
+            let after = sim.interruptions().await.unwrap();
+            assert_eq!(after[0].kind, InterruptionKind::Preempted);
+            assert_eq!(
+                sim.get(&id).await.unwrap().unwrap().state,
+                InstanceState::Terminated
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn faults_follow_the_seed_and_are_recorded() {
+        let faults = FaultSchedule {
+            seed: 42,
+            throttle: 0.3,
+            transient: 0.2,
+            ..FaultSchedule::default()
+        };
+        let run = || async {
+            let sim = SimCloud::new(
+                vec![trace("us-east-1a", Cloud::Aws, 60, vec![1; 10])],
+                SimConfig {
+                    faults: faults.clone(),
+                    ..SimConfig::default()
+                },
+            );
+            let mut kinds = Vec::new();
+            for _ in 0..40 {
+                kinds.push(match sim.list("x").await {
+                    Ok(_) => "ok",
+                    Err(e) => {
+                        assert!(e.is_retryable());
+                        e.kind()
+                    }
+                });
+            }
+            assert_eq!(
+                sim.calls().iter().map(|c| c.result).collect::<Vec<_>>(),
+                kinds
+            );
+            kinds
+        };
+        let a = run().await;
+        assert_eq!(a, run().await);
+        assert!(a.contains(&"throttled") && a.contains(&"transient") && a.contains(&"ok"));
+    }
+
+    #[tokio::test]
+    async fn scripted_quota_and_terminate_semantics() {
+        let mut scripted = BTreeMap::new();
+        scripted.insert(
+            0,
+            ProviderError::Quota {
+                code: "QUOTA_EXCEEDED".into(),
+                message: "gpus".into(),
+            },
+        );
+        let sim = SimCloud::new(
+            vec![trace("us-east-1a", Cloud::Aws, 60, vec![1; 10])],
+            SimConfig {
+                quota: Some(1),
+                faults: FaultSchedule {
+                    scripted,
+                    ..FaultSchedule::default()
+                },
+                ..SimConfig::default()
+            },
+        );
+        let req = request(&sim, "us-east-1a", Capacity::OnDemand, 1, 0);
+        assert!(sim.launch(&req).await.unwrap_err().is_quota());
+        let ok = sim.launch(&req).await.unwrap();
+        assert_eq!(ok.instances.len(), 1);
+        let over = sim
+            .launch(&request(&sim, "us-east-1a", Capacity::OnDemand, 1, 1))
+            .await
+            .unwrap();
+        assert!(over.errors[0].1.is_quota());
+        sim.terminate(&ok.instances[0].id).await.unwrap();
+        sim.terminate(&InstanceId::from("sim-missing"))
+            .await
+            .unwrap();
+        assert!(sim.list("test").await.unwrap().is_empty());
+    }
+}

@@ -1,0 +1,33 @@
+//! tern's simulated cloud, a product feature rather than a test mock.
+//!
+//! - [`trace`]: real spot availability traces (Can't Be Late JSON layout), validated on load.
+//! - [`replay`]: the fast, deterministic engine behind `tern simulate` that runs the deadline
+//!   policies of `tern_policies::deadline` over windows of those traces.
+//! - [`SimCloud`]: a [`tern_cloud::Provider`] on a virtual clock that replays the same traces,
+//!   delivers interruption notices with each cloud's lead time, injects capacity, quota,
+//!   throttling and transient faults on a seeded schedule, and records every call, so the
+//!   controller that drives AWS and GCP can run against it unchanged.
+
+pub mod cloud;
+pub mod replay;
+pub mod trace;
+
+pub use cloud::{Call, FaultSchedule, SimCloud};
+pub use replay::{PolicyKind, Prepared, Scenario, Summary, WindowResult};
+pub use trace::{Trace, TraceError};
+
+/// Errors of the simulator that are not provider errors (those are `tern_cloud::ProviderError`).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("invalid simulation: {reason}")]
+    Invalid { reason: String },
+}
+
+impl SimError {
+    /// Whether the user can fix this by changing arguments (as opposed to a trace file's content).
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, SimError::Invalid { .. })
+    }
+}

@@ -1,0 +1,597 @@
+//! The fast replay engine behind `tern simulate`: run deadline policies over windows of real
+//! spot traces and compare their cost with on-demand only.
+//!
+//! A window starts at every stride offset. Online policies see each zone's history up to the
+//! current tick only; `optimal` sees the whole window. Everything here is deterministic.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tern_policies::deadline::{
+    self, DeadlinePolicy, Greedy, Job, JobState, Observation, OnDemandOnly, Placement, Tern,
+    UniformProgress, ZoneFuture, ZoneView,
+};
+
+use crate::{SimError, Trace};
+
+/// The policies `tern simulate` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyKind {
+    OnDemand,
+    Greedy,
+    UniformProgress,
+    Optimal,
+    Tern,
+}
+
+impl PolicyKind {
+    pub const ALL: [PolicyKind; 5] = [
+        PolicyKind::OnDemand,
+        PolicyKind::Greedy,
+        PolicyKind::UniformProgress,
+        PolicyKind::Optimal,
+        PolicyKind::Tern,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::OnDemand => "od",
+            PolicyKind::Greedy => "greedy",
+            PolicyKind::UniformProgress => "up",
+            PolicyKind::Optimal => "optimal",
+            PolicyKind::Tern => "tern",
+        }
+    }
+
+    fn online(self) -> Option<Box<dyn DeadlinePolicy>> {
+        match self {
+            PolicyKind::OnDemand => Some(Box::new(OnDemandOnly)),
+            PolicyKind::Greedy => Some(Box::new(Greedy)),
+            PolicyKind::UniformProgress => Some(Box::new(UniformProgress)),
+            PolicyKind::Tern => Some(Box::new(Tern::new())),
+            PolicyKind::Optimal => None,
+        }
+    }
+}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = SimError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|p| p.name() == s.trim().to_ascii_lowercase())
+            .ok_or_else(|| SimError::Invalid {
+                reason: format!("unknown policy '{s}' (expected od, greedy, up, optimal or tern)"),
+            })
+    }
+}
+
+/// A job replayed over one or more zones' traces.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// One trace per zone the job may run in. All must share the tick length.
+    pub traces: Vec<Trace>,
+    pub work_hours: f64,
+    pub deadline_hours: f64,
+    pub restart_hours: f64,
+    /// $/h per instance. `None`: the first trace's `price_info`, else [`DEFAULT_ON_DEMAND`].
+    pub on_demand_price: Option<f64>,
+    /// Flat spot $/h used when a trace has no price series. `None`: the trace's `price_info`,
+    /// else [`DEFAULT_SPOT_FRACTION`] of on-demand.
+    pub spot_price: Option<f64>,
+    pub stride_hours: f64,
+    /// Dollars to move the checkpoint across regions (size in GB × $/GB).
+    pub egress_cost: f64,
+    pub nodes: u32,
+}
+
+/// p3.2xlarge on-demand in us-east-1 (the V100 traces' instance type), from the bundled catalog.
+pub const DEFAULT_ON_DEMAND: f64 = 3.06;
+/// Spot as a fraction of on-demand when nothing better is known: 0.30, i.e. $0.92/h for
+/// p3.2xlarge, the low end of the measured $0.92–1.85/h (DESIGN.md §5) and the Can't Be Late
+/// paper's setting. Pass `--spot-price` for anything else.
+pub const DEFAULT_SPOT_FRACTION: f64 = 0.30;
+
+/// One policy on one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowResult {
+    pub cost: f64,
+    pub finished: bool,
+    pub spot_ticks: u32,
+    pub on_demand_ticks: u32,
+    pub restarts: u32,
+    pub moves: u32,
+}
+
+/// One policy over all windows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub policy: PolicyKind,
+    pub windows: usize,
+    pub mean_cost_ratio: f64,
+    pub p90_cost_ratio: f64,
+    pub deadline_misses: usize,
+    /// Share of billed instance-ticks that were spot.
+    pub spot_share: f64,
+    /// Zone moves per window, on average.
+    pub mean_moves: f64,
+    pub mean_restarts: f64,
+    /// Cost ratio of every window, in window order.
+    pub ratios: Vec<f64>,
+}
+
+/// The scenario resolved onto the tick grid.
+#[derive(Debug)]
+pub struct Prepared {
+    pub job: Job,
+    pub tick_hours: f64,
+    pub on_demand_price: f64,
+    pub egress_cost: f64,
+    pub starts: Vec<usize>,
+    avail: Vec<Vec<u32>>,
+    prices: Vec<Vec<f64>>,
+    regions: Vec<usize>,
+    /// Cost of on-demand only at exactly C hours: the denominator of every ratio.
+    reference: f64,
+}
+
+impl Scenario {
+    pub fn prepare(&self) -> Result<Prepared, SimError> {
+        let invalid = |reason: String| SimError::Invalid { reason };
+        let first = self
+            .traces
+            .first()
+            .ok_or_else(|| invalid("no trace given".into()))?;
+        let gap = first.gap_seconds;
+        if let Some(t) = self.traces.iter().find(|t| t.gap_seconds != gap) {
+            return Err(invalid(format!(
+                "{} has {} s ticks but {} has {} s; replay needs one tick length",
+                t.source.display(),
+                t.gap_seconds,
+                first.source.display(),
+                gap
+            )));
+        }
+        for (name, v) in [
+            ("work", self.work_hours),
+            ("deadline", self.deadline_hours),
+            ("stride", self.stride_hours),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(invalid(format!("{name} hours must be positive, got {v}")));
+            }
+        }
+        if !(self.restart_hours.is_finite() && self.restart_hours >= 0.0) {
+            return Err(invalid(format!(
+                "restart hours must be ≥ 0, got {}",
+                self.restart_hours
+            )));
+        }
+        let job = Job::from_hours(
+            self.work_hours,
+            self.deadline_hours,
+            self.restart_hours,
+            gap,
+            self.nodes,
+        );
+        if !job.feasible() {
+            return Err(invalid(format!(
+                "deadline {} h cannot fit {} h of work plus a {} h restart even on on-demand \
+                 ({} + {} > {} ticks of {gap} s)",
+                self.deadline_hours,
+                self.work_hours,
+                self.restart_hours,
+                job.work,
+                job.restart,
+                job.deadline
+            )));
+        }
+        let od = self
+            .on_demand_price
+            .or(first.on_demand_price)
+            .unwrap_or(DEFAULT_ON_DEMAND);
+        if !(od.is_finite() && od > 0.0) {
+            return Err(invalid(format!(
+                "on-demand price must be positive, got {od}"
+            )));
+        }
+        let len = self.traces.iter().map(Trace::ticks).min().unwrap_or(0);
+        let t_len = job.deadline as usize;
+        if len < t_len {
+            return Err(invalid(format!(
+                "traces hold {:.1} h but the deadline is {} h",
+                len as f64 * f64::from(gap) / 3600.0,
+                self.deadline_hours
+            )));
+        }
+        let tick_hours = f64::from(gap) / 3600.0;
+        let stride = ((self.stride_hours / tick_hours).round() as usize).max(1);
+        let starts: Vec<usize> = (0..=len - t_len).step_by(stride).collect();
+        let mut region_names: Vec<&str> = Vec::new();
+        let mut regions = Vec::new();
+        for t in &self.traces {
+            let key = t.region.as_str();
+            let idx = match region_names.iter().position(|r| *r == key) {
+                Some(i) => i,
+                None => {
+                    region_names.push(key);
+                    region_names.len() - 1
+                }
+            };
+            regions.push(idx);
+        }
+        let prices = self
+            .traces
+            .iter()
+            .map(|t| match &t.prices {
+                Some(p) => p[..len].to_vec(),
+                None => {
+                    let flat = self
+                        .spot_price
+                        .or(t.spot_price)
+                        .unwrap_or(od * DEFAULT_SPOT_FRACTION);
+                    vec![flat; len]
+                }
+            })
+            .collect();
+        Ok(Prepared {
+            job,
+            tick_hours,
+            on_demand_price: od,
+            egress_cost: self.egress_cost.max(0.0),
+            starts,
+            avail: self
+                .traces
+                .iter()
+                .map(|t| t.available[..len].to_vec())
+                .collect(),
+            prices,
+            regions,
+            reference: self.work_hours * od * f64::from(job.nodes),
+        })
+    }
+}
+
+impl Prepared {
+    pub fn windows(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Replay one online policy over the window starting at trace tick `start`.
+    pub fn run_online(&self, policy: &mut dyn DeadlinePolicy, start: usize) -> WindowResult {
+        let job = self.job;
+        let k = f64::from(job.nodes) * self.tick_hours;
+        let mut s = JobState::new();
+        let mut out = WindowResult {
+            cost: 0.0,
+            finished: false,
+            spot_ticks: 0,
+            on_demand_ticks: 0,
+            restarts: 0,
+            moves: 0,
+        };
+        let (mut starts, mut last_spot) = (0u32, None);
+        let mut views = Vec::with_capacity(self.avail.len());
+        for t in 0..job.deadline {
+            if s.done >= job.work {
+                break;
+            }
+            let abs = start + t as usize;
+            views.clear();
+            views.extend(self.avail.iter().zip(&self.prices).zip(&self.regions).map(
+                |((a, p), &region)| ZoneView {
+                    history: &a[..=abs],
+                    spot_price: p[abs],
+                    region,
+                },
+            ));
+            let obs = Observation {
+                tick: t,
+                zones: &views,
+                on_demand_price: self.on_demand_price,
+                tick_hours: self.tick_hours,
+                egress_cost: self.egress_cost,
+            };
+            if let Placement::Spot(z) = s.placement
+                && !views[z].up(job.nodes)
+            {
+                s.placement = Placement::Idle;
+                s.booting = 0;
+            }
+            let want = policy.decide(&job, &s, &obs);
+            let act = deadline::safe(&job, &s, &obs, want);
+            if act == Placement::Idle {
+                s.placement = Placement::Idle;
+                s.booting = 0;
+                continue;
+            }
+            if act != s.placement {
+                starts += 1;
+                let region = match act {
+                    Placement::Spot(z) => Some(self.regions[z]),
+                    _ => s.checkpoint_region,
+                };
+                if let (Some(from), Some(to)) = (s.checkpoint_region, region)
+                    && from != to
+                {
+                    out.cost += self.egress_cost;
+                }
+                if let Placement::Spot(z) = act {
+                    if last_spot.is_some_and(|l| l != z) {
+                        out.moves += 1;
+                        s.last_move = Some(t);
+                    }
+                    last_spot = Some(z);
+                }
+                // The checkpoint lives where the job last ran; an on-demand start before any spot
+                // pins it to the first trace's region (the optimum may pick any region instead).
+                s.checkpoint_region = region.or(Some(0));
+                s.placement = act;
+                s.booting = job.restart;
+                s.started_at = t;
+            }
+            match act {
+                Placement::Spot(z) => {
+                    out.cost += self.prices[z][abs] * k;
+                    out.spot_ticks += 1;
+                }
+                _ => {
+                    out.cost += self.on_demand_price * k;
+                    out.on_demand_ticks += 1;
+                }
+            }
+            if s.booting > 0 {
+                s.booting -= 1;
+            } else {
+                s.done += 1;
+            }
+        }
+        out.finished = s.done >= job.work;
+        out.restarts = starts.saturating_sub(1);
+        out
+    }
+
+    /// The omniscient optimum of the window starting at trace tick `start`.
+    pub fn run_optimal(&self, start: usize) -> WindowResult {
+        let end = start + self.job.deadline as usize;
+        let zones: Vec<ZoneFuture<'_>> = self
+            .avail
+            .iter()
+            .zip(&self.prices)
+            .zip(&self.regions)
+            .map(|((a, p), &region)| ZoneFuture {
+                available: &a[start..end],
+                spot_price: &p[start..end],
+                region,
+            })
+            .collect();
+        let o = deadline::optimal(
+            self.job,
+            &zones,
+            self.on_demand_price,
+            self.tick_hours,
+            self.egress_cost,
+        );
+        WindowResult {
+            cost: o.cost,
+            finished: o.finished,
+            spot_ticks: o.spot_ticks,
+            on_demand_ticks: o.on_demand_ticks,
+            restarts: o.restarts,
+            moves: o.moves,
+        }
+    }
+
+    pub fn run_window(&self, policy: PolicyKind, start: usize) -> WindowResult {
+        match policy.online() {
+            Some(mut p) => self.run_online(p.as_mut(), start),
+            None => self.run_optimal(start),
+        }
+    }
+
+    /// Replay every window for every policy, on all cores; `tick` is called after each window.
+    pub fn replay(&self, policies: &[PolicyKind], tick: &(dyn Fn() + Sync)) -> Vec<Summary> {
+        let n = self.starts.len();
+        let next = AtomicUsize::new(0);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, n.max(1));
+        let mut results: Vec<Option<Vec<WindowResult>>> = vec![None; n];
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut mine = Vec::new();
+                        // One policy object per thread, reset between windows: tern keeps its
+                        // value tables, which are pure functions of their key.
+                        let mut online: Vec<Option<Box<dyn DeadlinePolicy>>> =
+                            policies.iter().map(|p| p.online()).collect();
+                        loop {
+                            let w = next.fetch_add(1, Ordering::Relaxed);
+                            if w >= n {
+                                break;
+                            }
+                            let row: Vec<WindowResult> = online
+                                .iter_mut()
+                                .map(|p| match p {
+                                    Some(p) => {
+                                        p.reset();
+                                        self.run_online(p.as_mut(), self.starts[w])
+                                    }
+                                    None => self.run_optimal(self.starts[w]),
+                                })
+                                .collect();
+                            mine.push((w, row));
+                            tick();
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            for h in handles {
+                // A panicking worker is a bug in a policy; surface it rather than hide windows.
+                match h.join() {
+                    Ok(rows) => {
+                        for (w, row) in rows {
+                            results[w] = Some(row);
+                        }
+                    }
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        });
+        let rows: Vec<Vec<WindowResult>> = results.into_iter().flatten().collect();
+        policies
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| self.summarise(p, rows.iter().map(|r| r[i])))
+            .collect()
+    }
+
+    fn summarise(
+        &self,
+        policy: PolicyKind,
+        results: impl Iterator<Item = WindowResult>,
+    ) -> Summary {
+        let mut ratios = Vec::new();
+        let (mut misses, mut spot, mut billed, mut moves, mut restarts) =
+            (0, 0u64, 0u64, 0u64, 0u64);
+        for r in results {
+            ratios.push(if r.cost.is_finite() {
+                r.cost / self.reference
+            } else {
+                f64::NAN
+            });
+            misses += usize::from(!r.finished);
+            spot += u64::from(r.spot_ticks);
+            billed += u64::from(r.spot_ticks + r.on_demand_ticks);
+            moves += u64::from(r.moves);
+            restarts += u64::from(r.restarts);
+        }
+        let n = ratios.len().max(1) as f64;
+        let finite: Vec<f64> = ratios.iter().copied().filter(|r| r.is_finite()).collect();
+        let mean = finite.iter().sum::<f64>() / finite.len().max(1) as f64;
+        Summary {
+            policy,
+            windows: ratios.len(),
+            mean_cost_ratio: mean,
+            p90_cost_ratio: percentile(&finite, 0.9),
+            deadline_misses: misses,
+            spot_share: if billed > 0 {
+                spot as f64 / billed as f64
+            } else {
+                0.0
+            },
+            mean_moves: moves as f64 / n,
+            mean_restarts: restarts as f64 / n,
+            ratios,
+        }
+    }
+}
+
+/// Nearest-rank percentile (`q` in 0..=1) of unsorted values; NaN when empty.
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn trace(zone: &str, data: Vec<u32>) -> Trace {
+        Trace {
+            source: PathBuf::from(format!("{zone}.json")),
+            cloud: tern_cloud::Cloud::Aws,
+            region: crate::trace::region_of(zone),
+            zone: zone.into(),
+            gap_seconds: 3600,
+            available: data,
+            prices: None,
+            spot_price: None,
+            on_demand_price: None,
+        }
+    }
+
+    fn scenario(traces: Vec<Trace>) -> Scenario {
+        Scenario {
+            traces,
+            work_hours: 10.0,
+            deadline_hours: 16.0,
+            restart_hours: 1.0,
+            on_demand_price: Some(1.0),
+            spot_price: Some(0.3),
+            stride_hours: 4.0,
+            egress_cost: 0.0,
+            nodes: 1,
+        }
+    }
+
+    #[test]
+    fn on_demand_costs_work_plus_one_restart() {
+        let p = scenario(vec![trace("us-east-1a", vec![0; 40])])
+            .prepare()
+            .unwrap();
+        let s = p.replay(&[PolicyKind::OnDemand], &|| ());
+        assert_eq!(s[0].windows, 7); // starts 0, 4, ..., 24
+        assert!((s[0].mean_cost_ratio - 1.1).abs() < 1e-9);
+        assert_eq!(s[0].deadline_misses, 0);
+        assert_eq!(s[0].spot_share, 0.0);
+    }
+
+    #[test]
+    fn always_available_spot_costs_the_spot_price() {
+        let p = scenario(vec![trace("us-east-1a", vec![1; 40])])
+            .prepare()
+            .unwrap();
+        for s in p.replay(
+            &[
+                PolicyKind::Greedy,
+                PolicyKind::UniformProgress,
+                PolicyKind::Optimal,
+            ],
+            &|| (),
+        ) {
+            assert!((s.mean_cost_ratio - 0.33).abs() < 1e-9, "{s:?}");
+            assert_eq!(s.spot_share, 1.0);
+        }
+    }
+
+    #[test]
+    fn policy_names_round_trip_and_bad_ones_are_named() {
+        for p in PolicyKind::ALL {
+            assert_eq!(p.name().parse::<PolicyKind>().unwrap(), p);
+        }
+        assert!(
+            "cheap"
+                .parse::<PolicyKind>()
+                .unwrap_err()
+                .to_string()
+                .contains("cheap")
+        );
+    }
+
+    #[test]
+    fn infeasible_deadlines_and_mixed_ticks_are_rejected() {
+        let mut s = scenario(vec![trace("a1", vec![1; 40])]);
+        s.deadline_hours = 10.5;
+        assert!(s.prepare().unwrap_err().to_string().contains("cannot fit"));
+        let mut other = trace("b1", vec![1; 40]);
+        other.gap_seconds = 60;
+        let s = scenario(vec![trace("a1", vec![1; 40]), other]);
+        assert!(s.prepare().unwrap_err().to_string().contains("tick length"));
+    }
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.9), 9.0);
+        assert_eq!(percentile(&v, 1.0), 10.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+}

@@ -1,0 +1,342 @@
+//! Spot availability traces in the Can't Be Late JSON layout.
+//!
+//! `{"metadata": {"gap_seconds": N, ...}, "data": [available count per tick]}`, optionally with
+//! `"prices": [spot $/h per tick]` and `metadata.price_info = {"price": spot, "on_demand_price": od}`.
+//! Optional `metadata.zone`, `metadata.region` and `metadata.cloud` override what the file name
+//! implies (`us-east-1a_v100_1.json` → zone `us-east-1a`, region `us-east-1`, cloud from the path).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tern_cloud::Cloud;
+
+/// Why a trace file was rejected. Always names the file, so a bad file among forty is obvious.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: not valid JSON: {reason}")]
+    Json { file: PathBuf, reason: String },
+    #[error("{file}: {reason}")]
+    Invalid { file: PathBuf, reason: String },
+}
+
+impl TraceError {
+    pub fn file(&self) -> &Path {
+        match self {
+            TraceError::Read { file, .. }
+            | TraceError::Json { file, .. }
+            | TraceError::Invalid { file, .. } => file,
+        }
+    }
+
+    /// Whether the file exists but its content is wrong (as opposed to an IO failure).
+    pub fn is_format(&self) -> bool {
+        !matches!(self, TraceError::Read { .. })
+    }
+}
+
+/// One zone's replayable history: how many spot instances could be had at each tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub source: PathBuf,
+    pub cloud: Cloud,
+    pub region: String,
+    pub zone: String,
+    pub gap_seconds: u32,
+    /// Available spot instances per tick (0/1 for one-node traces, 0..K for K-node traces).
+    pub available: Vec<u32>,
+    /// Spot $/h per tick, when the trace carries a price series.
+    pub prices: Option<Vec<f64>>,
+    /// `metadata.price_info.price`: a flat spot price for the whole trace.
+    pub spot_price: Option<f64>,
+    /// `metadata.price_info.on_demand_price`.
+    pub on_demand_price: Option<f64>,
+}
+
+impl Trace {
+    pub fn load(path: &Path) -> Result<Trace, TraceError> {
+        let bytes = std::fs::read(path).map_err(|source| TraceError::Read {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        Trace::parse(path, &bytes)
+    }
+
+    /// Parse `bytes` as if read from `path` (the path gives the zone name and appears in errors).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
+        let file = path.to_path_buf();
+        let invalid = |reason: String| TraceError::Invalid {
+            file: file.clone(),
+            reason,
+        };
+        let root: Value = serde_json::from_slice(bytes).map_err(|e| TraceError::Json {
+            file: file.clone(),
+            reason: e.to_string(),
+        })?;
+        let obj = root.as_object().ok_or_else(|| {
+            invalid("top level must be an object with \"metadata\" and \"data\"".into())
+        })?;
+        let meta = obj
+            .get("metadata")
+            .and_then(Value::as_object)
+            .ok_or_else(|| invalid("missing object \"metadata\"".into()))?;
+        let gap = meta
+            .get("gap_seconds")
+            .ok_or_else(|| invalid("missing \"metadata.gap_seconds\"".into()))?;
+        let gap_seconds = gap
+            .as_u64()
+            .or_else(|| gap.as_f64().filter(|g| g.fract() == 0.0 && *g >= 0.0).map(|g| g as u64))
+            .filter(|g| (1..=86_400).contains(g))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "\"metadata.gap_seconds\" must be a whole number of seconds in 1..=86400, got {gap}"
+                ))
+            })? as u32;
+        let data = obj
+            .get("data")
+            .and_then(Value::as_array)
+            .ok_or_else(|| invalid("missing array \"data\"".into()))?;
+        if data.is_empty() {
+            return Err(invalid("\"data\" is empty".into()));
+        }
+        let mut available = Vec::with_capacity(data.len());
+        for (i, v) in data.iter().enumerate() {
+            let n = v
+                .as_u64()
+                .or_else(|| v.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0).map(|x| x as u64))
+                .filter(|n| *n <= u64::from(u32::MAX))
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "\"data[{i}]\" must be a non-negative whole count of available instances, got {v}"
+                    ))
+                })?;
+            available.push(n as u32);
+        }
+        let prices = match obj.get("prices") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(ps)) => {
+                if ps.len() != available.len() {
+                    return Err(invalid(format!(
+                        "\"prices\" has {} entries but \"data\" has {}",
+                        ps.len(),
+                        available.len()
+                    )));
+                }
+                let mut out = Vec::with_capacity(ps.len());
+                for (i, p) in ps.iter().enumerate() {
+                    out.push(price(p).ok_or_else(|| {
+                        invalid(format!("\"prices[{i}]\" must be a finite $/h ≥ 0, got {p}"))
+                    })?);
+                }
+                Some(out)
+            }
+            Some(other) => {
+                return Err(invalid(format!("\"prices\" must be an array, got {other}")));
+            }
+        };
+        let (spot_price, on_demand_price) = match meta.get("price_info") {
+            None | Some(Value::Null) => (None, None),
+            Some(Value::Object(info)) => {
+                let field = |k: &str| -> Result<Option<f64>, TraceError> {
+                    match info.get(k) {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(v) => price(v).filter(|p| *p > 0.0).map(Some).ok_or_else(|| {
+                            invalid(format!(
+                                "\"metadata.price_info.{k}\" must be a positive $/h, got {v}"
+                            ))
+                        }),
+                    }
+                };
+                (field("price")?, field("on_demand_price")?)
+            }
+            Some(other) => {
+                return Err(invalid(format!(
+                    "\"metadata.price_info\" must be an object, got {other}"
+                )));
+            }
+        };
+        let text = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_owned);
+        let zone = text("zone").unwrap_or_else(|| zone_from_path(path));
+        let region = text("region").unwrap_or_else(|| region_of(&zone));
+        let cloud = match text("cloud") {
+            Some(c) => c
+                .parse::<Cloud>()
+                .map_err(|e| invalid(format!("\"metadata.cloud\": {e}")))?,
+            None => cloud_from_path(path),
+        };
+        Ok(Trace {
+            source: file,
+            cloud,
+            region,
+            zone,
+            gap_seconds,
+            available,
+            prices,
+            spot_price,
+            on_demand_price,
+        })
+    }
+
+    pub fn ticks(&self) -> usize {
+        self.available.len()
+    }
+
+    pub fn hours(&self) -> f64 {
+        self.ticks() as f64 * f64::from(self.gap_seconds) / 3600.0
+    }
+
+    /// Fraction of ticks with at least `nodes` spot instances available.
+    pub fn availability(&self, nodes: u32) -> f64 {
+        let up = self.available.iter().filter(|&&n| n >= nodes).count();
+        up as f64 / self.ticks() as f64
+    }
+
+    /// Lead time of an interruption notice on this trace's cloud (AWS 2 min, GCP 30 s).
+    pub fn notice_seconds(&self) -> u32 {
+        notice_seconds(self.cloud)
+    }
+}
+
+/// Interruption notice lead time per cloud (DESIGN.md §5). The simulated cloud uses AWS's.
+pub fn notice_seconds(cloud: Cloud) -> u32 {
+    match cloud {
+        Cloud::Gcp => 30,
+        Cloud::Aws | Cloud::Sim => 120,
+    }
+}
+
+fn price(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|p| p.is_finite() && *p >= 0.0)
+}
+
+/// `us-east-1a_v100_1.json` → `us-east-1a`.
+fn zone_from_path(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    stem.split('_').next().unwrap_or_default().to_owned()
+}
+
+/// AWS `us-east-1a` → `us-east-1`; GCP `us-central1-a` → `us-central1`; otherwise the zone itself.
+pub fn region_of(zone: &str) -> String {
+    if let Some((region, suffix)) = zone.rsplit_once('-')
+        && suffix.len() == 1
+        && suffix.chars().all(|c| c.is_ascii_lowercase())
+        && region.chars().any(|c| c.is_ascii_digit())
+    {
+        return region.to_owned();
+    }
+    let trimmed = zone.trim_end_matches(|c: char| c.is_ascii_lowercase());
+    if trimmed.len() + 1 == zone.len() && trimmed.ends_with(|c: char| c.is_ascii_digit()) {
+        return trimmed.to_owned();
+    }
+    zone.to_owned()
+}
+
+fn cloud_from_path(path: &Path) -> Cloud {
+    for part in path.components().rev() {
+        let s = part.as_os_str().to_string_lossy().to_ascii_lowercase();
+        if s == "gcp" || s.starts_with("gcp-") {
+            return Cloud::Gcp;
+        }
+        if s == "aws" || s.starts_with("aws-") {
+            return Cloud::Aws;
+        }
+    }
+    Cloud::Sim
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn parses_the_upstream_layout_and_names_the_zone() {
+        let t = Trace::parse(
+            &p("aws/spot-traces/x/aws-02-15-2023/us-east-1a_v100_1.json"),
+            br#"{"metadata": {"gap_seconds": 195}, "data": [0, 1, 1]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.zone, "us-east-1a");
+        assert_eq!(t.region, "us-east-1");
+        assert_eq!(t.cloud, Cloud::Aws);
+        assert_eq!(t.available, vec![0, 1, 1]);
+        assert_eq!(t.notice_seconds(), 120);
+        let g = Trace::parse(
+            &p("gcp/spot-traces/preemption/1-node/gcp-04-30-2023/us-central1-a_c3-88.json"),
+            br#"{"metadata": {"gap_seconds": 30}, "data": [1]}"#,
+        )
+        .unwrap();
+        assert_eq!((g.region.as_str(), g.cloud), ("us-central1", Cloud::Gcp));
+        assert_eq!(g.notice_seconds(), 30);
+    }
+
+    #[test]
+    fn reads_prices_and_price_info() {
+        let t = Trace::parse(
+            &p("z.json"),
+            br#"{"metadata": {"gap_seconds": 60, "price_info": {"price": 0.9, "on_demand_price": 3.06}, "zone": "a1", "region": "r"},
+                "data": [1, 0], "prices": [0.9, 1.1]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.prices, Some(vec![0.9, 1.1]));
+        assert_eq!((t.spot_price, t.on_demand_price), (Some(0.9), Some(3.06)));
+        assert_eq!((t.zone.as_str(), t.region.as_str()), ("a1", "r"));
+    }
+
+    #[test]
+    fn rejects_bad_files_with_file_and_reason() {
+        let cases: [(&[u8], &str); 6] = [
+            (b"{", "not valid JSON"),
+            (br#"{"data": [1]}"#, "metadata"),
+            (
+                br#"{"metadata": {"gap_seconds": 0}, "data": [1]}"#,
+                "gap_seconds",
+            ),
+            (br#"{"metadata": {"gap_seconds": 5}, "data": []}"#, "empty"),
+            (
+                br#"{"metadata": {"gap_seconds": 5}, "data": [1, -1]}"#,
+                "data[1]",
+            ),
+            (
+                br#"{"metadata": {"gap_seconds": 5}, "data": [1], "prices": [1, 2]}"#,
+                "prices",
+            ),
+        ];
+        for (bytes, want) in cases {
+            let err = Trace::parse(&p("bad/file.json"), bytes).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.starts_with("bad/file.json: "), "{msg}");
+            assert!(msg.contains(want), "{msg} should mention {want}");
+            assert!(err.is_format());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = Trace::parse(&p("fuzz.json"), &bytes);
+        }
+
+        #[test]
+        fn arbitrary_json_shapes_never_panic(
+            gap in proptest::num::f64::ANY,
+            data in proptest::collection::vec(proptest::num::f64::ANY, 0..8),
+            prices in proptest::option::of(proptest::collection::vec(proptest::num::f64::ANY, 0..8)),
+        ) {
+            let body = serde_json::json!({"metadata": {"gap_seconds": gap}, "data": data, "prices": prices});
+            let _ = Trace::parse(&p("fuzz.json"), body.to_string().as_bytes());
+        }
+    }
+}
