@@ -1,5 +1,6 @@
 //! `tern`: the single binary. This file only wires subcommands; each lives in `cmd/`.
 
+mod agent;
 mod cmd;
 mod jobs;
 
@@ -18,6 +19,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Worker agent for a training VM: progress reports, notices, drain, torchrun.
+    Agent(agent::Args),
+    /// The simulated cloud as a process (`serve`) and what it holds and bills (`report`).
+    #[command(subcommand)]
+    Sim(cmd::sim::Command),
     /// List purchasable offers from the price catalog, cheapest first.
     Offers(cmd::offers::Args),
     /// Import price snapshots and show price history.
@@ -39,6 +45,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Offers(args) => cmd::offers::run(args),
+        Command::Agent(args) => agent::run(args),
+        Command::Sim(command) => cmd::sim::run(command),
         Command::Prices(command) => cmd::prices::run(command),
         Command::Plan(args) => cmd::plan::run(args),
         Command::Bench(command) => cmd::bench::run(command),

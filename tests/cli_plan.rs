@@ -207,3 +207,44 @@ fn bench_plan_prints_a_json_summary() {
     assert_eq!(v["solver"], "milp");
     assert!(v["p95_ms"].as_f64().unwrap() >= v["p50_ms"].as_f64().unwrap());
 }
+
+#[test]
+fn availability_history_sets_the_spot_hazard() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write(dir.path(), "j.toml", &job("j", "V100", "30d"));
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", spec.as_str(), "--json", "--alternatives", "0"];
+        args.extend_from_slice(extra);
+        let o = tern(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        last_json(&o)["jobs"][0]["choice"].clone()
+    };
+    let base = plan(&[]);
+    assert_eq!(base["capacity"], "spot");
+    // A trace that loses capacity every other tick makes that offer far riskier.
+    let flaky = dir.path().join("flaky.json");
+    let data: Vec<String> = (0..200).map(|i| (i % 2).to_string()).collect();
+    std::fs::write(
+        &flaky,
+        format!(
+            "{{\"metadata\": {{\"gap_seconds\": 600}}, \"data\": [{}]}}",
+            data.join(",")
+        ),
+    )
+    .unwrap();
+    let key = format!(
+        "{}:{}={}",
+        base["zone"].as_str().unwrap(),
+        base["instance_type"].as_str().unwrap(),
+        flaky.display()
+    );
+    let with = plan(&["--availability", &key]);
+    assert_ne!(
+        with["offer"], base["offer"],
+        "the flaky offer should lose: {with}"
+    );
+
+    let o = tern(&["plan", spec.as_str(), "--availability", "nonsense"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ZONE:TYPE=FILE"));
+}

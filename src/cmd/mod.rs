@@ -10,4 +10,5 @@ pub mod offers;
 pub mod output;
 pub mod plan;
 pub mod prices;
+pub mod sim;
 pub mod simulate;

@@ -9,7 +9,7 @@ use anyhow::Context;
 use chrono::Utc;
 use serde::Deserialize;
 use tern_cloud::Budget;
-use tern_plan::{Objective, PlanOptions, PlanReport, Quota, plan};
+use tern_plan::{Objective, PlanOptions, PlanReport, Quota, hazard_per_hour, plan};
 
 use super::catalog_source::CatalogArgs;
 use super::output::print_json_line;
@@ -37,6 +37,11 @@ pub struct Args {
     /// Spot interruptions per node-hour to assume where no history is known.
     #[arg(long, default_value_t = PlanOptions::default().default_spot_hazard_per_hour, value_name = "PER_HOUR")]
     pub spot_hazard: f64,
+    /// Availability history of one offer's zone and instance type, as ZONE:TYPE=TRACE.json (a
+    /// Can't Be Late trace; ZONE as `tern offers` prints it, e.g. use1-az4). Its interruption
+    /// rate replaces --spot-hazard for that offer. Repeatable.
+    #[arg(long, value_name = "ZONE:TYPE=FILE")]
+    pub availability: Vec<String>,
     /// Runners-up listed per job.
     #[arg(long, default_value_t = 3)]
     pub alternatives: usize,
@@ -141,7 +146,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.spot_hazard.is_finite() && args.spot_hazard >= 0.0,
         "--spot-hazard must be a non-negative rate per hour"
     );
+    let mut hazards = std::collections::HashMap::new();
+    for spec in &args.availability {
+        let (key, file) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--availability {spec}: expected ZONE:TYPE=FILE"))?;
+        let (zone, ty) = key.split_once(':').ok_or_else(|| {
+            anyhow::anyhow!("--availability {spec}: expected ZONE:TYPE before '='")
+        })?;
+        let trace = tern_sim::Trace::load(Path::new(file))?;
+        let rate = hazard_per_hour(&trace.available, f64::from(trace.gap_seconds), 1).ok_or_else(
+            || anyhow::anyhow!("{file}: the trace never has capacity, so no rate can be learned"),
+        )?;
+        hazards.insert((zone.to_owned(), ty.to_owned()), rate);
+    }
     let options = PlanOptions {
+        hazards,
         objective: match args.objective {
             ObjectiveArg::Cost => Objective::Cost,
             ObjectiveArg::Time => Objective::Time,

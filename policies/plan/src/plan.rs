@@ -174,9 +174,8 @@ pub fn plan(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -> PlanRe
     let mut configs: Vec<Vec<Entry>> = Vec::with_capacity(jobs.len());
     for job in jobs {
         // One pair of budget resources per team, shared by all its jobs.
-        let team_ids = match options.team_budgets.get(&job.team) {
-            None => None,
-            Some(b) => Some(*team_resources.entry(job.team.as_str()).or_insert_with(|| {
+        let team_ids = options.team_budgets.get(&job.team).map(|b| {
+            *team_resources.entry(job.team.as_str()).or_insert_with(|| {
                 let total = b.total_usd.map(|t| {
                     add_resource(
                         &mut resources,
@@ -192,8 +191,8 @@ pub fn plan(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -> PlanRe
                     )
                 });
                 (total, hourly)
-            })),
-        };
+            })
+        });
         // Throughput depends on the shape, not on the zone or price: forecast each shape once.
         let mut throughputs: HashMap<(&str, u32, u32), Option<Throughput>> = HashMap::new();
         let mut list = Vec::new();
