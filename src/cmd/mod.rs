@@ -10,5 +10,4 @@ pub mod offers;
 pub mod output;
 pub mod plan;
 pub mod prices;
-pub mod sim;
 pub mod simulate;
