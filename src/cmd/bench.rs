@@ -31,6 +31,15 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
+/// "debug" or "release": figures from a debug build are not worth reporting, so say which.
+pub fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 /// Summary of repeated timings, in milliseconds.
 #[derive(Debug, serde::Serialize)]
 pub struct Timings {
@@ -67,11 +76,7 @@ fn bench_catalog(iterations: usize, json: bool) -> anyhow::Result<()> {
         rows = catalog.sources.iter().map(|s| s.2).sum();
     }
     let t = Timings::from_samples(samples);
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let profile = build_profile();
     if !json {
         println!(
             "bundled catalog: {rows} rows -> {offers} offers; load p50 {:.1} ms, p95 {:.1} ms, min {:.1} ms, max {:.1} ms over {} runs ({profile} build)",

@@ -166,11 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Timings::from_samples(steady),
         Timings::from_samples(shifted),
     );
-    let build = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let build = super::bench::build_profile();
     if !args.json {
         println!(
             "fit, one job ({} shapes): cold p50 {:.2} ms, warm-started p50 {:.2} ms",

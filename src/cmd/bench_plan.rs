@@ -93,11 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let report = last.ok_or_else(|| anyhow::anyhow!("no iteration ran"))?;
     let t = Timings::from_samples(samples);
-    let build = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let build = super::bench::build_profile();
     if !args.json {
         println!(
             "plan {} jobs x {} offers: p50 {:.1} ms, p95 {:.1} ms over {} runs ({build} build); solver {:?}, {} placed; configurations {} generated, {} in the MILP; solve {:.1} ms",

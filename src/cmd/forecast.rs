@@ -316,22 +316,6 @@ fn run_job(path: &Path, gpus_per_node: Option<u32>, json: bool) -> anyhow::Resul
     Ok(())
 }
 
-/// Worker counts worth showing: min, max and the powers of two between.
-fn worker_counts(min: u32, max: u32) -> Vec<u32> {
-    let mut v = vec![min];
-    let mut p = 1u32;
-    while p < max {
-        if p > min {
-            v.push(p);
-        }
-        p = p.saturating_mul(2);
-    }
-    if max > min {
-        v.push(max);
-    }
-    v
-}
-
 fn job_report<'a>(
     f: &Forecaster,
     spec: &'a JobSpec,
@@ -342,7 +326,7 @@ fn job_report<'a>(
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();
     for acc in &spec.accelerators {
-        for w in worker_counts(spec.workers.min, spec.workers.max) {
+        for w in tern_plan::sizes_between(spec.workers.min, spec.workers.max) {
             let shape = Shape::new(w, w.div_ceil(gpus_per_node(acc)), local_batch);
             match f.predict(&spec.name, acc, &shape) {
                 Ok(p) => {

@@ -16,6 +16,6 @@ pub use hazard::hazard_per_hour;
 pub use input::{
     Objective, PlanJob, PlanOptions, Quota, Throughput, ThroughputModel, notice_seconds,
 };
-pub use plan::{Alternative, CandidateCounts, Config, JobPlan, PlanReport, plan};
+pub use plan::{Alternative, CandidateCounts, Config, JobPlan, PlanReport, plan, sizes_between};
 pub use problem::{Assignment, Choice, Problem};
 pub use solve::{Solved, SolverKind, greedy, solve};

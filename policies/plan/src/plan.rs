@@ -377,6 +377,11 @@ fn node_counts(job: &PlanJob, per_node: u32) -> Vec<u32> {
     }
     let lo = job.workers.min.div_ceil(per_node).max(1);
     let hi = job.workers.max / per_node;
+    sizes_between(lo, hi)
+}
+
+/// `lo`, `hi` and the powers of two strictly between them, ascending; empty when `lo > hi`.
+pub fn sizes_between(lo: u32, hi: u32) -> Vec<u32> {
     if lo > hi {
         return Vec::new();
     }
@@ -391,7 +396,6 @@ fn node_counts(job: &PlanJob, per_node: u32) -> Vec<u32> {
     if hi > lo {
         out.push(hi);
     }
-    out.dedup();
     out
 }
 
