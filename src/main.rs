@@ -1,7 +1,11 @@
 //! `tern`: the single binary. This file only wires subcommands; each lives in `cmd/`.
 
+mod agent;
+mod api;
 mod cmd;
+mod controller;
 mod jobs;
+mod store;
 
 use clap::{Parser, Subcommand};
 
@@ -18,32 +22,55 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the controller on the simulated cloud with the example jobs, printing every
+    /// decision and a cost summary (no credentials needed).
+    Demo(cmd::demo::Args),
+    /// The long-running controller: reconcile loop, HTTP API, /metrics (simulated cloud).
+    Controller(cmd::controller::Args),
+    /// Submit a job spec to a running controller.
+    Submit(cmd::submit::SubmitArgs),
+    /// Show jobs of a running controller.
+    Status(cmd::submit::StatusArgs),
+    /// Cancel a job on a running controller.
+    Cancel(cmd::submit::CancelArgs),
+    /// Worker agent for a training VM: progress reports, notices, drain, torchrun.
+    Agent(agent::Args),
+    /// The simulated cloud as a process (`serve`) and what it holds and bills (`report`).
+    #[command(subcommand)]
+    Sim(cmd::sim::Command),
     /// List purchasable offers from the price catalog, cheapest first.
     Offers(cmd::offers::Args),
     /// Import price snapshots and show price history.
     #[command(subcommand)]
     Prices(cmd::prices::Command),
+    /// Plan fleets for job specs: instance type, zone, spot/on-demand and count, explained.
+    Plan(cmd::plan::Args),
+    /// Benchmarks that print figures (catalog load, ...).
+    #[command(subcommand)]
+    Bench(cmd::bench::Command),
     /// Predicted throughput and runtime of a job (`--job`), or the forecaster's error on
     /// measured profiles (`evaluate`).
     Forecast(cmd::forecast::Args),
-    /// Plan fleets for job specs: instance type, zone, spot/on-demand and count, explained.
-    Plan(cmd::plan::Args),
     /// Replay real spot traces and compare deadline policies (od, greedy, up, optimal, tern).
     Simulate(cmd::simulate::Args),
-    /// Benchmarks that print figures (catalog load, plan, forecast, simulate).
-    #[command(subcommand)]
-    Bench(cmd::bench::Command),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Offers(args) => cmd::offers::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::Controller(args) => cmd::controller::run(args),
+        Command::Submit(args) => cmd::submit::submit(args),
+        Command::Status(args) => cmd::submit::status(args),
+        Command::Cancel(args) => cmd::submit::cancel(args),
+        Command::Agent(args) => agent::run(args),
+        Command::Sim(command) => cmd::sim::run(command),
         Command::Prices(command) => cmd::prices::run(command),
-        Command::Forecast(args) => cmd::forecast::run(args),
         Command::Plan(args) => cmd::plan::run(args),
-        Command::Simulate(args) => cmd::simulate::run(args),
         Command::Bench(command) => cmd::bench::run(command),
+        Command::Forecast(args) => cmd::forecast::run(args),
+        Command::Simulate(args) => cmd::simulate::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

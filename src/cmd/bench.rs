@@ -18,6 +18,8 @@ pub enum Command {
     Plan(super::bench_plan::Args),
     /// Time forecaster fits, predictions and a 1,000-job refit tick.
     Forecast(super::bench_forecast::Args),
+    /// CPU time of one controller reconcile pass over N jobs / M instances on the sim.
+    Reconcile(super::bench_reconcile::Args),
     /// Time `tern simulate`: every trace in a folder as a zone, all five policies.
     Simulate(super::bench_simulate::Args),
 }
@@ -27,6 +29,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Catalog { iterations, json } => bench_catalog(iterations.max(1), json),
         Command::Plan(args) => super::bench_plan::run(args),
         Command::Forecast(args) => super::bench_forecast::run(args),
+        Command::Reconcile(args) => super::bench_reconcile::run(args),
         Command::Simulate(args) => super::bench_simulate::run(args),
     }
 }

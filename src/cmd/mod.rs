@@ -3,11 +3,16 @@
 pub mod bench;
 pub mod bench_forecast;
 pub mod bench_plan;
+pub mod bench_reconcile;
 pub mod bench_simulate;
 pub mod catalog_source;
+pub mod controller;
+pub mod demo;
 pub mod forecast;
 pub mod offers;
 pub mod output;
 pub mod plan;
 pub mod prices;
+pub mod sim;
 pub mod simulate;
+pub mod submit;

@@ -1,0 +1,168 @@
+//! Prometheus metrics of the controller, refreshed after every reconcile pass and rendered in
+//! the text exposition format on `/metrics`.
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::controller::Controller;
+use crate::store::StoreError;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapacityLabel {
+    capacity: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+/// The controller's metric families.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    jobs: Family<StateLabel, Gauge>,
+    instances: Family<CapacityLabel, Gauge>,
+    dollars_per_hour: Gauge<f64, AtomicU64>,
+    savings: Gauge<f64, AtomicU64>,
+    reconcile: Histogram,
+    open_intents: Gauge,
+    cloud_errors: Family<KindLabel, Counter>,
+    /// Error counts already added to the counters (the controller keeps totals).
+    seen_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let jobs = Family::<StateLabel, Gauge>::default();
+        registry.register("tern_jobs", "Jobs by state", jobs.clone());
+        let instances = Family::<CapacityLabel, Gauge>::default();
+        registry.register(
+            "tern_instances",
+            "Live instances by capacity type",
+            instances.clone(),
+        );
+        let dollars_per_hour = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "tern_dollars_per_hour",
+            "What the live fleet costs now, USD per hour",
+            dollars_per_hour.clone(),
+        );
+        let savings = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "tern_savings_dollars",
+            "Saved so far against the same instance-hours on demand, USD",
+            savings.clone(),
+        );
+        let reconcile = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "tern_reconcile_seconds",
+            "Duration of one reconcile pass",
+            reconcile.clone(),
+        );
+        let open_intents = Gauge::default();
+        registry.register(
+            "tern_open_intents",
+            "Intents persisted and not yet carried out",
+            open_intents.clone(),
+        );
+        let cloud_errors = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "tern_cloud_api_errors",
+            "Cloud API errors by kind",
+            cloud_errors.clone(),
+        );
+        Metrics {
+            registry,
+            jobs,
+            instances,
+            dollars_per_hour,
+            savings,
+            reconcile,
+            open_intents,
+            cloud_errors,
+            seen_errors: Mutex::new(Default::default()),
+        }
+    }
+
+    /// Refresh from the controller after a pass that took `took`.
+    pub fn update(
+        &self,
+        ctl: &Controller,
+        took: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.reconcile.observe(took.as_secs_f64());
+        self.open_intents.set(ctl.open_intents() as i64);
+        for state in ["pending", "running", "finished", "unplaceable", "cancelled"] {
+            let n = ctl.jobs().filter(|j| j.state.as_str() == state).count();
+            self.jobs
+                .get_or_create(&StateLabel {
+                    state: state.into(),
+                })
+                .set(n as i64);
+        }
+        for capacity in ["spot", "on-demand", "reserved"] {
+            let n = ctl
+                .instances()
+                .filter(|i| i.offer.capacity.as_str() == capacity)
+                .count();
+            self.instances
+                .get_or_create(&CapacityLabel {
+                    capacity: capacity.into(),
+                })
+                .set(n as i64);
+        }
+        self.dollars_per_hour
+            .set(ctl.instances().map(|i| i.offer.price_per_hour).sum::<f64>() + 0.0);
+        let saved: f64 = ctl
+            .store()
+            .usage()?
+            .iter()
+            .map(|u| {
+                u.hours(now) * (u.on_demand_per_hour.unwrap_or(u.price_per_hour) - u.price_per_hour)
+            })
+            .sum::<f64>()
+            + 0.0;
+        self.savings.set(saved);
+        let mut seen = self.seen_errors.lock().unwrap_or_else(|e| e.into_inner());
+        for (kind, total) in &ctl.stats().cloud_errors {
+            let before = seen.insert(kind, *total).unwrap_or(0);
+            self.cloud_errors
+                .get_or_create(&KindLabel {
+                    kind: (*kind).into(),
+                })
+                .inc_by(total.saturating_sub(before));
+        }
+        Ok(())
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,264 @@
+//! `tern controller`: the long-running service. Reconcile loop + HTTP API + metrics.
+//!
+//! Today's provider is the simulated cloud, in process, on a clock running `--speed` times
+//! faster than wall time; its workers are simulated too (progress follows the throughput
+//! forecast), unless agents report progress over the API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, TimeDelta, Utc};
+use tern_cloud::{Provider, Region};
+use tern_sim::cloud::SimConfig;
+use tern_sim::{FaultSchedule, SimCloud, Trace};
+use tokio::sync::{Mutex, Notify};
+
+use crate::api::metrics::Metrics;
+use crate::api::{ApiState, Clock, router};
+use crate::controller::remote::RemoteSim;
+use crate::controller::workload::Workload;
+use crate::controller::{Controller, ControllerConfig, Requeue};
+use crate::store::Store;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderKind {
+    /// The simulated cloud, in this process.
+    Sim,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "sim")]
+    provider: ProviderKind,
+    /// Spot availability traces for the simulated cloud (default: the demo's AWS V100 traces).
+    #[arg(long = "trace", value_name = "FILE")]
+    traces: Vec<PathBuf>,
+    /// Use the simulated cloud of a `tern sim serve` process instead of one in this process.
+    #[arg(long, value_name = "URL")]
+    sim_endpoint: Option<String>,
+    /// Virtual seconds of the simulated cloud per wall second.
+    #[arg(long, default_value_t = 60.0)]
+    speed: f64,
+    /// Seed of the simulated cloud's fault injection.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// SQLite state file (`sqlite:PATH` or a path). Default: <data dir>/tern/controller.db.
+    #[arg(long, env = "TERN_STATE")]
+    state: Option<String>,
+    #[arg(long, default_value = "127.0.0.1:8470")]
+    listen: SocketAddr,
+    /// Bearer token every `/v1` request must carry.
+    #[arg(long, env = "TERN_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Value of the `tern:owner` tag on instances; the leak collector only touches these.
+    #[arg(long, default_value = "tern")]
+    owner: String,
+    /// Do not simulate training progress: only agents' reports move jobs forward.
+    #[arg(long)]
+    no_simulated_workers: bool,
+    /// Log one JSON object per line on stderr instead of human-readable lines.
+    #[arg(long)]
+    log_json: bool,
+    /// Seconds between periodic reconcile passes (wall time).
+    #[arg(long, default_value_t = 1.0)]
+    period: f64,
+}
+
+fn state_path(state: Option<&str>) -> anyhow::Result<PathBuf> {
+    match state {
+        Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
+            bail!("Postgres state stores are not implemented yet; use a SQLite path")
+        }
+        Some(s) => Ok(PathBuf::from(s.strip_prefix("sqlite:").unwrap_or(s))),
+        None => {
+            let dir = dirs::data_dir()
+                .context("no data directory; pass --state PATH")?
+                .join("tern");
+            std::fs::create_dir_all(&dir)?;
+            Ok(dir.join("controller.db"))
+        }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(args))
+}
+
+/// Structured logs on stderr: human-readable, or one JSON object per line.
+pub(crate) fn init_logs(json: bool) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO);
+    // A second initialisation (tests calling `run` twice) keeps the first subscriber.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    init_logs(args.log_json);
+    anyhow::ensure!(!args.token.is_empty(), "--token must not be empty");
+    anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
+    let ProviderKind::Sim = args.provider;
+    let path = state_path(args.state.as_deref())?;
+    let store =
+        Arc::new(Store::open(&path).with_context(|| format!("opening {}", path.display()))?);
+    // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
+    let (provider, regions, local, remote): (Arc<dyn Provider>, _, _, _) = match &args.sim_endpoint
+    {
+        Some(url) => {
+            let remote = RemoteSim::new(url.clone());
+            let regions = remote
+                .regions()
+                .await
+                .with_context(|| format!("asking the simulated cloud at {url} for its regions"))?;
+            (Arc::new(remote.clone()), regions, None, Some(remote))
+        }
+        None => {
+            let files = if args.traces.is_empty() {
+                super::demo::default_traces()?
+            } else {
+                args.traces.clone()
+            };
+            let mut traces = files
+                .iter()
+                .map(|f| Trace::load(f))
+                .collect::<Result<Vec<_>, _>>()?;
+            let config = SimConfig {
+                start: Utc::now(),
+                boot: Duration::from_secs(90),
+                faults: FaultSchedule {
+                    seed: args.seed,
+                    ..FaultSchedule::default()
+                },
+                ..SimConfig::default()
+            };
+            super::demo::price_traces(&mut traces, &config.instance_type.name)?;
+            let mut regions: Vec<Region> = traces.iter().map(|t| Region::new(&t.region)).collect();
+            regions.sort();
+            regions.dedup();
+            let sim = Arc::new(SimCloud::new(traces, config));
+            (sim.clone() as Arc<dyn Provider>, regions, Some(sim), None)
+        }
+    };
+    let controller = Controller::open(
+        store,
+        provider,
+        ControllerConfig::new(args.owner.clone(), regions),
+    )?;
+    let controller = Arc::new(Mutex::new(controller));
+    let wake = Arc::new(Notify::new());
+    let metrics = Arc::new(Metrics::new());
+    // Virtual time: the in-process sim runs `speed` × wall time from its start; a remote sim
+    // keeps its own clock, read once per pass and shared with the API handlers.
+    let wall0 = Instant::now();
+    let speed = args.speed;
+    let remote_now = Arc::new(std::sync::Mutex::new(match &remote {
+        Some(r) => r
+            .now()
+            .await
+            .context("reading the simulated cloud's clock")?,
+        None => Utc::now(),
+    }));
+    let clock: Clock = match &local {
+        Some(sim) => {
+            let start = sim.now();
+            Arc::new(move || -> DateTime<Utc> {
+                start
+                    + TimeDelta::milliseconds(
+                        (wall0.elapsed().as_secs_f64() * speed * 1000.0) as i64,
+                    )
+            })
+        }
+        None => {
+            let shared = remote_now.clone();
+            Arc::new(move || *shared.lock().unwrap_or_else(|e| e.into_inner()))
+        }
+    };
+    let state = ApiState {
+        controller: controller.clone(),
+        token: args.token.clone().into(),
+        wake: wake.clone(),
+        metrics: metrics.clone(),
+        clock: clock.clone(),
+    };
+    let period = Duration::from_secs_f64(args.period.max(0.05));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!(
+        "listening on http://{} (state {}, simulated cloud {})",
+        listener.local_addr()?,
+        path.display(),
+        match &args.sim_endpoint {
+            Some(url) => format!("at {url}"),
+            None => format!("in process at {speed}× speed"),
+        }
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+
+    let mut workload = Workload::new();
+    let mut last = clock();
+    loop {
+        let now = match (&local, &remote) {
+            (Some(sim), _) => {
+                let now = clock();
+                if let Ok(d) = (now - sim.now()).to_std() {
+                    sim.advance(d);
+                }
+                now
+            }
+            (None, Some(r)) => match r.now().await {
+                Ok(t) => {
+                    *remote_now.lock().unwrap_or_else(|e| e.into_inner()) = t;
+                    t
+                }
+                Err(e) => {
+                    tracing::warn!("simulated cloud unreachable: {e}");
+                    tokio::time::sleep(period).await;
+                    continue;
+                }
+            },
+            (None, None) => bail!("no provider"),
+        };
+        let wait = {
+            let mut ctl = controller.lock().await;
+            let started = Instant::now();
+            let outcome = ctl.pass(now).await;
+            let dt = (now - last).to_std().unwrap_or_default();
+            last = now;
+            if args.no_simulated_workers {
+                // Progress comes from agents over the API.
+            } else if let Err(e) = workload.step(&mut ctl, dt, now) {
+                tracing::error!("simulated progress: {e}");
+            }
+            if let Err(e) = metrics.update(&ctl, started.elapsed(), now) {
+                tracing::error!("metrics: {e}");
+            }
+            match outcome {
+                Ok(Requeue::After(d)) => d.min(period),
+                Ok(Requeue::Periodic) => period,
+                Err(e) => {
+                    tracing::error!(retryable = e.is_retryable(), "reconcile pass failed: {e}");
+                    if e.is_retryable() { period } else { period * 5 }
+                }
+            }
+        };
+        if server.is_finished() {
+            bail!("the HTTP server stopped");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = wake.notified() => {}
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! `tern demo`: the simulated cloud and the controller in one process, on an accelerated clock,
+//! with the bundled catalog's prices, real spot availability traces and the example jobs.
+//! Prints each decision as it happens and ends with a cost summary against on-demand.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, TimeZone, Utc};
+use serde::Serialize;
+use tern_cloud::{Capacity, Region, parse_job_spec};
+use tern_sim::cloud::SimConfig;
+use tern_sim::{FaultSchedule, SimCloud, Trace};
+
+use crate::controller::workload::Workload;
+use crate::controller::{Controller, ControllerConfig};
+use crate::store::{JobState, Store};
+
+/// The example jobs, embedded so `tern demo` runs from any directory.
+const EXAMPLE_JOBS: &[(&str, &str)] = &[
+    (
+        "gang-bert-v100.toml",
+        include_str!("../../examples/jobs/gang-bert-v100.toml"),
+    ),
+    (
+        "resnet50-imagenet.toml",
+        include_str!("../../examples/jobs/resnet50-imagenet.toml"),
+    ),
+    (
+        "small-t4-job.toml",
+        include_str!("../../examples/jobs/small-t4-job.toml"),
+    ),
+    (
+        "llm-finetune-a100.toml",
+        include_str!("../../examples/jobs/llm-finetune-a100.toml"),
+    ),
+];
+
+/// Traces used when `--trace` is not given: AWS V100 availability, 16 nodes, three zones.
+const DEFAULT_TRACES: &str = "catalog/aws/spot-traces/availability/16-node/aws-08-27-2023";
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Spot availability traces (one zone each). Default: the AWS V100 16-node traces under
+    /// the shared data folder (`$TERN_DATA`, else `../shared/data`).
+    #[arg(long = "trace", value_name = "FILE")]
+    traces: Vec<PathBuf>,
+    /// Virtual seconds per reconcile pass.
+    #[arg(long, default_value_t = 60)]
+    tick: u64,
+    /// Stop after this many virtual hours even if jobs are still running.
+    #[arg(long, default_value_t = 120.0)]
+    hours: f64,
+    /// Seed of the simulated cloud's fault injection (throttling, transient errors).
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Fraction of cloud calls that are throttled (seeded).
+    #[arg(long, default_value_t = 0.02)]
+    throttle: f64,
+    /// Keep the state database here (default: a temporary file, removed at the end).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Print only the summary; the last line of stdout is one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct JobLine {
+    job: String,
+    state: &'static str,
+    progress: f64,
+    cost_usd: f64,
+    on_demand_usd: f64,
+    gpu_hours: f64,
+    reason: Option<String>,
+    lost_samples: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Summary {
+    virtual_hours: f64,
+    wall_seconds: f64,
+    passes: u64,
+    jobs: Vec<JobLine>,
+    cost_usd: f64,
+    on_demand_usd: f64,
+    savings_usd: f64,
+    savings_percent: f64,
+    spot_hours: f64,
+    on_demand_hours: f64,
+    notices: u64,
+    launches: u64,
+    migrations: u64,
+    leaks_collected: u64,
+    cloud_errors: BTreeMap<&'static str, u64>,
+    instances_left: usize,
+}
+
+fn data_root() -> PathBuf {
+    if let Some(d) = std::env::var_os("TERN_DATA") {
+        return PathBuf::from(d);
+    }
+    let local = PathBuf::from("../shared/data");
+    if local.is_dir() {
+        return local;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
+}
+
+pub(crate) fn default_traces() -> anyhow::Result<Vec<PathBuf>> {
+    let dir = data_root().join(DEFAULT_TRACES);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| {
+            format!(
+                "reading {} (set TERN_DATA or pass --trace FILE)",
+                dir.display()
+            )
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no trace files in {}", dir.display());
+    }
+    Ok(files)
+}
+
+/// Price the simulated zones from the bundled catalog: on-demand and mean spot $/h of the
+/// instance type in each trace's region.
+pub(crate) fn price_traces(traces: &mut [Trace], instance_type: &str) -> anyhow::Result<()> {
+    let catalog = tern_pricing::bundled().context("loading the bundled catalog")?;
+    for t in traces.iter_mut() {
+        let in_region = |c: Capacity| -> Vec<f64> {
+            catalog
+                .offers
+                .iter()
+                .filter(|o| {
+                    o.instance_type.name == instance_type
+                        && o.region.as_str() == t.region
+                        && o.capacity == c
+                })
+                .map(|o| o.price_per_hour)
+                .collect()
+        };
+        let od = in_region(Capacity::OnDemand);
+        let spot = in_region(Capacity::Spot);
+        if let Some(p) = od.first() {
+            t.on_demand_price.get_or_insert(*p);
+        }
+        if !spot.is_empty() && t.prices.is_none() {
+            t.spot_price
+                .get_or_insert(spot.iter().sum::<f64>() / spot.len() as f64);
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(demo(args))
+}
+
+async fn demo(args: Args) -> anyhow::Result<()> {
+    let wall = std::time::Instant::now();
+    let files = if args.traces.is_empty() {
+        default_traces()?
+    } else {
+        args.traces.clone()
+    };
+    let mut traces = files
+        .iter()
+        .map(|f| Trace::load(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    let config = SimConfig {
+        start: Utc
+            .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
+            .single()
+            .context("start time")?,
+        boot: Duration::from_secs(90),
+        faults: FaultSchedule {
+            seed: args.seed,
+            throttle: args.throttle,
+            ..FaultSchedule::default()
+        },
+        ..SimConfig::default()
+    };
+    price_traces(&mut traces, &config.instance_type.name)?;
+    let mut regions: Vec<Region> = traces.iter().map(|t| Region::new(&t.region)).collect();
+    regions.sort();
+    regions.dedup();
+    let zones: Vec<String> = traces.iter().map(|t| t.zone.clone()).collect();
+    let start = config.start;
+    let instance_type = config.instance_type.name.clone();
+    let sim = Arc::new(SimCloud::new(traces, config));
+
+    let tmp = tempfile_dir()?;
+    let state = args
+        .state
+        .clone()
+        .unwrap_or_else(|| tmp.path().join("tern-demo.db"));
+    let store =
+        Arc::new(Store::open(&state).with_context(|| format!("opening {}", state.display()))?);
+    let mut ctl = Controller::open(
+        store.clone(),
+        sim.clone(),
+        ControllerConfig::new("tern-demo", regions),
+    )?;
+    if !args.json {
+        println!(
+            "tern demo: simulated cloud with {} {} spot zones ({}), real availability traces, bundled catalog prices; one reconcile pass every {} virtual seconds.",
+            zones.len(),
+            instance_type,
+            zones.join(", "),
+            args.tick
+        );
+        println!("state: {}\n", state.display());
+    }
+    for (file, text) in EXAMPLE_JOBS {
+        let spec = parse_job_spec(text, file)?;
+        ctl.submit(spec, start)?;
+    }
+
+    let mut workload = Workload::new();
+    let tick = Duration::from_secs(args.tick.max(1));
+    let horizon = chrono::TimeDelta::milliseconds((args.hours * 3_600_000.0) as i64);
+    let mut last_event = 0;
+    let mut now = start;
+    loop {
+        ctl.pass(now).await?;
+        for e in store.events(last_event, None)? {
+            last_event = e.id;
+            if !args.json {
+                println!(
+                    "[{}] {:<26} {:<11} {}",
+                    clock(e.at - start),
+                    e.job.as_deref().unwrap_or("-"),
+                    e.kind,
+                    e.message
+                );
+            }
+        }
+        let active = ctl
+            .jobs()
+            .any(|j| matches!(j.state, JobState::Pending | JobState::Running));
+        if (!active && ctl.instances().next().is_none()) || now - start >= horizon {
+            break;
+        }
+        sim.advance(tick);
+        now = sim.now();
+        workload.step(&mut ctl, tick, now)?;
+    }
+    let summary = summarise(&ctl, &store, &workload, now, start, wall.elapsed())?;
+    if args.json {
+        crate::cmd::output::print_json_line(&summary)?;
+    } else {
+        print_summary(&summary);
+    }
+    Ok(())
+}
+
+fn tempfile_dir() -> anyhow::Result<TempDir> {
+    let base = std::env::temp_dir().join(format!("tern-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&base)?;
+    Ok(TempDir(base))
+}
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn clock(d: chrono::TimeDelta) -> String {
+    let m = d.num_minutes();
+    format!("+{:02}h{:02}m", m / 60, m % 60)
+}
+
+fn summarise(
+    ctl: &Controller,
+    store: &Store,
+    workload: &Workload,
+    now: DateTime<Utc>,
+    start: DateTime<Utc>,
+    wall: Duration,
+) -> anyhow::Result<Summary> {
+    let usage = store.usage()?;
+    let mut jobs = Vec::new();
+    for j in ctl.jobs() {
+        let mine: Vec<_> = usage.iter().filter(|u| u.job == j.name()).collect();
+        // `+ 0.0`: an empty f64 sum is -0.0.
+        let cost: f64 = mine
+            .iter()
+            .map(|u| u.hours(now) * u.price_per_hour)
+            .sum::<f64>()
+            + 0.0;
+        let od: f64 = mine
+            .iter()
+            .map(|u| u.hours(now) * u.on_demand_per_hour.unwrap_or(u.price_per_hour))
+            .sum::<f64>()
+            + 0.0;
+        jobs.push(JobLine {
+            job: j.name().to_string(),
+            state: j.state.as_str(),
+            progress: j.done_samples / j.total_samples.max(1.0),
+            cost_usd: cost,
+            on_demand_usd: od,
+            gpu_hours: mine.iter().map(|u| u.hours(now)).sum::<f64>() + 0.0,
+            reason: j.reason.clone(),
+            lost_samples: workload.lost_samples.get(j.name()).copied().unwrap_or(0.0),
+        });
+    }
+    let hours_of = |c: Capacity| -> f64 {
+        usage
+            .iter()
+            .filter(|u| u.capacity == c)
+            .map(|u| u.hours(now))
+            .sum()
+    };
+    let cost: f64 = jobs.iter().map(|j| j.cost_usd).sum();
+    let od: f64 = jobs.iter().map(|j| j.on_demand_usd).sum();
+    let s = ctl.stats();
+    Ok(Summary {
+        virtual_hours: (now - start).num_seconds() as f64 / 3600.0,
+        wall_seconds: wall.as_secs_f64(),
+        passes: s.passes,
+        jobs,
+        cost_usd: cost,
+        on_demand_usd: od,
+        savings_usd: od - cost,
+        savings_percent: if od > 0.0 {
+            100.0 * (od - cost) / od
+        } else {
+            0.0
+        },
+        spot_hours: hours_of(Capacity::Spot),
+        on_demand_hours: hours_of(Capacity::OnDemand),
+        notices: s.notices,
+        launches: s.launches,
+        migrations: s.migrations,
+        leaks_collected: s.leaks_collected,
+        cloud_errors: s.cloud_errors.clone(),
+        instances_left: ctl.instances().count(),
+    })
+}
+
+fn print_summary(s: &Summary) {
+    println!(
+        "\nCost summary after {:.1} virtual hours ({} passes, {:.1} s wall):",
+        s.virtual_hours, s.passes, s.wall_seconds
+    );
+    let mut t = crate::cmd::output::table(&[
+        "JOB",
+        "STATE",
+        "PROGRESS",
+        "GPU-h",
+        "COST $",
+        "ON-DEMAND $",
+        "NOTE",
+    ]);
+    for j in &s.jobs {
+        t.add_row(vec![
+            j.job.clone(),
+            j.state.to_string(),
+            format!("{:.0} %", j.progress * 100.0),
+            format!("{:.1}", j.gpu_hours),
+            format!("{:.2}", j.cost_usd),
+            format!("{:.2}", j.on_demand_usd),
+            j.reason.clone().unwrap_or_default(),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "total ${:.2} vs ${:.2} on demand: saved ${:.2} ({:.0} %); {:.1} spot and {:.1} on-demand instance-hours",
+        s.cost_usd,
+        s.on_demand_usd,
+        s.savings_usd,
+        s.savings_percent,
+        s.spot_hours,
+        s.on_demand_hours
+    );
+    let errors: Vec<String> = s
+        .cloud_errors
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!(
+        "{} launches, {} interruption notices, {} migrations, {} leaks collected, cloud API errors: {}; {} instances left running",
+        s.launches,
+        s.notices,
+        s.migrations,
+        s.leaks_collected,
+        if errors.is_empty() {
+            "none".to_string()
+        } else {
+            errors.join(", ")
+        },
+        s.instances_left
+    );
+}

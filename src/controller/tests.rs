@@ -1,0 +1,544 @@
+//! Scenario tests of the reconcile loop on the simulated cloud, including crashes at the two
+//! dangerous points (after the intent is written, after the cloud acted) and a leak.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::TimeZone;
+use tern_cloud::{Cloud, IdempotencyKey, Instance, Interruption, LaunchOutcome, parse_job_spec};
+use tern_sim::cloud::SimConfig;
+use tern_sim::{SimCloud, Trace};
+
+use super::*;
+
+fn trace(zone: &str, data: Vec<u32>) -> Trace {
+    Trace {
+        source: PathBuf::from(format!("{zone}.json")),
+        cloud: Cloud::Aws,
+        region: "us-west-2".into(),
+        zone: zone.into(),
+        gap_seconds: 300,
+        available: data,
+        prices: None,
+        spot_price: Some(0.9),
+        on_demand_price: Some(3.06),
+    }
+}
+
+fn start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
+        .single()
+        .expect("time")
+}
+
+fn sim(zones: Vec<Trace>) -> Arc<SimCloud> {
+    Arc::new(SimCloud::new(
+        zones,
+        SimConfig {
+            start: start(),
+            boot: Duration::from_secs(60),
+            ..SimConfig::default()
+        },
+    ))
+}
+
+fn job(name: &str, workers: &str, gang: bool) -> JobSpec {
+    let text = format!(
+        "name = \"{name}\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = {workers}\ngang = {gang}\n\
+         deadline = \"48h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
+    );
+    parse_job_spec(&text, "job.toml").expect("valid spec")
+}
+
+fn config() -> ControllerConfig {
+    ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
+}
+
+/// A provider that forwards to the sim but can "lose" the answer of the next launch, as if the
+/// controller died right after the cloud acted and before it wrote the outcome down.
+#[derive(Debug)]
+struct Forgetful {
+    inner: Arc<SimCloud>,
+    lose_next_launch: Mutex<bool>,
+    keys: Mutex<Vec<IdempotencyKey>>,
+}
+
+#[async_trait]
+impl Provider for Forgetful {
+    fn cloud(&self) -> Cloud {
+        Cloud::Sim
+    }
+    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
+        self.inner.offers(region).await
+    }
+    async fn launch(
+        &self,
+        request: &LaunchRequest,
+    ) -> std::result::Result<LaunchOutcome, ProviderError> {
+        self.keys.lock().expect("lock").push(request.key);
+        let out = self.inner.launch(request).await?;
+        let mut lose = self.lose_next_launch.lock().expect("lock");
+        if *lose {
+            *lose = false;
+            return Err(ProviderError::Transient {
+                message: "connection reset after the request was sent".into(),
+            });
+        }
+        Ok(out)
+    }
+    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
+        self.inner.terminate(id).await
+    }
+    async fn get(&self, id: &InstanceId) -> std::result::Result<Option<Instance>, ProviderError> {
+        self.inner.get(id).await
+    }
+    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
+        self.inner.list(owner).await
+    }
+    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
+        self.inner.interruptions().await
+    }
+}
+
+async fn run(ctl: &mut Controller, sim: &SimCloud, passes: usize) {
+    for _ in 0..passes {
+        sim.advance(Duration::from_secs(60));
+        ctl.pass(sim.now()).await.expect("pass");
+    }
+}
+
+#[tokio::test]
+async fn a_lost_launch_answer_is_recovered_after_restart_without_a_duplicate() {
+    let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
+    let provider = Arc::new(Forgetful {
+        inner: sim.clone(),
+        lose_next_launch: Mutex::new(true),
+        keys: Mutex::new(Vec::new()),
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = Arc::new(Store::open(&path).expect("store"));
+    let mut ctl = Controller::open(store, provider.clone(), config()).expect("open");
+    ctl.submit(job("elastic", "{ min = 2, max = 4 }", false), sim.now())
+        .expect("submit");
+    ctl.pass(sim.now()).await.expect("pass");
+    // The cloud launched, the controller never heard: the intent is open, nothing recorded.
+    assert_eq!(ctl.open_intents(), 1);
+    assert_eq!(ctl.instances().count(), 0);
+    let launched = sim.list("test-owner").await.expect("list").len();
+    assert!(launched >= 2, "the sim did launch: {launched}");
+    drop(ctl);
+
+    // Restart from the same file: the open intent is replayed with the same key.
+    let store = Arc::new(Store::open(&path).expect("reopen"));
+    let mut ctl = Controller::open(store.clone(), provider.clone(), config()).expect("open");
+    assert_eq!(ctl.open_intents(), 1);
+    run(&mut ctl, &sim, 3).await;
+    assert_eq!(ctl.open_intents(), 0);
+    assert_eq!(ctl.instances().count(), launched);
+    assert_eq!(
+        sim.list("test-owner").await.expect("list").len(),
+        launched,
+        "no second launch for the same intent"
+    );
+    let keys = provider.keys.lock().expect("lock").clone();
+    assert_eq!(keys.len(), 2, "one call before the crash, one replay after");
+    assert_eq!(
+        keys[0], keys[1],
+        "the replay sends the same idempotency key"
+    );
+    assert_eq!(ctl.stats().leaks_collected, 0);
+    assert!(store.usage().expect("usage").len() == launched);
+}
+
+#[tokio::test]
+async fn an_intent_written_before_a_crash_is_carried_out_once_after_restart() {
+    let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = Arc::new(Store::open(&path).expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("g", "4", true), sim.now()).expect("submit");
+    // Write an intent and "crash" before calling the cloud.
+    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+    let spot: Vec<Offer> = offers
+        .into_iter()
+        .filter(|o| o.capacity == Capacity::Spot)
+        .collect();
+    let intent = ctl
+        .new_intent(
+            "g",
+            IntentKind::Launch {
+                offers: spot,
+                count: 4,
+            },
+            sim.now(),
+        )
+        .expect("intent");
+    drop(ctl);
+    assert!(sim.list("test-owner").await.expect("list").is_empty());
+
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    run(&mut ctl, &sim, 2).await;
+    let fleet = sim.list("test-owner").await.expect("list");
+    assert_eq!(fleet.len(), 4, "exactly the intent's four, no plan on top");
+    assert!(fleet.iter().all(|i| i.intent_id() == Some(intent.id)));
+    assert_eq!(
+        store.intent_state(intent.id).expect("state"),
+        Some(IntentState::Done)
+    );
+    assert_eq!(ctl.job("g").map(|j| j.state), Some(JobState::Running));
+}
+
+#[tokio::test]
+async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
+    let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+    let stray = IntentId::from_uuid(uuid::Uuid::from_u128(99));
+    let mut tags = Tags::new();
+    tags.insert(tag::OWNER.into(), "test-owner".into());
+    tags.insert(tag::INTENT.into(), stray.to_string());
+    sim.launch(&LaunchRequest {
+        key: IdempotencyKey::derive(stray, 0),
+        intent: stray,
+        job: "ghost".into(),
+        offers: vec![offers[1].clone()],
+        count: 1,
+        min_count: 1,
+        single_zone: false,
+        tags,
+        template: None,
+    })
+    .await
+    .expect("launch");
+    ctl.pass(sim.now()).await.expect("pass");
+    assert_eq!(
+        sim.list("test-owner").await.expect("list").len(),
+        1,
+        "grace first"
+    );
+    sim.advance(Duration::from_secs(31));
+    ctl.pass(sim.now()).await.expect("pass");
+    assert!(sim.list("test-owner").await.expect("list").is_empty());
+    assert_eq!(ctl.stats().leaks_collected, 1);
+    assert!(
+        store
+            .events(0, None)
+            .expect("events")
+            .iter()
+            .any(|e| e.kind == "leak")
+    );
+}
+
+#[tokio::test]
+async fn a_notice_drains_at_once_and_the_elastic_job_keeps_its_survivors() {
+    // Zone a: 4 spot nodes, then only 2 from tick 6 (30 min); zone b: plenty.
+    let mut a = vec![4; 6];
+    a.extend(vec![2; 200]);
+    let sim = sim(vec![
+        trace("us-west-2a", a),
+        trace(
+            "us-west-2b",
+            vec![0; 3].into_iter().chain(vec![8; 200]).collect(),
+        ),
+    ]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("elastic", "{ min = 2, max = 4 }", false), sim.now())
+        .expect("submit");
+    let mut workload = workload::Workload::new();
+    let mut drained_at = None;
+    for _ in 0..60 {
+        sim.advance(Duration::from_secs(60));
+        let now = sim.now();
+        ctl.pass(now).await.expect("pass");
+        if drained_at.is_none() && ctl.job("elastic").is_some_and(|j| j.drain_requested) {
+            drained_at = Some(now);
+            // Same pass: the noticed nodes are out of the fleet and replacements requested.
+            let live = ctl.instances().filter(|i| !i.draining).count();
+            let events = store.events(0, Some("elastic")).expect("events");
+            assert!(events.iter().any(|e| e.kind == "notice"));
+            assert!(events.iter().any(|e| e.kind == "replace"), "{events:?}");
+            assert!(live >= 2, "survivors keep running: {live}");
+        }
+        workload
+            .step(&mut ctl, Duration::from_secs(60), now)
+            .expect("step");
+    }
+    assert!(drained_at.is_some(), "the trace drops zone a to 2 nodes");
+    let j = ctl.job("elastic").expect("job");
+    assert!(j.done_samples > 0.0);
+    assert_eq!(
+        workload.lost_samples.get("elastic").copied().unwrap_or(0.0),
+        0.0,
+        "the drain checkpointed before the nodes went"
+    );
+    assert_eq!(
+        sim.list("test-owner").await.expect("list").len(),
+        ctl.instances().count()
+    );
+}
+
+/// Forwards to the sim; after a seeded number of calls the call goes through and then the
+/// "process dies": the answer is lost and the test drops the controller (memory gone), keeping
+/// only the store, as SIGKILL would.
+#[derive(Debug)]
+struct Killer {
+    inner: Arc<SimCloud>,
+    calls_left: Mutex<Option<u64>>,
+}
+
+impl Killer {
+    fn tick(&self) -> bool {
+        let mut left = self.calls_left.lock().expect("lock");
+        match left.as_mut() {
+            Some(0) => true,
+            Some(n) => {
+                *n -= 1;
+                false
+            }
+            None => false,
+        }
+    }
+    fn dead() -> ProviderError {
+        ProviderError::Transient {
+            message: "killed".into(),
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for Killer {
+    fn cloud(&self) -> Cloud {
+        Cloud::Sim
+    }
+    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
+        let out = self.inner.offers(region).await;
+        if self.tick() { Err(Self::dead()) } else { out }
+    }
+    async fn launch(
+        &self,
+        request: &LaunchRequest,
+    ) -> std::result::Result<LaunchOutcome, ProviderError> {
+        let out = self.inner.launch(request).await;
+        if self.tick() { Err(Self::dead()) } else { out }
+    }
+    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
+        let out = self.inner.terminate(id).await;
+        if self.tick() { Err(Self::dead()) } else { out }
+    }
+    async fn get(&self, id: &InstanceId) -> std::result::Result<Option<Instance>, ProviderError> {
+        self.inner.get(id).await
+    }
+    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
+        let out = self.inner.list(owner).await;
+        if self.tick() { Err(Self::dead()) } else { out }
+    }
+    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
+        // Notices stay queued in the sim until a live controller takes them.
+        if self.tick() {
+            return Err(Self::dead());
+        }
+        self.inner.interruptions().await
+    }
+}
+
+/// In-process crash test: twelve seeded kill points during a replay with three jobs (a gang,
+/// an elastic job, a single worker), each followed by a restart from the state file. The
+/// process-level SIGKILL test (`tern sim serve`) is not built yet; this one kills at the
+/// same places a SIGKILL can land relative to cloud calls.
+#[tokio::test]
+async fn crashes_at_seeded_points_lose_nothing_and_launch_nothing_twice() {
+    let mut a = vec![16; 30];
+    a.extend(vec![5; 12]);
+    a.extend(vec![16; 400]);
+    let sim = sim(vec![
+        trace("us-west-2a", a),
+        trace("us-west-2b", vec![12; 500]),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let killer = Arc::new(Killer {
+        inner: sim.clone(),
+        calls_left: Mutex::new(None),
+    });
+    let open = || {
+        let store = Arc::new(Store::open(&path).expect("store"));
+        Controller::open(store, killer.clone(), config()).expect("open")
+    };
+    let mut ctl = open();
+    ctl.submit(job("gang", "4", true), sim.now())
+        .expect("submit");
+    ctl.submit(job("elastic", "{ min = 2, max = 6 }", false), sim.now())
+        .expect("submit");
+    ctl.submit(job("single", "1", false), sim.now())
+        .expect("submit");
+    let mut workload = workload::Workload::new();
+    let mut rng: u64 = 0x5eed;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut kills = 0;
+    let mut seen: HashMap<InstanceId, Instance> = HashMap::new();
+    let mut checkpoints: HashMap<String, f64> = HashMap::new();
+    for step in 0..3000 {
+        if kills < 12 && step % 40 == 5 {
+            *killer.calls_left.lock().expect("lock") = Some(next() % 12);
+        }
+        sim.advance(Duration::from_secs(60));
+        let now = sim.now();
+        let crashed = match ctl.pass(now).await {
+            Ok(_) => false,
+            Err(e) => panic!("pass failed: {e}"),
+        } || killer
+            .calls_left
+            .lock()
+            .expect("lock")
+            .is_some_and(|n| n == 0);
+        for i in sim.list("test-owner").await.expect("list") {
+            seen.insert(i.id.clone(), i);
+        }
+        if crashed {
+            kills += 1;
+            *killer.calls_left.lock().expect("lock") = None;
+            drop(ctl);
+            ctl = open();
+            // The simulated workers carry on; the new controller learns progress from them.
+        }
+        workload
+            .step(&mut ctl, Duration::from_secs(60), now)
+            .expect("step");
+        for j in ctl.jobs() {
+            let floor = checkpoints.entry(j.name().to_string()).or_insert(0.0);
+            assert!(
+                j.done_samples + 1e-6 >= *floor,
+                "{} fell below its last checkpoint: {} < {floor}",
+                j.name(),
+                j.done_samples
+            );
+            *floor = floor.max(j.checkpoint_samples);
+        }
+        if ctl.jobs().all(|j| j.state.is_final())
+            && sim.list("test-owner").await.expect("list").is_empty()
+        {
+            break;
+        }
+    }
+    assert!(kills >= 10, "only {kills} kills");
+    for j in ctl.jobs() {
+        assert_eq!(j.state, JobState::Finished, "{} {:?}", j.name(), j.reason);
+    }
+    assert!(
+        sim.list("test-owner").await.expect("list").is_empty(),
+        "orphans left"
+    );
+    // No intent produced more instances than it asked for: a retry after a crash reused
+    // its key instead of launching again.
+    let store = Store::open(&path).expect("store");
+    assert!(
+        store.load().expect("load").intents.is_empty(),
+        "open intents left"
+    );
+    let mut per_intent: HashMap<IntentId, u32> = HashMap::new();
+    for i in seen.values() {
+        *per_intent
+            .entry(i.intent_id().expect("tagged"))
+            .or_default() += 1;
+    }
+    assert!(!per_intent.is_empty());
+    for (id, n) in per_intent {
+        let intent = store
+            .intent(id)
+            .expect("query")
+            .expect("every instance has its intent");
+        let asked = match intent.kind {
+            IntentKind::Launch { count, .. } | IntentKind::Migrate { count, .. } => count,
+            other => panic!("instances from a {} intent", other.name()),
+        };
+        assert!(n <= asked, "intent {id} asked {asked} and got {n}");
+    }
+}
+
+/// Seeded throttling, transient and capacity faults on a fifth of the calls: the jobs finish
+/// later, nothing leaks and no intent launches more than it asked for.
+#[tokio::test]
+async fn seeded_cloud_faults_slow_the_controller_down_but_lose_nothing() {
+    let sim = Arc::new(SimCloud::new(
+        vec![
+            trace("us-west-2a", vec![10; 500]),
+            trace("us-west-2b", vec![10; 500]),
+        ],
+        SimConfig {
+            start: start(),
+            boot: Duration::from_secs(60),
+            faults: tern_sim::FaultSchedule {
+                seed: 11,
+                throttle: 0.1,
+                transient: 0.05,
+                capacity: 0.1,
+                ..tern_sim::FaultSchedule::default()
+            },
+            ..SimConfig::default()
+        },
+    ));
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("gang", "4", true), sim.now())
+        .expect("submit");
+    ctl.submit(job("elastic", "{ min = 2, max = 6 }", false), sim.now())
+        .expect("submit");
+    let mut workload = workload::Workload::new();
+    let mut seen: HashMap<InstanceId, IntentId> = HashMap::new();
+    for _ in 0..3000 {
+        sim.advance(Duration::from_secs(60));
+        let now = sim.now();
+        ctl.pass(now).await.expect("pass");
+        for i in ctl.instances() {
+            seen.insert(i.id.clone(), i.intent);
+        }
+        workload
+            .step(&mut ctl, Duration::from_secs(60), now)
+            .expect("step");
+        if ctl.jobs().all(|j| j.state.is_final()) && ctl.instances().next().is_none() {
+            break;
+        }
+    }
+    let errors: u64 = ctl.stats().cloud_errors.values().sum();
+    assert!(
+        errors > 10,
+        "faults were injected: {:?}",
+        ctl.stats().cloud_errors
+    );
+    for j in ctl.jobs() {
+        assert_eq!(j.state, JobState::Finished, "{}", j.name());
+    }
+    // The sim's own view: nothing of ours is left (checked through a fault-free path).
+    let calls_before = sim.calls().len();
+    let mut left = None;
+    for _ in 0..20 {
+        if let Ok(l) = sim.list("test-owner").await {
+            left = Some(l.len());
+            break;
+        }
+    }
+    assert_eq!(left, Some(0), "orphans left ({} calls)", calls_before);
+    let mut per_intent: HashMap<IntentId, u32> = HashMap::new();
+    for intent in seen.values() {
+        *per_intent.entry(*intent).or_default() += 1;
+    }
+    for (id, n) in per_intent {
+        let intent = store.intent(id).expect("query").expect("known intent");
+        let asked = match intent.kind {
+            IntentKind::Launch { count, .. } | IntentKind::Migrate { count, .. } => count,
+            other => panic!("instances from a {} intent", other.name()),
+        };
+        assert!(n <= asked, "intent {id} asked {asked} and got {n}");
+    }
+}

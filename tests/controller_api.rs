@@ -1,0 +1,222 @@
+//! `tern controller` as a process: the HTTP API (auth, validation, 404s), /metrics, /healthz,
+//! and `tern submit/status/cancel` against it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "s3cret-test-token";
+
+struct Controller {
+    child: Child,
+    url: String,
+    addr: String,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let (head, rest) = raw.split_once("\r\n\r\n").expect("http response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .expect("status")
+        .parse()
+        .expect("code");
+    (status, rest.to_string())
+}
+
+fn start(state: &std::path::Path) -> Controller {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args([
+            "controller",
+            "--provider",
+            "sim",
+            "--speed",
+            "600",
+            "--listen",
+            &addr,
+        ])
+        .arg("--state")
+        .arg(state)
+        .env("TERN_TOKEN", TOKEN)
+        .env(
+            "TERN_DATA",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn controller");
+    let c = Controller {
+        child,
+        url: format!("http://{addr}"),
+        addr,
+    };
+    let t0 = Instant::now();
+    while TcpStream::connect(&c.addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "controller did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c
+}
+
+fn tern(c: &Controller, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .args(["--server", &c.url])
+        .env("TERN_TOKEN", TOKEN)
+        .output()
+        .expect("run tern")
+}
+
+#[test]
+fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = start(&dir.path().join("state.db"));
+    assert_eq!(http(&c.addr, "GET", "/healthz", None, "").0, 200);
+
+    // Auth: missing and wrong tokens.
+    assert_eq!(http(&c.addr, "GET", "/v1/jobs", None, "").0, 401);
+    assert_eq!(http(&c.addr, "GET", "/v1/jobs", Some("wrong"), "").0, 401);
+    let spec = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/jobs/resnet50-imagenet.toml"
+    ))
+    .expect("example");
+    assert_eq!(
+        http(&c.addr, "POST", "/v1/jobs", Some("wrong"), &spec).0,
+        401
+    );
+
+    // Malformed spec: 400 naming the field; nothing stored.
+    let bad = spec.replace(
+        "workers = { min = 4, max = 32 }",
+        "workers = { min = 8, max = 2 }",
+    );
+    let (code, body) = http(&c.addr, "POST", "/v1/jobs", Some(TOKEN), &bad);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("workers"), "{body}");
+    let (code, body) = http(&c.addr, "GET", "/v1/jobs", Some(TOKEN), "");
+    assert_eq!((code, body.trim()), (200, "[]"));
+
+    // Unknown job.
+    assert_eq!(
+        http(&c.addr, "GET", "/v1/jobs/nope", Some(TOKEN), "").0,
+        404
+    );
+    assert_eq!(
+        http(&c.addr, "DELETE", "/v1/jobs/nope", Some(TOKEN), "").0,
+        404
+    );
+
+    // Submit through the CLI, then a duplicate is a conflict.
+    let job = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/jobs/resnet50-imagenet.toml"
+    );
+    let out = tern(&c, &["submit", job]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(http(&c.addr, "POST", "/v1/jobs", Some(TOKEN), &spec).0, 409);
+
+    // The controller places it: instances appear (virtual time runs 600× faster).
+    let t0 = Instant::now();
+    let status = loop {
+        let out = tern(&c, &["status", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let v: serde_json::Value =
+            serde_json::from_str(text.lines().last().expect("line")).expect("json");
+        if v["jobs"][0]["instances"].as_u64().unwrap_or(0) > 0 {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "never placed: {v}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(status["jobs"][0]["name"], "resnet50-imagenet");
+    assert_eq!(status["jobs"][0]["state"], "running");
+
+    let (code, metrics) = http(&c.addr, "GET", "/metrics", None, "");
+    assert_eq!(code, 200);
+    for family in [
+        "tern_jobs{state=\"running\"} 1",
+        "tern_instances{capacity=\"spot\"}",
+        "tern_dollars_per_hour",
+        "tern_savings_dollars",
+        "tern_reconcile_seconds_bucket",
+    ] {
+        assert!(metrics.contains(family), "missing {family} in\n{metrics}");
+    }
+
+    let (code, events) = http(
+        &c.addr,
+        "GET",
+        "/v1/events?job=resnet50-imagenet",
+        Some(TOKEN),
+        "",
+    );
+    assert_eq!(code, 200);
+    assert!(events.contains("\"kind\":\"submit\""), "{events}");
+
+    let out = tern(&c, &["cancel", "resnet50-imagenet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t0 = Instant::now();
+    loop {
+        let (_, body) = http(
+            &c.addr,
+            "GET",
+            "/v1/jobs/resnet50-imagenet",
+            Some(TOKEN),
+            "",
+        );
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        if v["state"] == "cancelled" && v["instances"] == 0 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "not released: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,214 @@
+//! Chaos: the simulated cloud runs as its own process (`tern sim serve`) while the controller
+//! process is killed with SIGKILL at 12 seeded points and restarted on the same state file.
+//! At the end: every job finished (or is reported unplaceable with a reason), the cloud holds
+//! no orphaned instance, no intent launched twice, and no job's progress is below its last
+//! checkpoint.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "chaos-token";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn wait_for(addr: &str) {
+    let t0 = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{addr} did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Reaper(Vec<Child>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn controller(sim: &str, state: &Path, addr: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args([
+            "controller",
+            "--sim-endpoint",
+            sim,
+            "--listen",
+            addr,
+            "--period",
+            "0.05",
+        ])
+        .arg("--state")
+        .arg(state)
+        .env("TERN_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("controller")
+}
+
+fn tern_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .env("TERN_TOKEN", TOKEN)
+        .output()
+        .expect("tern");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    serde_json::from_str(text.lines().last().expect("output")).expect("json line")
+}
+
+fn spec(name: &str, workers: &str, gang: bool, samples: u64) -> String {
+    format!(
+        "name = \"{name}\"\nteam = \"chaos\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
+         gang = {gang}\ndeadline = \"24h\"\nlocal_batch = 64\n[work]\nsamples = {samples}\n\
+         [checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
+    )
+}
+
+#[test]
+fn sigkilled_controller_leaks_nothing_and_launches_nothing_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.db");
+    let sim_addr = format!("127.0.0.1:{}", free_port());
+    let sim_url = format!("http://{sim_addr}");
+    let mut reaper = Reaper(Vec::new());
+    reaper.0.push(
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args([
+                "sim", "serve", "--listen", &sim_addr, "--speed", "1800", "--seed", "3",
+            ])
+            .args(["--throttle", "0.05"])
+            .env(
+                "TERN_DATA",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sim serve"),
+    );
+    wait_for(&sim_addr);
+    let ctl_addr = format!("127.0.0.1:{}", free_port());
+    let server = format!("http://{ctl_addr}");
+    let mut ctl = controller(&sim_url, &state, &ctl_addr);
+    wait_for(&ctl_addr);
+    for (name, workers, gang, samples) in [
+        ("gang", "4", true, 5_000_000u64),
+        ("elastic", "{ min = 2, max = 6 }", false, 6_000_000),
+        ("single", "1", false, 1_500_000),
+    ] {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, spec(name, workers, gang, samples)).expect("write spec");
+        let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .arg("submit")
+            .arg(&path)
+            .args(["--server", &server])
+            .env("TERN_TOKEN", TOKEN)
+            .output()
+            .expect("submit");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Twelve SIGKILLs at seeded moments, each followed by a restart on the same state.
+    let mut rng: u64 = 0x7e57_c4a0;
+    for _ in 0..12 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(150 + rng % 700));
+        ctl.kill().expect("SIGKILL");
+        ctl.wait().expect("reaped");
+        ctl = controller(&sim_url, &state, &ctl_addr);
+        wait_for(&ctl_addr);
+    }
+
+    // Let it finish.
+    let t0 = Instant::now();
+    let jobs = loop {
+        let v = tern_json(&["status", "--json", "--server", &server]);
+        let jobs = v["jobs"].as_array().expect("jobs").clone();
+        if jobs
+            .iter()
+            .all(|j| j["state"] == "finished" || j["state"] == "unplaceable")
+        {
+            break jobs;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "jobs did not finish: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    for j in &jobs {
+        if j["state"] == "unplaceable" {
+            assert!(j["reason"].as_str().is_some_and(|r| !r.is_empty()), "{j}");
+        } else {
+            assert_eq!(j["progress"], 1.0, "{j}");
+        }
+        assert!(
+            j["done_samples"].as_f64() >= j["checkpoint_samples"].as_f64(),
+            "progress below its checkpoint: {j}"
+        );
+    }
+    // Finished jobs release their instances; then nothing of ours may remain.
+    let state_arg = state.display().to_string();
+    let t0 = Instant::now();
+    let report = loop {
+        let r = tern_json(&[
+            "sim",
+            "report",
+            "--endpoint",
+            &sim_url,
+            "--owner",
+            "tern",
+            "--state",
+            &state_arg,
+            "--json",
+        ]);
+        if r["running_instances"] == 0 {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "instances left: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    ctl.kill().expect("stop");
+    let _ = ctl.wait();
+    eprintln!("chaos: after 12 SIGKILLs: {report}; jobs: {jobs:?}");
+    assert_eq!(report["orphaned_instances"], 0, "{report}");
+    assert_eq!(report["duplicate_launches"], 0, "{report}");
+    assert!(
+        report["launched_instances"].as_u64().expect("launched") >= 4,
+        "{report}"
+    );
+    assert!(
+        report["billed_dollars"].as_f64().expect("billed") > 0.0,
+        "{report}"
+    );
+}
