@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chrono::{DateTime, TimeDelta, Utc};
-use tern_cloud::{Provider, Region};
+use tern_cloud::Provider;
 use tern_sim::cloud::SimConfig;
-use tern_sim::{FaultSchedule, SimCloud, Trace};
+use tern_sim::{FaultSchedule, SimCloud};
 use tokio::sync::{Mutex, Notify};
 
 use crate::api::metrics::Metrics;
@@ -113,43 +113,32 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let store =
         Arc::new(Store::open(&path).with_context(|| format!("opening {}", path.display()))?);
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
-    let (provider, regions, local, remote): (Arc<dyn Provider>, _, _, _) = match &args.sim_endpoint
-    {
-        Some(url) => {
-            let remote = RemoteSim::new(url.clone());
-            let regions = remote
-                .regions()
-                .await
-                .with_context(|| format!("asking the simulated cloud at {url} for its regions"))?;
-            (Arc::new(remote.clone()), regions, None, Some(remote))
-        }
-        None => {
-            let files = if args.traces.is_empty() {
-                super::demo::default_traces()?
-            } else {
-                args.traces.clone()
-            };
-            let mut traces = files
-                .iter()
-                .map(|f| Trace::load(f))
-                .collect::<Result<Vec<_>, _>>()?;
-            let config = SimConfig {
-                start: Utc::now(),
-                boot: Duration::from_secs(90),
-                faults: FaultSchedule {
-                    seed: args.seed,
-                    ..FaultSchedule::default()
-                },
-                ..SimConfig::default()
-            };
-            super::demo::price_traces(&mut traces, &config.instance_type.name)?;
-            let mut regions: Vec<Region> = traces.iter().map(|t| Region::new(&t.region)).collect();
-            regions.sort();
-            regions.dedup();
-            let sim = Arc::new(SimCloud::new(traces, config));
-            (sim.clone() as Arc<dyn Provider>, regions, Some(sim), None)
-        }
-    };
+    let (provider, regions, local, remote): (Arc<dyn Provider>, _, _, _) =
+        match &args.sim_endpoint {
+            Some(url) => {
+                let remote = RemoteSim::new(url.clone());
+                let regions = remote.regions().await.with_context(|| {
+                    format!("asking the simulated cloud at {url} for its regions")
+                })?;
+                (Arc::new(remote.clone()), regions, None, Some(remote))
+            }
+            None => {
+                let config = SimConfig {
+                    start: Utc::now(),
+                    boot: Duration::from_secs(90),
+                    faults: FaultSchedule {
+                        seed: args.seed,
+                        ..FaultSchedule::default()
+                    },
+                    ..SimConfig::default()
+                };
+                let traces =
+                    super::demo::sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
+                let regions = super::demo::regions_of(&traces);
+                let sim = Arc::new(SimCloud::new(traces, config));
+                (sim.clone() as Arc<dyn Provider>, regions, Some(sim), None)
+            }
+        };
     let controller = Controller::open(
         store,
         provider,

@@ -129,6 +129,46 @@ pub(crate) fn default_traces() -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// The spot traces a simulated cloud replays: `files`; else the default real traces; else, with
+/// a note, seeded synthetic ones. Priced from the bundled catalog for `instance_type`.
+pub(crate) fn sim_traces(
+    files: &[PathBuf],
+    seed: u64,
+    instance_type: &str,
+) -> anyhow::Result<Vec<Trace>> {
+    let files = if files.is_empty() {
+        match default_traces() {
+            Ok(files) => files,
+            Err(e) => {
+                eprintln!(
+                    "note: {e:#}; using seeded synthetic spot availability instead (pass --trace FILE or set TERN_DATA for real traces)"
+                );
+                Vec::new()
+            }
+        }
+    } else {
+        files.to_vec()
+    };
+    let mut traces = if files.is_empty() {
+        synthetic_traces(seed)?
+    } else {
+        files
+            .iter()
+            .map(|f| Trace::load(f))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    price_traces(&mut traces, instance_type)?;
+    Ok(traces)
+}
+
+/// The distinct regions of `traces`, sorted.
+pub(crate) fn regions_of(traces: &[Trace]) -> Vec<Region> {
+    let mut regions: Vec<Region> = traces.iter().map(|t| Region::new(&t.region)).collect();
+    regions.sort();
+    regions.dedup();
+    regions
+}
+
 /// Three zones of 16-instance spot availability from a seeded up/down process, for machines
 /// without the real traces (they are not shipped in the binary: their upstream has no licence).
 /// Capacity stays for about 50 ticks of 5 minutes and is gone for about 10.
@@ -166,7 +206,7 @@ fn synthetic_traces(seed: u64) -> anyhow::Result<Vec<Trace>> {
 
 /// Price the simulated zones from the bundled catalog: on-demand and mean spot $/h of the
 /// instance type in each trace's region.
-pub(crate) fn price_traces(traces: &mut [Trace], instance_type: &str) -> anyhow::Result<()> {
+fn price_traces(traces: &mut [Trace], instance_type: &str) -> anyhow::Result<()> {
     let catalog = tern_pricing::bundled().context("loading the bundled catalog")?;
     for t in traces.iter_mut() {
         let in_region = |c: Capacity| -> Vec<f64> {
@@ -203,27 +243,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 async fn demo(args: Args) -> anyhow::Result<()> {
     let wall = std::time::Instant::now();
-    let files = if args.traces.is_empty() {
-        match default_traces() {
-            Ok(files) => files,
-            Err(e) => {
-                eprintln!(
-                    "note: {e:#}; using seeded synthetic spot availability instead (pass --trace FILE or set TERN_DATA for real traces)"
-                );
-                Vec::new()
-            }
-        }
-    } else {
-        args.traces.clone()
-    };
-    let mut traces = if files.is_empty() {
-        synthetic_traces(args.seed)?
-    } else {
-        files
-            .iter()
-            .map(|f| Trace::load(f))
-            .collect::<Result<Vec<_>, _>>()?
-    };
     let config = SimConfig {
         start: Utc
             .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
@@ -237,10 +256,8 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         },
         ..SimConfig::default()
     };
-    price_traces(&mut traces, &config.instance_type.name)?;
-    let mut regions: Vec<Region> = traces.iter().map(|t| Region::new(&t.region)).collect();
-    regions.sort();
-    regions.dedup();
+    let traces = sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
+    let regions = regions_of(&traces);
     let zones: Vec<String> = traces.iter().map(|t| t.zone.clone()).collect();
     let start = config.start;
     let instance_type = config.instance_type.name.clone();

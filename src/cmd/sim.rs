@@ -23,7 +23,7 @@ use tern_cloud::{
     LaunchRequest, Offer, Provider, ProviderError, Region,
 };
 use tern_sim::cloud::SimConfig;
-use tern_sim::{FaultSchedule, SimCloud, Trace};
+use tern_sim::{FaultSchedule, SimCloud};
 
 use crate::controller::remote::{Wire, WireError, WireOutcome};
 
@@ -287,15 +287,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
-    let files = if args.traces.is_empty() {
-        super::demo::default_traces()?
-    } else {
-        args.traces.clone()
-    };
-    let mut traces = files
-        .iter()
-        .map(|f| Trace::load(f))
-        .collect::<Result<Vec<_>, _>>()?;
     let config = SimConfig {
         start: Utc::now(),
         boot: Duration::from_secs(90),
@@ -306,10 +297,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         ..SimConfig::default()
     };
-    super::demo::price_traces(&mut traces, &config.instance_type.name)?;
-    let mut regions: Vec<Region> = traces.iter().map(|t| Region::new(&t.region)).collect();
-    regions.sort();
-    regions.dedup();
+    let traces = super::demo::sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
+    let regions = super::demo::regions_of(&traces);
     let start = config.start;
     let sim = Arc::new(SimCloud::new(traces, config));
     let state = SimState {
