@@ -4,20 +4,15 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{controller_command, free_port, wait_for};
 
 const TOKEN: &str = "agent-test-token";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
 
 /// IMDSv2: PUT /latest/api/token gives a token; instance-action is 404 for the first polls.
 fn fake_metadata(quiet_polls: u32) -> (String, Arc<AtomicU32>) {
@@ -78,27 +73,11 @@ fn get(addr: &str, path: &str) -> String {
 fn agent_reports_progress_and_checkpoints_on_a_spot_notice() {
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut controller = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["controller", "--no-simulated-workers", "--listen", &addr])
-        .arg("--state")
-        .arg(dir.path().join("state.db"))
-        .env("TERN_TOKEN", TOKEN)
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let mut controller = controller_command(&dir.path().join("state.db"), TOKEN)
+        .args(["--no-simulated-workers", "--listen", &addr])
         .spawn()
         .expect("controller");
-    let t0 = Instant::now();
-    while TcpStream::connect(&addr).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "controller did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(&addr);
     let server = format!("http://{addr}");
     let job = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -161,27 +140,11 @@ fn agent_reports_progress_and_checkpoints_on_a_spot_notice() {
     assert!(stderr.contains("interruption notice"), "{stderr}");
     // Relaunch the controller on the same state to read what the agent reported.
     let addr2 = format!("127.0.0.1:{}", free_port());
-    let mut again = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["controller", "--no-simulated-workers", "--listen", &addr2])
-        .arg("--state")
-        .arg(dir.path().join("state.db"))
-        .env("TERN_TOKEN", TOKEN)
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let mut again = controller_command(&dir.path().join("state.db"), TOKEN)
+        .args(["--no-simulated-workers", "--listen", &addr2])
         .spawn()
         .expect("controller");
-    let t0 = Instant::now();
-    while TcpStream::connect(&addr2).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "controller did not restart"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(&addr2);
     let body = get(&addr2, "/v1/jobs/resnet50-imagenet");
     let _ = again.kill();
     let _ = again.wait();

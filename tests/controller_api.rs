@@ -2,9 +2,13 @@
 //! and `tern submit/status/cancel` against it.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{controller_command, free_port, wait_for};
 
 const TOKEN: &str = "s3cret-test-token";
 
@@ -19,14 +23,6 @@ impl Drop for Controller {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
@@ -55,25 +51,8 @@ fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -
 fn start(state: &std::path::Path) -> Controller {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "controller",
-            "--provider",
-            "sim",
-            "--speed",
-            "600",
-            "--listen",
-            &addr,
-        ])
-        .arg("--state")
-        .arg(state)
-        .env("TERN_TOKEN", TOKEN)
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let child = controller_command(state, TOKEN)
+        .args(["--provider", "sim", "--speed", "600", "--listen", &addr])
         .spawn()
         .expect("spawn controller");
     let c = Controller {
@@ -81,14 +60,7 @@ fn start(state: &std::path::Path) -> Controller {
         url: format!("http://{addr}"),
         addr,
     };
-    let t0 = Instant::now();
-    while TcpStream::connect(&c.addr).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "controller did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(&c.addr);
     c
 }
 

@@ -4,31 +4,15 @@
 //! no orphaned instance, no intent launched twice, and no job's progress is below its last
 //! checkpoint.
 
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{free_port, wait_for};
+
 const TOKEN: &str = "chaos-token";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-fn wait_for(addr: &str) {
-    let t0 = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "{addr} did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 struct Reaper(Vec<Child>);
 
