@@ -18,10 +18,11 @@ use tokio::sync::{Mutex, Notify};
 
 use crate::api::metrics::Metrics;
 use crate::api::{ApiState, Clock, router};
+use crate::controller::lease::{Leadership, default_holder, lock_state_file};
 use crate::controller::remote::RemoteSim;
 use crate::controller::workload::Workload;
 use crate::controller::{Controller, ControllerConfig, Requeue};
-use crate::store::Store;
+use crate::store::{Store, StoreUrl};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProviderKind {
@@ -45,9 +46,18 @@ pub struct Args {
     /// Seed of the simulated cloud's fault injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// SQLite state file (`sqlite:PATH` or a path). Default: <data dir>/tern/controller.db.
+    /// State store: a SQLite file (`sqlite:PATH` or a path) or a PostgreSQL URL
+    /// (`postgres://user@host/db`) that several controllers share for high availability.
+    /// Default: <data dir>/tern/controller.db.
     #[arg(long, env = "TERN_STATE")]
     state: Option<String>,
+    /// Seconds a leader's lease lasts without renewal: a standby sharing the store takes over
+    /// within this plus a fifth of it after the leader dies.
+    #[arg(long, default_value_t = 15.0)]
+    lease_seconds: f64,
+    /// This controller's name in the leader lease (default: host-pid-random).
+    #[arg(long)]
+    id: Option<String>,
     #[arg(long, default_value = "127.0.0.1:8470")]
     listen: SocketAddr,
     /// Bearer token every `/v1` request must carry.
@@ -67,19 +77,46 @@ pub struct Args {
     period: f64,
 }
 
-fn state_path(state: Option<&str>) -> anyhow::Result<PathBuf> {
+fn state_url(state: Option<&str>) -> anyhow::Result<StoreUrl> {
     match state {
-        Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
-            bail!("Postgres state stores are not implemented yet; use a SQLite path")
-        }
-        Some(s) => Ok(PathBuf::from(s.strip_prefix("sqlite:").unwrap_or(s))),
+        Some(s) => Ok(StoreUrl::parse(s)),
         None => {
             let dir = dirs::data_dir()
                 .context("no data directory; pass --state PATH")?
                 .join("tern");
             std::fs::create_dir_all(&dir)?;
-            Ok(dir.join("controller.db"))
+            Ok(StoreUrl::Sqlite(dir.join("controller.db")))
         }
+    }
+}
+
+fn open_store(url: &StoreUrl) -> anyhow::Result<Store> {
+    Store::at(url).with_context(|| match url {
+        StoreUrl::Sqlite(path) => format!("opening {}", path.display()),
+        StoreUrl::Postgres(_) => "connecting to the PostgreSQL state store".to_string(),
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM: the controller hands its lease over and exits.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -109,9 +146,44 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!args.token.is_empty(), "--token must not be empty");
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
     let ProviderKind::Sim = args.provider;
-    let path = state_path(args.state.as_deref())?;
-    let store =
-        Arc::new(Store::open(&path).with_context(|| format!("opening {}", path.display()))?);
+    anyhow::ensure!(
+        args.lease_seconds >= 1.0,
+        "--lease-seconds must be at least 1"
+    );
+    let url = state_url(args.state.as_deref())?;
+    let store = Arc::new(open_store(&url)?);
+    let shown = match &url {
+        StoreUrl::Sqlite(path) => path.display().to_string(),
+        StoreUrl::Postgres(_) => store.describe(),
+    };
+    // Only one controller acts on a store (and serves the API); a standby waits here. A
+    // SQLite file is guarded by an OS lock (freed at once when its holder dies); a shared
+    // PostgreSQL store by the leader lease.
+    let holder = args.id.clone().unwrap_or_else(default_holder);
+    let mut _file_lock = None;
+    let mut leadership = None;
+    match &url {
+        StoreUrl::Sqlite(path) => {
+            tokio::select! {
+                lock = lock_state_file(path) => {
+                    _file_lock = Some(lock.with_context(|| format!("locking {}", path.display()))?);
+                }
+                () = shutdown_signal() => return Ok(()),
+            }
+        }
+        StoreUrl::Postgres(_) => {
+            let mut lease = Leadership::new(
+                store.clone(),
+                holder.clone(),
+                Duration::from_secs_f64(args.lease_seconds),
+            );
+            tokio::select! {
+                () = lease.wait_to_lead() => {}
+                () = shutdown_signal() => return Ok(()),
+            }
+            leadership = Some(lease);
+        }
+    }
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
     let (provider, regions, local, remote): (Arc<dyn Provider>, _, _, _) =
         match &args.sim_endpoint {
@@ -185,9 +257,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(
-        "listening on http://{} (state {}, simulated cloud {})",
+        "leading as {}; listening on http://{} (state {}, simulated cloud {})",
+        holder,
         listener.local_addr()?,
-        path.display(),
+        shown,
         match &args.sim_endpoint {
             Some(url) => format!("at {url}"),
             None => format!("in process at {speed}× speed"),
@@ -197,7 +270,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 
     let mut workload = Workload::new();
     let mut last = clock();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
     loop {
+        // Fail-stop: never act without a valid lease (a standby may already lead).
+        if let Some(lease) = &mut leadership {
+            lease.renew_if_due()?;
+        }
         let now = match (&local, &remote) {
             (Some(sim), _) => {
                 let now = clock();
@@ -248,6 +327,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = wake.notified() => {}
+            _ = &mut shutdown => {
+                tracing::info!("shutting down");
+                if let Some(lease) = &leadership {
+                    lease.release();
+                }
+                return Ok(());
+            }
         }
     }
 }

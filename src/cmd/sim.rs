@@ -60,10 +60,11 @@ pub struct ReportArgs {
     /// The controller's owner tag.
     #[arg(long, default_value = "tern")]
     owner: String,
-    /// The controller's state file: running instances that no live record or open intent
-    /// there accounts for are counted as orphaned.
+    /// The controller's state store (a SQLite path or a PostgreSQL URL, as for `tern
+    /// controller --state`): running instances that no live record or open intent there
+    /// accounts for are counted as orphaned.
     #[arg(long)]
-    state: Option<PathBuf>,
+    state: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -362,9 +363,9 @@ fn print_report(args: ReportArgs) -> anyhow::Result<()> {
     };
     let orphaned: Option<usize> = match &args.state {
         None => None,
-        Some(path) => {
-            let store = crate::store::Store::open(path)
-                .with_context(|| format!("opening {}", path.display()))?;
+        Some(state) => {
+            let store = crate::store::Store::at(&crate::store::StoreUrl::parse(state))
+                .with_context(|| format!("opening the state store {state}"))?;
             let snap = store.load()?;
             let live: BTreeSet<String> = snap.instances.iter().map(|i| i.id.to_string()).collect();
             let open: BTreeSet<String> = snap.intents.iter().map(|i| i.id.to_string()).collect();

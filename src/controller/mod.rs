@@ -13,6 +13,7 @@
 //! Passes are sequential, so one job is never reconciled twice at once. The service loop
 //! ([`Controller::run`]) runs a pass periodically and at once when an event arrives.
 
+pub mod lease;
 pub mod remote;
 pub mod workload;
 

@@ -1,28 +1,37 @@
-//! The controller's durable state on SQLite (one file, embedded): jobs, intents, instances,
-//! observations, events and usage intervals.
+//! The controller's durable state: jobs, intents, instances, observations, events, usage
+//! intervals and the leader lease.
 //!
-//! The controller keeps a working copy in memory and writes every change here first, so a
-//! restarted controller rebuilds exactly what it knew ([`Store::load`]). Intents are inserted
-//! *before* the cloud is called; an instance and its usage interval are recorded in the same
-//! transaction that marks its launch intent done.
+//! Two backends share one set of statements ([`sql`]): SQLite (embedded, one file; the
+//! default) and PostgreSQL (by URL; several controllers share it and elect a leader through
+//! [`Store::acquire_lease`]). The controller keeps a working copy in memory and writes every
+//! change here first, so a restarted controller rebuilds exactly what it knew
+//! ([`Store::load`]). Intents are inserted *before* the cloud is called; an instance and its
+//! usage interval are recorded in the same transaction that marks its launch intent done.
 
+#[cfg(test)]
+pub mod pg_cluster;
+mod postgres;
+pub mod sql;
+mod sqlite;
+
+use std::error::Error as _;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use rusqlite::{Connection, OptionalExtension, params};
 use tern_cloud::{
     Capacity, Instance, InstanceId, InstanceState, Intent, IntentId, IntentKind, IntentState,
     JobSpec, Observation, Offer,
 };
 
-/// Schema migrations, applied in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+use sql::{Outcome, Row, Stmt, params};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("state store: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("state store (PostgreSQL): {}", pg_message(.0))]
+    Postgres(#[from] ::postgres::Error),
     #[error("state store: corrupt JSON in {what}: {source}")]
     Json {
         what: &'static str,
@@ -36,13 +45,38 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// A locked or busy database may free up; anything else will fail again.
+    /// A locked database, a dropped connection or a serialisation conflict may clear up;
+    /// anything else will fail again.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
-                if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        )
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => matches!(
+                e.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ),
+            StoreError::Postgres(e) => {
+                e.is_closed()
+                    || e.source()
+                        .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+                    || e.code().is_some_and(|c| {
+                        let c = c.code();
+                        // 08: connection exception; 40: transaction rollback (serialisation,
+                        // deadlock); 57P: operator intervention (server shutting down).
+                        c.starts_with("08") || c.starts_with("40") || c.starts_with("57P")
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `postgres::Error` displays only "db error"; say what the server said.
+fn pg_message(e: &::postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => match e.source() {
+            Some(s) => format!("{e}: {s}"),
+            None => e.to_string(),
+        },
     }
 }
 
@@ -186,10 +220,43 @@ pub struct Snapshot {
     pub instances: Vec<InstanceRecord>,
 }
 
-/// The SQLite state store. Cheap to share behind an `Arc`; calls are short and serialised.
+/// Where a store lives, parsed from `--state`: a SQLite path (`sqlite:PATH` or a bare path)
+/// or a PostgreSQL URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    Sqlite(std::path::PathBuf),
+    Postgres(String),
+}
+
+impl StoreUrl {
+    pub fn parse(s: &str) -> StoreUrl {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            StoreUrl::Postgres(s.to_string())
+        } else {
+            StoreUrl::Sqlite(s.strip_prefix("sqlite:").unwrap_or(s).into())
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Backend {
+    Sqlite(sqlite::SqliteDb),
+    Postgres(postgres::PgDb),
+}
+
+/// Who leads, as the lease row says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    pub holder: String,
+    /// Milliseconds until the lease expires (negative: expired), by the database's clock.
+    pub expires_in_ms: i64,
+}
+
+/// The state store. Cheap to share behind an `Arc`; calls are short and serialised per
+/// backend connection.
 #[derive(Debug)]
 pub struct Store {
-    conn: Mutex<Connection>,
+    backend: Backend,
 }
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -242,47 +309,62 @@ fn instance_state_str(s: InstanceState) -> &'static str {
     }
 }
 
+fn intent_id(s: &str) -> Result<IntentId> {
+    s.parse()
+        .map_err(|e| StoreError::Invalid(format!("intent id {s}: {e}")))
+}
+
 impl Store {
-    /// Open (or create) the database file and apply pending migrations.
+    /// Open (or create) a SQLite file and apply pending migrations.
     pub fn open(path: &Path) -> Result<Store> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        Self::with_connection(conn)
+        Ok(Store {
+            backend: Backend::Sqlite(sqlite::SqliteDb::open(path)?),
+        })
     }
 
     /// A private in-memory database (tests, benchmarks).
     pub fn in_memory() -> Result<Store> {
-        Self::with_connection(Connection::open_in_memory()?)
-    }
-
-    fn with_connection(mut conn: Connection) -> Result<Store> {
-        let applied: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        let applied = usize::try_from(applied).unwrap_or(0);
-        if applied > MIGRATIONS.len() {
-            return Err(StoreError::Invalid(format!(
-                "database schema version {applied} is newer than this tern ({})",
-                MIGRATIONS.len()
-            )));
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
-            let tx = conn.transaction()?;
-            tx.execute_batch(sql)?;
-            tx.pragma_update(
-                None,
-                "user_version",
-                i64::try_from(i + 1).unwrap_or(i64::MAX),
-            )?;
-            tx.commit()?;
-        }
         Ok(Store {
-            conn: Mutex::new(conn),
+            backend: Backend::Sqlite(sqlite::SqliteDb::in_memory()?),
         })
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    /// Connect to PostgreSQL and apply pending migrations (serialised across controllers).
+    pub fn connect(url: &str) -> Result<Store> {
+        Ok(Store {
+            backend: Backend::Postgres(postgres::PgDb::connect(url)?),
+        })
+    }
+
+    /// Open whichever store `url` names.
+    pub fn at(url: &StoreUrl) -> Result<Store> {
+        match url {
+            StoreUrl::Sqlite(path) => Store::open(path),
+            StoreUrl::Postgres(url) => Store::connect(url),
+        }
+    }
+
+    /// For messages: the file, or the URL without its password.
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Sqlite(_) => "SQLite".to_string(),
+            Backend::Postgres(db) => db.shown.clone(),
+        }
+    }
+
+    fn run(&self, batch: Vec<Stmt>) -> Result<Vec<Outcome>> {
+        match &self.backend {
+            Backend::Sqlite(db) => db.run(batch),
+            Backend::Postgres(db) => db.run(batch),
+        }
+    }
+
+    fn exec(&self, sql: &str, params: Vec<sql::Value>) -> Result<u64> {
+        Ok(self.run(vec![Stmt::exec(sql, params)])?.remove(0).count())
+    }
+
+    fn query(&self, sql: &str, params: Vec<sql::Value>) -> Result<Vec<Row>> {
+        Ok(self.run(vec![Stmt::query(sql, params)])?.remove(0).rows())
     }
 
     #[cfg_attr(
@@ -293,33 +375,85 @@ impl Store {
         )
     )]
     pub fn schema_version(&self) -> Result<i64> {
-        Ok(self
-            .conn()
-            .pragma_query_value(None, "user_version", |r| r.get(0))?)
+        match &self.backend {
+            Backend::Sqlite(db) => db.schema_version(),
+            Backend::Postgres(db) => db.schema_version(),
+        }
+    }
+
+    /// Take or renew the lease `name` for `holder` for `ttl`, by the database's clock.
+    /// True while `holder` leads: the row was free, expired, or already `holder`'s.
+    pub fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        let now = self.db_now_ms()?;
+        let until = now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
+        let n = self.exec(
+            "INSERT INTO leases (name, holder, expires_at, renewed_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (name) DO UPDATE
+                SET holder = excluded.holder, expires_at = excluded.expires_at,
+                    renewed_at = excluded.renewed_at
+                WHERE leases.holder = excluded.holder OR leases.expires_at < ?4",
+            params![name, holder, until, now],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Give the lease up at once (a clean shutdown), so a standby need not wait for expiry.
+    pub fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        self.exec(
+            "DELETE FROM leases WHERE name = ?1 AND holder = ?2",
+            params![name, holder],
+        )?;
+        Ok(())
+    }
+
+    /// Who holds the lease `name`, if anyone ever took it.
+    pub fn lease_holder(&self, name: &str) -> Result<Option<LeaseHolder>> {
+        let now = self.db_now_ms()?;
+        let rows = self.query(
+            "SELECT holder, expires_at FROM leases WHERE name = ?1",
+            params![name],
+        )?;
+        rows.first()
+            .map(|r| {
+                Ok(LeaseHolder {
+                    holder: r.text(0)?,
+                    expires_in_ms: r.int(1)? - now,
+                })
+            })
+            .transpose()
+    }
+
+    /// The database's clock: leases of controllers on different hosts must not depend on
+    /// their clocks agreeing.
+    fn db_now_ms(&self) -> Result<i64> {
+        let sql = match &self.backend {
+            Backend::Sqlite(_) => {
+                "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+            }
+            Backend::Postgres(_) => {
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+            }
+        };
+        self.query(sql, vec![])?
+            .first()
+            .ok_or_else(|| StoreError::Invalid("the database did not tell its time".into()))?
+            .int(0)
     }
 
     /// Insert a new job. Fails with [`StoreError::Duplicate`] if the name is taken.
     pub fn insert_job(&self, job: &JobRecord, now: DateTime<Utc>) -> Result<()> {
         let spec = json("job spec", &job.spec)?;
-        let conn = self.conn();
-        let exists: Option<String> = conn
-            .query_row("SELECT name FROM jobs WHERE name = ?1", [job.name()], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        if exists.is_some() {
-            return Err(StoreError::Duplicate(job.name().to_string()));
-        }
-        conn.execute(
+        let n = self.exec(
             "INSERT INTO jobs (name, team, spec, state, reason, submitted_at, deadline_at,
                 total_samples, done_samples, checkpoint_samples, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT (name) DO NOTHING",
             params![
                 job.name(),
-                job.spec.team,
+                &job.spec.team,
                 spec,
                 job.state.as_str(),
-                job.reason,
+                job.reason.clone(),
                 ms(job.submitted_at),
                 job.deadline_at.map(ms),
                 job.total_samples,
@@ -328,12 +462,15 @@ impl Store {
                 ms(now),
             ],
         )?;
+        if n == 0 {
+            return Err(StoreError::Duplicate(job.name().to_string()));
+        }
         Ok(())
     }
 
     /// Write the mutable fields of a job (state, progress, target, drain flag).
     pub fn update_job(&self, job: &JobRecord, now: DateTime<Utc>) -> Result<()> {
-        let n = self.conn().execute(
+        let n = self.exec(
             "UPDATE jobs SET state = ?2, reason = ?3, done_samples = ?4, checkpoint_samples = ?5,
                 checkpoint_at = ?6, drain_requested = ?7, target_offer = ?8, target_count = ?9,
                 last_move_at = ?10, finished_at = ?11, updated_at = ?12
@@ -341,12 +478,12 @@ impl Store {
             params![
                 job.name(),
                 job.state.as_str(),
-                job.reason,
+                job.reason.clone(),
                 job.done_samples,
                 job.checkpoint_samples,
                 job.checkpoint_at.map(ms),
                 job.drain_requested,
-                job.target_offer,
+                job.target_offer.clone(),
                 job.target_count,
                 job.last_move_at.map(ms),
                 job.finished_at.map(ms),
@@ -367,35 +504,21 @@ impl Store {
         )
     )]
     pub fn job(&self, name: &str) -> Result<Option<JobRecord>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!("{JOB_SELECT} WHERE name = ?1"))?;
-        let mut rows = stmt.query([name])?;
-        match rows.next()? {
-            Some(row) => Ok(Some(job_from_row(row)?)),
-            None => Ok(None),
-        }
-    }
-
-    pub fn jobs(&self) -> Result<Vec<JobRecord>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!("{JOB_SELECT} ORDER BY submitted_at, name"))?;
-        let mut rows = stmt.query([])?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next()? {
-            out.push(job_from_row(row)?);
-        }
-        Ok(out)
+        self.query(&format!("{JOB_SELECT} WHERE name = ?1"), params![name])?
+            .first()
+            .map(job_from_row)
+            .transpose()
     }
 
     /// Persist an intent. Called before the cloud is asked to do anything for it.
     pub fn insert_intent(&self, intent: &Intent) -> Result<()> {
         let body = json("intent", &intent.kind)?;
-        self.conn().execute(
+        self.exec(
             "INSERT INTO intents (id, job, kind, body, state, attempt, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
             params![
                 intent.id.to_string(),
-                intent.job,
+                &intent.job,
                 intent.kind.name(),
                 body,
                 intent_state_str(intent.state),
@@ -413,7 +536,7 @@ impl Store {
         reason: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        self.conn().execute(
+        self.exec(
             "UPDATE intents SET state = ?2, reason = ?3, updated_at = ?4 WHERE id = ?1",
             params![id.to_string(), intent_state_str(state), reason, ms(now)],
         )?;
@@ -429,15 +552,13 @@ impl Store {
     )]
     /// State of any intent, open or closed (the leak collector asks about instance tags).
     pub fn intent_state(&self, id: IntentId) -> Result<Option<IntentState>> {
-        let s: Option<String> = self
-            .conn()
-            .query_row(
-                "SELECT state FROM intents WHERE id = ?1",
-                [id.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?;
-        s.as_deref().map(intent_state).transpose()
+        self.query(
+            "SELECT state FROM intents WHERE id = ?1",
+            params![id.to_string()],
+        )?
+        .first()
+        .map(|r| intent_state(&r.text(0)?))
+        .transpose()
     }
 
     #[cfg_attr(
@@ -449,24 +570,12 @@ impl Store {
     )]
     /// One intent, open or closed.
     pub fn intent(&self, id: IntentId) -> Result<Option<Intent>> {
-        let conn = self.conn();
-        let row: Option<(String, String, String, u32, i64)> = conn
-            .query_row(
-                "SELECT job, body, state, attempt, created_at FROM intents WHERE id = ?1",
-                [id.to_string()],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-            )
-            .optional()?;
-        row.map(|(job, body, state, attempt, created)| {
-            Ok(Intent {
-                id,
-                job,
-                kind: parse("intent", &body)?,
-                state: intent_state(&state)?,
-                attempt,
-                created_at: time(created),
-            })
-        })
+        self.query(
+            "SELECT id, job, body, state, attempt, created_at FROM intents WHERE id = ?1",
+            params![id.to_string()],
+        )?
+        .first()
+        .map(intent_from_row)
         .transpose()
     }
 
@@ -481,16 +590,16 @@ impl Store {
         done: bool,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let mut batch = Vec::with_capacity(2 * instances.len() + 1);
         for i in instances {
             let offer = json("offer", &i.offer)?;
-            tx.execute(
-                "INSERT OR IGNORE INTO instances (id, job, intent, offer, offer_key, capacity,
+            batch.push(Stmt::exec(
+                "INSERT INTO instances (id, job, intent, offer, offer_key, capacity,
                     state, draining, launched_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)
+                 ON CONFLICT (id) DO NOTHING",
                 params![
-                    i.id.0,
+                    &i.id.0,
                     job,
                     intent.to_string(),
                     offer,
@@ -499,13 +608,14 @@ impl Store {
                     instance_state_str(i.state),
                     ms(i.launched_at),
                 ],
-            )?;
-            tx.execute(
-                "INSERT OR IGNORE INTO usage (instance, job, offer_key, capacity, price_per_hour,
+            ));
+            batch.push(Stmt::exec(
+                "INSERT INTO usage (instance, job, offer_key, capacity, price_per_hour,
                     on_demand_per_hour, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (instance) DO NOTHING",
                 params![
-                    i.id.0,
+                    &i.id.0,
                     job,
                     i.offer.key(),
                     i.offer.capacity.as_str(),
@@ -513,15 +623,17 @@ impl Store {
                     on_demand_per_hour,
                     ms(i.launched_at),
                 ],
-            )?;
+            ));
         }
         if done {
-            tx.execute(
+            batch.push(Stmt::exec(
                 "UPDATE intents SET state = 'done', updated_at = ?2 WHERE id = ?1",
                 params![intent.to_string(), ms(now)],
-            )?;
+            ));
         }
-        tx.commit()?;
+        if !batch.is_empty() {
+            self.run(batch)?;
+        }
         Ok(())
     }
 
@@ -531,48 +643,46 @@ impl Store {
         state: InstanceState,
         draining: bool,
     ) -> Result<()> {
-        self.conn().execute(
+        self.exec(
             "UPDATE instances SET state = ?2, draining = ?3 WHERE id = ?1",
-            params![id.0, instance_state_str(state), draining],
+            params![&id.0, instance_state_str(state), draining],
         )?;
         Ok(())
     }
 
     /// The instance is gone: mark it terminated and close its usage interval, atomically.
     pub fn end_instance(&self, id: &InstanceId, at: DateTime<Utc>) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute(
-            "UPDATE instances SET state = 'terminated', ended_at = ?2 WHERE id = ?1 AND ended_at IS NULL",
-            params![id.0, ms(at)],
-        )?;
-        tx.execute(
-            "UPDATE usage SET ended_at = ?2 WHERE instance = ?1 AND ended_at IS NULL",
-            params![id.0, ms(at)],
-        )?;
-        tx.commit()?;
+        self.run(vec![
+            Stmt::exec(
+                "UPDATE instances SET state = 'terminated', ended_at = ?2
+                 WHERE id = ?1 AND ended_at IS NULL",
+                params![&id.0, ms(at)],
+            ),
+            Stmt::exec(
+                "UPDATE usage SET ended_at = ?2 WHERE instance = ?1 AND ended_at IS NULL",
+                params![&id.0, ms(at)],
+            ),
+        ])?;
         Ok(())
     }
 
     pub fn add_observation(&self, o: &Observation) -> Result<()> {
         let body = json("observation", o)?;
-        self.conn().execute(
+        self.exec(
             "INSERT INTO observations (job, at, body) VALUES (?1, ?2, ?3)",
-            params![o.job, ms(o.at), body],
+            params![&o.job, ms(o.at), body],
         )?;
         Ok(())
     }
 
     pub fn observations(&self, job: &str) -> Result<Vec<Observation>> {
-        let conn = self.conn();
-        let mut stmt =
-            conn.prepare_cached("SELECT body FROM observations WHERE job = ?1 ORDER BY id")?;
-        let rows = stmt.query_map([job], |r| r.get::<_, String>(0))?;
-        let mut out = Vec::new();
-        for r in rows {
-            out.push(parse("observation", &r?)?);
-        }
-        Ok(out)
+        self.query(
+            "SELECT body FROM observations WHERE job = ?1 ORDER BY id",
+            params![job],
+        )?
+        .iter()
+        .map(|r| parse("observation", &r.text(0)?))
+        .collect()
     }
 
     pub fn add_event(
@@ -582,113 +692,98 @@ impl Store {
         kind: &str,
         message: &str,
     ) -> Result<i64> {
-        let conn = self.conn();
-        conn.execute(
-            "INSERT INTO events (at, job, kind, message) VALUES (?1, ?2, ?3, ?4)",
+        self.query(
+            "INSERT INTO events (at, job, kind, message) VALUES (?1, ?2, ?3, ?4) RETURNING id",
             params![ms(at), job, kind, message],
-        )?;
-        Ok(conn.last_insert_rowid())
+        )?
+        .first()
+        .ok_or_else(|| StoreError::Invalid("the event insert returned no id".into()))?
+        .int(0)
     }
 
     /// Events with id > `after`, oldest first; `job` filters to one job.
     pub fn events(&self, after: i64, job: Option<&str>) -> Result<Vec<Event>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
+        self.query(
             "SELECT id, at, job, kind, message FROM events
-             WHERE id > ?1 AND (?2 IS NULL OR job = ?2) ORDER BY id",
-        )?;
-        let rows = stmt.query_map(params![after, job], |r| {
+             WHERE id > ?1 AND (CAST(?2 AS TEXT) IS NULL OR job = ?2) ORDER BY id",
+            params![after, job],
+        )?
+        .iter()
+        .map(|r| {
             Ok(Event {
-                id: r.get(0)?,
-                at: time(r.get(1)?),
-                job: r.get(2)?,
-                kind: r.get(3)?,
-                message: r.get(4)?,
+                id: r.int(0)?,
+                at: time(r.int(1)?),
+                job: r.opt_text(2)?,
+                kind: r.text(3)?,
+                message: r.text(4)?,
             })
-        })?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        })
+        .collect()
     }
 
     pub fn usage(&self) -> Result<Vec<Usage>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
+        self.query(
             "SELECT instance, job, offer_key, capacity, price_per_hour, on_demand_per_hour,
                 started_at, ended_at FROM usage ORDER BY id",
-        )?;
-        let mut rows = stmt.query([])?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next()? {
-            let capacity: String = r.get(3)?;
-            out.push(Usage {
-                instance: r.get(0)?,
-                job: r.get(1)?,
-                offer_key: r.get(2)?,
-                capacity: capacity.parse().map_err(StoreError::Invalid)?,
-                price_per_hour: r.get(4)?,
-                on_demand_per_hour: r.get(5)?,
-                started_at: time(r.get(6)?),
-                ended_at: r.get::<_, Option<i64>>(7)?.map(time),
-            });
-        }
-        Ok(out)
+            vec![],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(Usage {
+                instance: r.text(0)?,
+                job: r.text(1)?,
+                offer_key: r.text(2)?,
+                capacity: r.text(3)?.parse().map_err(StoreError::Invalid)?,
+                price_per_hour: r.real(4)?,
+                on_demand_per_hour: r.opt_real(5)?,
+                started_at: time(r.int(6)?),
+                ended_at: r.opt_int(7)?.map(time),
+            })
+        })
+        .collect()
     }
 
     /// What a restarted controller needs: every job, open intents, instances not yet ended.
     pub fn load(&self) -> Result<Snapshot> {
-        let jobs = self.jobs()?;
-        let conn = self.conn();
-        let mut intents = Vec::new();
-        {
-            let mut stmt = conn.prepare(
-                "SELECT id, job, body, state, attempt, created_at FROM intents
-                 WHERE state = 'pending' ORDER BY created_at, id",
-            )?;
-            let mut rows = stmt.query([])?;
-            while let Some(r) = rows.next()? {
-                let id: String = r.get(0)?;
-                let body: String = r.get(2)?;
-                let state: String = r.get(3)?;
-                intents.push(Intent {
-                    id: id
-                        .parse()
-                        .map_err(|e| StoreError::Invalid(format!("intent id {id}: {e}")))?,
-                    job: r.get(1)?,
-                    kind: parse::<IntentKind>("intent", &body)?,
-                    state: intent_state(&state)?,
-                    attempt: r.get(4)?,
-                    created_at: time(r.get(5)?),
-                });
-            }
-        }
-        let mut instances = Vec::new();
-        {
-            let mut stmt = conn.prepare(
-                "SELECT id, job, intent, offer, state, draining, launched_at, ended_at
-                 FROM instances WHERE ended_at IS NULL ORDER BY launched_at, id",
-            )?;
-            let mut rows = stmt.query([])?;
-            while let Some(r) = rows.next()? {
-                let intent: String = r.get(2)?;
-                let offer: String = r.get(3)?;
-                let state: String = r.get(4)?;
-                instances.push(InstanceRecord {
-                    id: InstanceId(r.get(0)?),
-                    job: r.get(1)?,
-                    intent: intent
-                        .parse()
-                        .map_err(|e| StoreError::Invalid(format!("intent id {intent}: {e}")))?,
-                    offer: parse("offer", &offer)?,
-                    state: instance_state(&state)?,
-                    draining: r.get(5)?,
-                    launched_at: time(r.get(6)?),
-                    ended_at: r.get::<_, Option<i64>>(7)?.map(time),
-                });
-            }
-        }
+        let mut out = self
+            .run(vec![
+                Stmt::query(format!("{JOB_SELECT} ORDER BY submitted_at, name"), vec![]),
+                Stmt::query(
+                    "SELECT id, job, body, state, attempt, created_at FROM intents
+                     WHERE state = 'pending' ORDER BY created_at, id",
+                    vec![],
+                ),
+                Stmt::query(
+                    "SELECT id, job, intent, offer, state, draining, launched_at, ended_at
+                     FROM instances WHERE ended_at IS NULL ORDER BY launched_at, id",
+                    vec![],
+                ),
+            ])?
+            .into_iter()
+            .map(Outcome::rows);
+        let (jobs, intents, instances) = (
+            out.next().unwrap_or_default(),
+            out.next().unwrap_or_default(),
+            out.next().unwrap_or_default(),
+        );
         Ok(Snapshot {
-            jobs,
-            intents,
-            instances,
+            jobs: jobs.iter().map(job_from_row).collect::<Result<_>>()?,
+            intents: intents.iter().map(intent_from_row).collect::<Result<_>>()?,
+            instances: instances
+                .iter()
+                .map(|r| {
+                    Ok(InstanceRecord {
+                        id: InstanceId(r.text(0)?),
+                        job: r.text(1)?,
+                        intent: intent_id(&r.text(2)?)?,
+                        offer: parse("offer", &r.text(3)?)?,
+                        state: instance_state(&r.text(4)?)?,
+                        draining: r.flag(5)?,
+                        launched_at: time(r.int(6)?),
+                        ended_at: r.opt_int(7)?.map(time),
+                    })
+                })
+                .collect::<Result<_>>()?,
         })
     }
 }
@@ -697,24 +792,34 @@ const JOB_SELECT: &str = "SELECT spec, state, reason, submitted_at, deadline_at,
     done_samples, checkpoint_samples, checkpoint_at, drain_requested, target_offer, target_count,
     last_move_at, finished_at FROM jobs";
 
-fn job_from_row(r: &rusqlite::Row<'_>) -> Result<JobRecord> {
-    let spec: String = r.get(0)?;
-    let state: String = r.get(1)?;
+fn job_from_row(r: &Row) -> Result<JobRecord> {
     Ok(JobRecord {
-        spec: parse("job spec", &spec)?,
-        state: JobState::parse(&state)?,
-        reason: r.get(2)?,
-        submitted_at: time(r.get(3)?),
-        deadline_at: r.get::<_, Option<i64>>(4)?.map(time),
-        total_samples: r.get(5)?,
-        done_samples: r.get(6)?,
-        checkpoint_samples: r.get(7)?,
-        checkpoint_at: r.get::<_, Option<i64>>(8)?.map(time),
-        drain_requested: r.get(9)?,
-        target_offer: r.get(10)?,
-        target_count: r.get(11)?,
-        last_move_at: r.get::<_, Option<i64>>(12)?.map(time),
-        finished_at: r.get::<_, Option<i64>>(13)?.map(time),
+        spec: parse("job spec", &r.text(0)?)?,
+        state: JobState::parse(&r.text(1)?)?,
+        reason: r.opt_text(2)?,
+        submitted_at: time(r.int(3)?),
+        deadline_at: r.opt_int(4)?.map(time),
+        total_samples: r.real(5)?,
+        done_samples: r.real(6)?,
+        checkpoint_samples: r.real(7)?,
+        checkpoint_at: r.opt_int(8)?.map(time),
+        drain_requested: r.flag(9)?,
+        target_offer: r.opt_text(10)?,
+        target_count: r.u32(11)?,
+        last_move_at: r.opt_int(12)?.map(time),
+        finished_at: r.opt_int(13)?.map(time),
+    })
+}
+
+/// Columns: id, job, body, state, attempt, created_at.
+fn intent_from_row(r: &Row) -> Result<Intent> {
+    Ok(Intent {
+        id: intent_id(&r.text(0)?)?,
+        job: r.text(1)?,
+        kind: parse::<IntentKind>("intent", &r.text(2)?)?,
+        state: intent_state(&r.text(3)?)?,
+        attempt: r.u32(4)?,
+        created_at: time(r.int(5)?),
     })
 }
 

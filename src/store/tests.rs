@@ -1,5 +1,6 @@
 use super::*;
 use chrono::TimeDelta;
+use std::time::Duration;
 use tern_cloud::{Accelerator, Cloud, InstanceType, Region, Tags, Zone, parse_job_spec};
 
 fn spec() -> JobSpec {
@@ -29,10 +30,8 @@ fn offer() -> Offer {
     }
 }
 
-#[test]
-fn state_survives_reopening_and_usage_is_closed_atomically() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("tern.db");
+/// The store's life cycle on any backend; `open` opens the same database again each call.
+fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
     let intent = Intent {
         id: IntentId::from_uuid(uuid::Uuid::from_u128(42)),
@@ -46,8 +45,8 @@ fn state_survives_reopening_and_usage_is_closed_atomically() {
         created_at: t0,
     };
     {
-        let store = Store::open(&path).expect("open");
-        assert_eq!(store.schema_version().expect("version"), 1);
+        let store = open();
+        assert_eq!(store.schema_version().expect("version"), 2);
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -58,7 +57,11 @@ fn state_survives_reopening_and_usage_is_closed_atomically() {
         store.insert_intent(&intent).expect("intent");
     }
     // A "crash" here: the intent is pending, nothing launched yet.
-    let store = Store::open(&path).expect("reopen applies no migration twice");
+    let store = open();
+    assert_eq!(
+        store.schema_version().expect("no migration applied twice"),
+        2
+    );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
     assert_eq!(snap.intents, vec![intent.clone()]);
@@ -124,4 +127,142 @@ fn state_survives_reopening_and_usage_is_closed_atomically() {
     assert_eq!(store.events(0, None).expect("events").len(), 2);
     assert_eq!(store.events(first, None).expect("events")[0].kind, "leak");
     assert_eq!(store.events(0, Some("j1")).expect("events").len(), 1);
+}
+
+/// One leader at a time; a standby takes over only once the lease has expired, and a leader
+/// that released its lease is replaced at once.
+fn lease_elects_one_leader(store: &Store) {
+    let ttl = Duration::from_millis(600);
+    assert!(store.lease_holder("controller").expect("holder").is_none());
+    assert!(
+        store
+            .acquire_lease("controller", "a", ttl)
+            .expect("a takes")
+    );
+    assert!(
+        !store
+            .acquire_lease("controller", "b", ttl)
+            .expect("b waits")
+    );
+    assert!(
+        store
+            .acquire_lease("controller", "a", ttl)
+            .expect("a renews")
+    );
+    let held = store
+        .lease_holder("controller")
+        .expect("holder")
+        .expect("held");
+    assert_eq!(held.holder, "a");
+    assert!(
+        held.expires_in_ms > 0 && held.expires_in_ms <= 600,
+        "{held:?}"
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        store
+            .acquire_lease("controller", "b", ttl)
+            .expect("b takes an expired lease")
+    );
+    assert!(
+        !store
+            .acquire_lease("controller", "a", ttl)
+            .expect("a lost it")
+    );
+    store
+        .release_lease("controller", "a")
+        .expect("not a's: no-op");
+    assert!(
+        !store
+            .acquire_lease("controller", "a", ttl)
+            .expect("still b's")
+    );
+    store.release_lease("controller", "b").expect("release");
+    assert!(
+        store
+            .acquire_lease("controller", "a", ttl)
+            .expect("a takes a released lease")
+    );
+    // Leases are per name.
+    assert!(store.acquire_lease("other", "b", ttl).expect("other lease"));
+}
+
+#[test]
+fn sqlite_store_survives_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    survives_reopening_and_closes_usage_atomically(&|| Store::open(&path).expect("open"));
+}
+
+#[test]
+fn sqlite_lease_elects_one_leader() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    lease_elects_one_leader(&Store::open(&dir.path().join("tern.db")).expect("open"));
+}
+
+#[test]
+fn store_url_names_the_backend() {
+    assert_eq!(
+        StoreUrl::parse("postgres://tern@db/tern"),
+        StoreUrl::Postgres("postgres://tern@db/tern".into())
+    );
+    assert_eq!(
+        StoreUrl::parse("postgresql://db"),
+        StoreUrl::Postgres("postgresql://db".into())
+    );
+    assert_eq!(
+        StoreUrl::parse("sqlite:/var/lib/tern.db"),
+        StoreUrl::Sqlite("/var/lib/tern.db".into())
+    );
+    assert_eq!(
+        StoreUrl::parse("tern.db"),
+        StoreUrl::Sqlite("tern.db".into())
+    );
+}
+
+/// The same checks against a real PostgreSQL server (a private cluster per run), plus what
+/// only a server can show: two controllers migrating at once, and a dropped connection.
+#[test]
+fn postgres_store_passes_the_same_checks() {
+    let cluster = pg_cluster::PgCluster::start().expect("PostgreSQL for the store tests");
+    let url = cluster.create_db("lifecycle").expect("db");
+    survives_reopening_and_closes_usage_atomically(&|| Store::connect(&url).expect("connect"));
+
+    let url = cluster.create_db("lease").expect("db");
+    lease_elects_one_leader(&Store::connect(&url).expect("connect"));
+
+    // Controllers starting together: the migration runs once, under an advisory lock.
+    let url = cluster.create_db("race").expect("db");
+    let stores: Vec<Store> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| Store::connect(&url).expect("concurrent connect")))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    for s in &stores {
+        assert_eq!(s.schema_version().expect("version"), 2);
+    }
+    // Two handles on one database see each other's writes (what a standby reads on takeover).
+    let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
+    stores[0]
+        .insert_job(&JobRecord::new(spec(), t0), t0)
+        .expect("insert");
+    assert_eq!(stores[1].load().expect("load").jobs.len(), 1);
+    assert!(matches!(
+        stores[2].insert_job(&JobRecord::new(spec(), t0), t0),
+        Err(StoreError::Duplicate(_))
+    ));
+
+    // A bad URL fails at once with the reason, and the password stays out of messages.
+    let err = Store::connect(&format!(
+        "postgres://tern:hunter2@127.0.0.1:{}/nope",
+        cluster.port
+    ))
+    .expect_err("no such database");
+    let msg = err.to_string();
+    assert!(msg.contains("nope"), "{msg}");
+    assert!(!msg.contains("hunter2"), "{msg}");
 }

@@ -1,5 +1,6 @@
 -- tern controller state, version 1. Times are milliseconds since the Unix epoch (UTC).
 -- Applied once by `Store::open`; PRAGMA user_version records the applied version.
+-- migrations/postgres/0001_init.sql is the same schema in PostgreSQL types: keep them in step.
 
 CREATE TABLE jobs (
     name               TEXT PRIMARY KEY,
