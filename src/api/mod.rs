@@ -244,10 +244,17 @@ async fn progress(
         now,
     ) {
         Ok(()) => {
-            let reply = ctl.job(&name).map(|j| ProgressReply {
+            let job = ctl.job(&name);
+            // A finished job or a taken checkpoint is an event: release or move on now.
+            let event = p.checkpointed || job.is_some_and(|j| j.done_samples >= j.total_samples);
+            let reply = job.map(|j| ProgressReply {
                 drain: j.drain_requested,
                 state: j.state.as_str().to_string(),
             });
+            drop(ctl);
+            if event {
+                state.wake.notify_one();
+            }
             axum::Json(reply).into_response()
         }
         Err(ControllerError::UnknownJob(n)) => {

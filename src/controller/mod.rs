@@ -149,6 +149,9 @@ pub struct Controller {
     unaccounted: HashMap<InstanceId, DateTime<Utc>>,
     /// (zone, instance type) → on-demand $/h, from the latest offers.
     on_demand: HashMap<(String, String), f64>,
+    /// Offer key → spot $/h last seen: a change is an event that re-checks running jobs for a
+    /// cheaper place at once.
+    spot_prices: HashMap<String, f64>,
     /// Per-process randomness in intent ids, so a restarted controller never reuses one.
     salt: u64,
     seq: u64,
@@ -239,6 +242,7 @@ impl Controller {
             capacity_errors: HashMap::new(),
             unaccounted: HashMap::new(),
             on_demand: HashMap::new(),
+            spot_prices: HashMap::new(),
             salt,
             seq: 0,
             stats: Stats::default(),
@@ -942,7 +946,12 @@ impl Controller {
                 }
             }
         }
+        let mut price_moved = false;
         for o in &mut all {
+            if o.capacity == Capacity::Spot {
+                let old = self.spot_prices.insert(o.key(), o.price_per_hour);
+                price_moved |= old.is_some_and(|p| (p - o.price_per_hour).abs() > 0.01 * p);
+            }
             if o.capacity == Capacity::OnDemand {
                 self.on_demand.insert(
                     (o.zone.to_string(), o.instance_type.name.clone()),
@@ -951,6 +960,11 @@ impl Controller {
             }
             if self.capacity_errors.get(&o.key()).is_some_and(|t| *t > now) {
                 o.availability = tern_cloud::Availability::Unavailable;
+            }
+        }
+        if price_moved {
+            for e in self.jobs.values_mut() {
+                e.last_migrate_check = None;
             }
         }
         Some(all)
@@ -971,14 +985,10 @@ impl Controller {
         // Jobs per instance count, computed once (the pass must stay linear in the fleet).
         let mut live: HashMap<&str, u32> = HashMap::new();
         let mut held: HashMap<&str, u32> = HashMap::new();
-        let mut on_demand: HashSet<&str> = HashSet::new();
         for i in self.instances.values() {
             *held.entry(i.job.as_str()).or_default() += 1;
             if !i.draining {
                 *live.entry(i.job.as_str()).or_default() += 1;
-                if i.offer.capacity == Capacity::OnDemand {
-                    on_demand.insert(i.job.as_str());
-                }
             }
         }
         let busy: HashSet<&str> = self.intents.values().map(|i| i.job.as_str()).collect();
@@ -1011,9 +1021,9 @@ impl Controller {
                 if due {
                     to_replace.push(name.clone());
                 }
-            } else if on_demand.contains(name.as_str())
-                && e.last_migrate_check
-                    .is_none_or(|t| now - t >= delta(self.config.migrate_check))
+            } else if e
+                .last_migrate_check
+                .is_none_or(|t| now - t >= delta(self.config.migrate_check))
             {
                 to_check.push(name.clone());
             }
@@ -1033,8 +1043,23 @@ impl Controller {
         for name in to_replace {
             self.replace(&name, &offers, now).await?;
         }
-        for name in to_check {
-            self.consider_move(&name, &offers, now).await?;
+        if !to_check.is_empty() {
+            // One walk over the fleet for all the jobs checked (the pass stays linear).
+            let checked: HashSet<&str> = to_check.iter().map(String::as_str).collect();
+            let mut fleets: HashMap<String, Vec<InstanceRecord>> = HashMap::new();
+            for i in self.instances.values() {
+                if !i.draining && checked.contains(i.job.as_str()) {
+                    fleets.entry(i.job.clone()).or_default().push(i.clone());
+                }
+            }
+            let price_now: HashMap<String, f64> =
+                offers.iter().map(|o| (o.key(), o.price_per_hour)).collect();
+            for name in to_check {
+                let mut fleet = fleets.remove(&name).unwrap_or_default();
+                fleet.sort_by(|a, b| a.id.cmp(&b.id));
+                self.consider_move(&name, fleet, &offers, &price_now, now)
+                    .await?;
+            }
         }
         Ok(())
     }
@@ -1334,25 +1359,45 @@ impl Controller {
         Ok(())
     }
 
-    /// A running job on on-demand moves to spot when the migration rule says the saving beats
-    /// the cost of moving (DESIGN.md §4.3), a disruption budget's worth of nodes at a time.
+    /// Move nodes to cheaper spot capacity when the saving beats the cost of moving
+    /// (DESIGN.md §4.3), a disruption budget's worth of nodes at a time: on-demand nodes to
+    /// spot once spot is back, and spot nodes to another zone's spot when prices there have
+    /// fallen well below (a price change triggers the check). Never onto on-demand: replacing
+    /// spot with dearer capacity happens only through `replace`, when the deadline needs it.
     async fn consider_move(
         &mut self,
         name: &str,
+        fleet: Vec<InstanceRecord>,
         offers: &[Offer],
+        price_now: &HashMap<String, f64>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let od: Vec<InstanceRecord> = self
-            .live_of(name)
+        let n = fleet.len() as u32;
+        let current = |i: &InstanceRecord| {
+            price_now
+                .get(&i.offer.key())
+                .copied()
+                .unwrap_or(i.offer.price_per_hour)
+        };
+        // Dearest first: those are the nodes worth moving.
+        let mut running: Vec<(InstanceRecord, f64)> = fleet
             .into_iter()
-            .filter(|i| i.offer.capacity == Capacity::OnDemand && i.state == InstanceState::Running)
-            .cloned()
+            .filter(|i| i.state == InstanceState::Running)
+            .map(|i| {
+                let p = current(&i);
+                (i, p)
+            })
             .collect();
+        running.sort_by(|a, b| {
+            (b.0.offer.capacity == Capacity::OnDemand, b.1)
+                .partial_cmp(&(a.0.offer.capacity == Capacity::OnDemand, a.1))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
         let Some(e) = self.jobs.get_mut(name) else {
             return Ok(());
         };
         e.last_migrate_check = Some(now);
-        let Some(first) = od.first() else {
+        let Some((first, _)) = running.first().cloned() else {
             return Ok(());
         };
         let r = e.record.clone();
@@ -1371,16 +1416,20 @@ impl Controller {
         let Some(best) = spot.first().cloned() else {
             return Ok(());
         };
-        let n = self.live_of(name).len() as u32;
+        let movers: Vec<&(InstanceRecord, f64)> = running
+            .iter()
+            .filter(|(i, price)| i.offer.key() != best.key() && *price > best.price_per_hour)
+            .collect();
         let budget = ((f64::from(n) * self.config.disruption_budget).floor() as u32).max(1);
         let room = match best.availability {
             tern_cloud::Availability::Available(Some(k)) => k,
             _ => u32::MAX,
         };
-        let k = budget.min(od.len() as u32).min(room);
-        if k == 0 || (gang && k < od.len() as u32) {
+        let k = budget.min(movers.len() as u32).min(room);
+        if k == 0 || (gang && k < running.len() as u32) {
             return Ok(());
         }
+        let movers = &movers[..k as usize];
         let Some(thr) = self.model(name).and_then(|m| {
             let acc = first.offer.accelerator()?.name.clone();
             m.throughput(&acc, first.offer.accelerator_units().max(1), n)
@@ -1394,28 +1443,33 @@ impl Controller {
         let slack = r
             .deadline_at
             .map_or(f64::INFINITY, |d| hours(d - now) - work_h);
-        let egress = if best.region != first.offer.region {
+        let egress = if movers.iter().any(|(i, _)| i.offer.region != best.region) {
             c.size_gb * 0.02
         } else {
             0.0
         };
+        let current_rate: f64 = movers.iter().map(|(_, p)| p).sum();
         let candidate = MoveCandidate {
             remaining_work_hours: work_h,
-            current_rate: first.offer.price_per_hour * f64::from(k),
+            current_rate,
             candidate_rate: best.price_per_hour * f64::from(k),
             restart_hours: restart_h,
-            held_rate: first.offer.price_per_hour * f64::from(k),
+            held_rate: current_rate,
             lost_progress_cost: 0.0,
             egress,
             slack_hours: slack,
             hours_since_last_move: r.last_move_at.map(|t| hours(now - t)),
         };
-        let rule = MoveRule::for_job(restart_h, first.offer.price_per_hour);
+        let od_rate = self
+            .on_demand_price(&first.offer)
+            .unwrap_or(first.offer.price_per_hour);
+        let rule = MoveRule::for_job(restart_h, od_rate);
         let decision = migrate::decide(&rule, &candidate);
         let migrate::Decision::Move { net_saving } = decision else {
             return Ok(());
         };
-        let from: Vec<InstanceId> = od.iter().take(k as usize).map(|i| i.id.clone()).collect();
+        let (from_cap, from_zone) = (movers[0].0.offer.capacity, movers[0].0.offer.zone.clone());
+        let from: Vec<InstanceId> = movers.iter().map(|(i, _)| i.id.clone()).collect();
         let mut to = vec![best.clone()];
         if !gang {
             to.extend(fallbacks(offers, &best));
@@ -1425,8 +1479,8 @@ impl Controller {
             Some(name),
             "migrate",
             &format!(
-                "{k} of {n} node(s) on-demand ${:.2}/h → spot ${:.2}/h in {}: net saving ${net_saving:.0} over {work_h:.1} h of work (disruption budget {:.0} %)",
-                first.offer.price_per_hour,
+                "{k} of {n} node(s) {from_cap} ${:.2}/h in {from_zone} → spot ${:.2}/h in {}: net saving ${net_saving:.0} over {work_h:.1} h of work (disruption budget {:.0} %)",
+                current_rate / f64::from(k),
                 best.price_per_hour,
                 best.zone,
                 self.config.disruption_budget * 100.0

@@ -542,3 +542,61 @@ async fn seeded_cloud_faults_slow_the_controller_down_but_lose_nothing() {
         assert!(n <= asked, "intent {id} asked {asked} and got {n}");
     }
 }
+
+#[tokio::test]
+async fn a_spot_price_rise_moves_nodes_to_cheaper_spot_elsewhere() {
+    // Spot in zone a starts cheapest, then its price nearly triples at tick 12 (1 h);
+    // zone b's spot price stays put. The price change is the event that re-checks the job.
+    let mut a = trace("us-west-2a", vec![8; 300]);
+    a.prices = Some(
+        std::iter::repeat_n(0.9, 12)
+            .chain(std::iter::repeat_n(2.6, 288))
+            .collect(),
+    );
+    let mut b = trace("us-west-2b", vec![8; 300]);
+    b.prices = Some(vec![1.2; 300]);
+    let sim = sim(vec![a, b]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("mover", "{ min = 1, max = 2 }", false), sim.now())
+        .expect("submit");
+    let zones = |ctl: &Controller| -> Vec<String> {
+        let mut z: Vec<String> = ctl
+            .instances()
+            .filter(|i| !i.draining)
+            .map(|i| i.offer.zone.to_string())
+            .collect();
+        z.sort();
+        z
+    };
+    run(&mut ctl, &sim, 10).await;
+    assert!(
+        zones(&ctl).iter().all(|z| z == "us-west-2a") && !zones(&ctl).is_empty(),
+        "placed on the cheapest spot first: {:?}",
+        zones(&ctl)
+    );
+    assert!(
+        !store
+            .events(0, Some("mover"))
+            .expect("events")
+            .iter()
+            .any(|e| e.kind == "migrate"),
+        "no move while zone a is cheapest"
+    );
+    run(&mut ctl, &sim, 60).await;
+    let events = store.events(0, Some("mover")).expect("events");
+    let moves: Vec<_> = events.iter().filter(|e| e.kind == "migrate").collect();
+    assert!(!moves.is_empty(), "{events:?}");
+    assert!(
+        moves[0].message.contains("spot") && moves[0].message.contains("us-west-2b"),
+        "{}",
+        moves[0].message
+    );
+    assert!(
+        zones(&ctl).iter().all(|z| z == "us-west-2b"),
+        "every node moved, a disruption budget at a time: {:?}",
+        zones(&ctl)
+    );
+    // Never onto on-demand for a price move.
+    assert!(ctl.instances().all(|i| i.offer.capacity == Capacity::Spot));
+}
