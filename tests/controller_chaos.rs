@@ -2,13 +2,16 @@
 //! process is killed with SIGKILL at 12 seeded points and restarted on the same state file.
 //! At the end: every job finished (or is reported unplaceable with a reason), the cloud holds
 //! no orphaned instance, no intent launched twice, and no job's progress is below its last
-//! checkpoint.
+//! checkpoint. The same run on a real PostgreSQL store (a private cluster), where the restarted
+//! controller reclaims its own lease (same `--id`) at once.
 
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "../src/store/pg_cluster.rs"]
+#[allow(dead_code)]
+mod pg_cluster;
 
 use common::{free_port, wait_for};
 
@@ -25,7 +28,7 @@ impl Drop for Reaper {
     }
 }
 
-fn controller(sim: &str, state: &Path, addr: &str) -> Child {
+fn controller(sim: &str, state: &str, addr: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tern"))
         .args([
             "controller",
@@ -35,9 +38,11 @@ fn controller(sim: &str, state: &Path, addr: &str) -> Child {
             addr,
             "--period",
             "0.05",
+            "--id",
+            "chaos",
+            "--state",
+            state,
         ])
-        .arg("--state")
-        .arg(state)
         .env("TERN_TOKEN", TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -73,6 +78,18 @@ fn spec(name: &str, workers: &str, gang: bool, samples: u64) -> String {
 fn sigkilled_controller_leaks_nothing_and_launches_nothing_twice() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.db");
+    chaos(&dir, &state.display().to_string());
+}
+
+#[test]
+fn sigkilled_controller_on_postgres_leaks_nothing_and_launches_nothing_twice() {
+    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the chaos test");
+    let state = pg.create_db("chaos").expect("database");
+    let dir = tempfile::tempdir().expect("tempdir");
+    chaos(&dir, &state);
+}
+
+fn chaos(dir: &tempfile::TempDir, state: &str) {
     let sim_addr = format!("127.0.0.1:{}", free_port());
     let sim_url = format!("http://{sim_addr}");
     let mut reaper = Reaper(Vec::new());
@@ -94,7 +111,7 @@ fn sigkilled_controller_leaks_nothing_and_launches_nothing_twice() {
     wait_for(&sim_addr);
     let ctl_addr = format!("127.0.0.1:{}", free_port());
     let server = format!("http://{ctl_addr}");
-    let mut ctl = controller(&sim_url, &state, &ctl_addr);
+    let mut ctl = controller(&sim_url, state, &ctl_addr);
     wait_for(&ctl_addr);
     for (name, workers, gang, samples) in [
         ("gang", "4", true, 5_000_000u64),
@@ -126,7 +143,7 @@ fn sigkilled_controller_leaks_nothing_and_launches_nothing_twice() {
         std::thread::sleep(Duration::from_millis(150 + rng % 700));
         ctl.kill().expect("SIGKILL");
         ctl.wait().expect("reaped");
-        ctl = controller(&sim_url, &state, &ctl_addr);
+        ctl = controller(&sim_url, state, &ctl_addr);
         wait_for(&ctl_addr);
     }
 
@@ -159,7 +176,7 @@ fn sigkilled_controller_leaks_nothing_and_launches_nothing_twice() {
         );
     }
     // Finished jobs release their instances; then nothing of ours may remain.
-    let state_arg = state.display().to_string();
+    let state_arg = state.to_string();
     let t0 = Instant::now();
     let report = loop {
         let r = tern_json(&[
