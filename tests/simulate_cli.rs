@@ -130,3 +130,89 @@ fn impossible_deadline_and_unknown_policy_are_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy 'cheapest'"));
 }
+
+const GANG16: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/data/catalog/aws/spot-traces/availability/16-node/aws-08-27-2023/us-east-2b_v100_1.json"
+);
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().expect("some output");
+    serde_json::from_str(last).expect("the last line is JSON")
+}
+
+fn sixteen_nodes(extra: &[&str]) -> std::process::Output {
+    tern()
+        .args(["simulate", "--trace", GANG16, "--nodes", "16"])
+        .args(["--work-hours", "24", "--deadline-hours", "30"])
+        .args(["--restart-hours", "0.2", "--stride-hours", "12"])
+        .args(["--policy", "optimal,up,tern", "--json"])
+        .args(extra)
+        .output()
+        .expect("tern runs")
+}
+
+#[test]
+fn elastic_job_costs_no_more_than_the_gang_on_a_16_node_trace() {
+    let gang = json_of(&sixteen_nodes(&[]));
+    let linear = sixteen_nodes(&["--min-nodes", "8"]);
+    let stderr = String::from_utf8_lossy(&linear.stderr).to_string();
+    assert!(
+        stderr.contains("runs on 8..=16 nodes") && stderr.contains("linear"),
+        "{stderr}"
+    );
+    let linear = json_of(&linear);
+    let curve = sixteen_nodes(&[
+        "--min-nodes",
+        "8",
+        "--profile",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/data/profiles/pollux-t4/imagenet"
+        ),
+    ]);
+    let stderr = String::from_utf8_lossy(&curve.stderr).to_string();
+    assert!(stderr.contains("forecast from"), "{stderr}");
+    let curve = json_of(&curve);
+    let ratio = |v: &serde_json::Value, p: &str| v[p]["mean_cost_ratio"].as_f64().unwrap();
+    for elastic in [&linear, &curve] {
+        assert_eq!(elastic["tern"]["windows"], gang["tern"]["windows"]);
+        // The elastic job may do everything the gang does, and more.
+        assert!(
+            ratio(elastic, "optimal") <= ratio(&gang, "optimal") + 1e-9,
+            "gang {gang} elastic {elastic}"
+        );
+        assert_eq!(elastic["tern"]["deadline_misses"], 0, "{elastic}");
+        assert_eq!(elastic["up"]["deadline_misses"], 0, "{elastic}");
+        for p in ["up", "tern"] {
+            assert!(
+                ratio(elastic, "optimal") <= ratio(elastic, p) + 1e-9,
+                "{elastic}"
+            );
+        }
+    }
+    // This trace often has some but not all 16: partial capacity is worth a lot.
+    assert!(ratio(&linear, "optimal") < ratio(&gang, "optimal") - 0.01);
+}
+
+#[test]
+fn min_nodes_outside_one_to_k_is_an_error_naming_the_flag() {
+    for bad in ["0", "17"] {
+        let out = sixteen_nodes(&["--min-nodes", bad]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--min-nodes must be between 1 and --nodes (16)") && err.contains(bad),
+            "{err}"
+        );
+    }
+    let out = sixteen_nodes(&["--min-nodes", "4", "--profile", "/nonexistent/profile"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/profile"));
+}

@@ -6,17 +6,53 @@
 //! `restart` ticks of billed time without progress. A spot instance whose zone loses capacity is
 //! gone at that tick; its progress is kept (checkpointed), the restart overhead is the loss.
 //!
+//! **Multi-node jobs.** A job wants `K` = [`Job::nodes`] instances. A *gang* (`min_nodes = K`)
+//! can use spot only while a zone has `K` available. An *elastic* job (`min_nodes = M < K`)
+//! runs on spot whenever a zone has at least `M`, holding `min(available, K)` nodes; on-demand
+//! always gives it all `K`. Its model:
+//! - **Cost**: every node held is billed for every tick it is held (booting, re-rendezvous and
+//!   working ticks alike), at the zone's spot price; on-demand bills `K` nodes.
+//! - **Progress** is counted in units of `1/unit` of a full-speed (K-node) tick: with `n` working
+//!   nodes a tick gives `speed[n]` units ([`Job::speed`], a table computed outside the
+//!   policies: linear `n/K`, or the forecaster's throughput(n)/throughput(K), quantised *down*
+//!   to the grid). Below `M` nodes the job cannot run at all.
+//! - **Starting** the job (from nothing, a spot↔on-demand switch, a zone move) costs the full
+//!   `restart` overhead, as for a gang: new instances are provisioned and restore the checkpoint.
+//! - **Joining nodes** boot too: a node acquired while the job runs is billed at once but works
+//!   only after `restart` ticks. When capacity shrinks the youngest nodes go first (they have the
+//!   least sunk boot). So the working count at tick `t` is the least held count over
+//!   `[t − restart, t]` ([`Job::working`]).
+//! - **Resizing** (the working count changes while running) costs one tick without progress: the
+//!   survivors re-rendezvous (torchrun elastic restarts the worker processes with the new world
+//!   size and reload the checkpoint taken on the interruption notice), which needs no new VM, so
+//!   it is far shorter than a cold start; one tick (195–300 s in the AWS traces) rounds it up, in
+//!   keeping with the rule that the tick model never flatters a policy. The job's first working
+//!   tick after a start is not a resize (the start's own rendezvous is part of `restart`).
+//!
+//! A gang is the special case `unit = 1`, `speed[K] = 1`: every rule above reduces to the gang
+//! rules, and a gang's figures are exactly those of the gang-only model.
+//!
 //! Online policies implement [`DeadlinePolicy`]: a deterministic function of (job, state, tick,
 //! observations of the past and present). [`safe`] wraps every decision so that no policy can
 //! miss a deadline that was feasible at the start. [`optimal`] is the omniscient yardstick.
 
+use std::sync::Arc;
+
+use crate::forecast::{ForecastError, Forecaster, Shape};
 use crate::migrate::{self, MoveCandidate, MoveRule};
 
 /// Costs in the policies are dollars; `INF` marks states from which the deadline cannot be met.
 const INF: f64 = f64::INFINITY;
 
+/// Grid of a non-linear speed table: progress is counted in `1/max(4K, 32)` of a full-speed tick,
+/// so quantising a tick's progress down loses less than 1/32 of a full-speed tick (≤ 3 %).
+/// Finer grids make `optimal`'s table (deadline × slack·unit) proportionally larger.
+pub const SPEED_GRID_MIN: u32 = 32;
+/// Grid units per node of a non-linear speed table (see [`SPEED_GRID_MIN`]).
+pub const SPEED_GRID_PER_NODE: u32 = 4;
+
 /// A job on the tick grid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     /// Ticks of full-speed work.
     pub work: u32,
@@ -24,21 +60,116 @@ pub struct Job {
     pub deadline: u32,
     /// Ticks of overhead to bring up a new instance (at least 1).
     pub restart: u32,
-    /// Instances needed at once (a gang); spot is usable only when this many are available.
+    /// Instances the job wants (`K`); on-demand always gives it this many.
     pub nodes: u32,
+    /// Fewest instances it can run on (`M`, 1 ≤ M ≤ K). `M = K` is a gang: spot is usable only
+    /// when `K` are available.
+    pub min_nodes: u32,
+    /// Progress units per full-speed tick. [`JobState::done`] counts these units.
+    pub unit: u32,
+    /// Progress units per tick with `n` working nodes, `n = 0..=nodes`: 0 below `min_nodes`,
+    /// `unit` at `nodes`.
+    pub speed: Arc<[u32]>,
 }
 
 impl Job {
+    /// A gang of `nodes` instances on the tick grid (see [`Job::from_hours`]).
+    pub fn gang(work: u32, deadline: u32, restart: u32, nodes: u32) -> Job {
+        let nodes = nodes.max(1);
+        let mut speed = vec![0; nodes as usize + 1];
+        speed[nodes as usize] = 1;
+        Job {
+            work,
+            deadline,
+            restart,
+            nodes,
+            min_nodes: nodes,
+            unit: 1,
+            speed: speed.into(),
+        }
+    }
+
     /// Round work and overhead up, the deadline down, so the tick model never flatters a policy.
+    /// The result is a gang; [`Job::elastic`] relaxes it.
     pub fn from_hours(work: f64, deadline: f64, restart: f64, gap_seconds: u32, nodes: u32) -> Job {
         let g = f64::from(gap_seconds.max(1)) / 3600.0;
         let up = |h: f64| ((h / g) - 1e-9).ceil().max(0.0) as u32;
-        Job {
-            work: up(work).max(1),
-            deadline: ((deadline / g) + 1e-9).floor().max(0.0) as u32,
-            restart: up(restart).max(1),
-            nodes: nodes.max(1),
+        Job::gang(
+            up(work).max(1),
+            ((deadline / g) + 1e-9).floor().max(0.0) as u32,
+            up(restart).max(1),
+            nodes,
+        )
+    }
+
+    /// This job made elastic: it runs on `min_nodes..=nodes` instances. `fractions[n]` is the
+    /// throughput with `n` nodes relative to `nodes` (`n = 0..=nodes`; entries below
+    /// `min_nodes` are ignored, values above 1 are capped at 1); `None` means linear, `n/K`.
+    ///
+    /// A linear table is exact on a grid of `K` units per tick. Any other table is quantised
+    /// *down* to `1/max(4K, 32)` of a tick, so the simulated job never runs faster than the
+    /// curve says; the replay, the online policies and [`optimal`] all use the quantised table,
+    /// which keeps the optimum exact for the job that is replayed. `min_nodes = nodes` is the
+    /// gang itself, whatever the table.
+    pub fn elastic(self, min_nodes: u32, fractions: Option<&[f64]>) -> Result<Job, String> {
+        let k = self.nodes;
+        if min_nodes == 0 || min_nodes > k {
+            return Err(format!(
+                "min nodes must be between 1 and the job's {k} node(s), got {min_nodes}"
+            ));
         }
+        if let Some(f) = fractions {
+            if f.len() != k as usize + 1 {
+                return Err(format!(
+                    "the speed table needs {} entries (0..={k} nodes), got {}",
+                    k + 1,
+                    f.len()
+                ));
+            }
+            if let Some((n, v)) = f
+                .iter()
+                .enumerate()
+                .skip(min_nodes as usize)
+                .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+            {
+                return Err(format!(
+                    "relative throughput with {n} node(s) must be a number ≥ 0, got {v}"
+                ));
+            }
+        }
+        if min_nodes == k {
+            return Ok(Job::gang(self.work, self.deadline, self.restart, k));
+        }
+        let linear = fractions.is_none_or(|f| {
+            f.iter()
+                .enumerate()
+                .skip(min_nodes as usize)
+                .all(|(n, v)| (v * f64::from(k) - n as f64).abs() < 1e-9)
+        });
+        let unit = if linear {
+            k
+        } else {
+            (SPEED_GRID_PER_NODE * k).max(SPEED_GRID_MIN)
+        };
+        let speed: Vec<u32> = (0..=k)
+            .map(|n| match fractions {
+                _ if n < min_nodes => 0,
+                _ if n == k => unit,
+                _ if linear => n,
+                Some(f) => (f[n as usize].min(1.0) * f64::from(unit)).floor() as u32,
+                None => n,
+            })
+            .collect();
+        let fits = |ticks: u32| ticks.checked_mul(unit).is_some_and(|u| u < u32::MAX / 2);
+        if !fits(self.work) || !fits(self.deadline) {
+            return Err("job too long for the progress grid".into());
+        }
+        Ok(Job {
+            min_nodes,
+            unit,
+            speed: speed.into(),
+            ..self
+        })
     }
 
     /// Whether on-demand alone (one start, then uninterrupted work) meets the deadline.
@@ -50,6 +181,82 @@ impl Job {
     pub fn slack(&self) -> u32 {
         self.deadline.saturating_sub(self.work)
     }
+
+    pub fn is_elastic(&self) -> bool {
+        self.min_nodes < self.nodes
+    }
+
+    /// All the work, in progress units.
+    pub fn total(&self) -> u32 {
+        self.work * self.unit
+    }
+
+    /// Full-speed ticks still needed after `done` units (rounded up).
+    pub fn ticks_left(&self, done: u32) -> u32 {
+        self.total().saturating_sub(done).div_ceil(self.unit)
+    }
+
+    /// Spot instances the job holds in a zone with `available` of them: `min(available, K)`,
+    /// or none below `min_nodes`.
+    pub fn held(&self, available: u32) -> u32 {
+        if available >= self.min_nodes {
+            available.min(self.nodes)
+        } else {
+            0
+        }
+    }
+
+    /// Nodes working at the last tick of `history` (a zone's availability) for a spot run that
+    /// started at least `restart` ticks before it: the least held count over the last
+    /// `restart + 1` ticks (joining nodes boot for `restart` ticks; the youngest go first).
+    pub fn working(&self, history: &[u32]) -> u32 {
+        let from = history.len().saturating_sub(self.restart as usize + 1);
+        history[from..]
+            .iter()
+            .map(|&a| self.held(a))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Progress units of one working spot tick with `working` nodes, when `before` worked at
+    /// the previous tick of the same run (0: this is the run's first working tick). A change of
+    /// the working count is a re-rendezvous: no progress this tick.
+    pub fn spot_gain(&self, working: u32, before: u32) -> u32 {
+        if before != 0 && before != working {
+            0
+        } else {
+            self.speed.get(working as usize).copied().unwrap_or(0)
+        }
+    }
+}
+
+/// Relative throughput `throughput(n) / throughput(nodes)` for `n = 0..=nodes` from a fitted
+/// forecaster: each node has `gpus_per_node` accelerators at `local_batch` samples each, and
+/// throughput is samples per second at that shape. Pure; the caller loads the profile.
+///
+/// This is samples/s, not goodput: a smaller global batch usually has a higher statistical
+/// efficiency per sample, so this undercounts the progress of a shrunken job (conservative).
+pub fn relative_throughput(
+    forecaster: &Forecaster,
+    job: &str,
+    accelerator: &str,
+    gpus_per_node: u32,
+    local_batch: f64,
+    nodes: u32,
+) -> Result<Vec<f64>, ForecastError> {
+    let g = gpus_per_node.max(1);
+    let tput = |n: u32| -> Result<f64, ForecastError> {
+        let shape = Shape::new(g * n, n, local_batch);
+        let p = forecaster.predict(job, accelerator, &shape)?;
+        Ok(shape.global_batch() / p.step_s)
+    };
+    let full = tput(nodes.max(1))?;
+    let mut out = vec![0.0];
+    for n in 1..=nodes.max(1) {
+        let r = tput(n)? / full;
+        out.push(if r.is_finite() { r } else { 0.0 });
+    }
+    Ok(out)
 }
 
 /// Where the job runs (or wants to run) this tick.
@@ -64,7 +271,7 @@ pub enum Placement {
 /// The job's progress as the replay engine (or a controller) tracks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobState {
-    /// Ticks of work done.
+    /// Work done, in progress units ([`Job::unit`] per full-speed tick).
     pub done: u32,
     pub placement: Placement,
     /// Ticks of restart overhead the current instance still has to spend before it makes progress.
@@ -75,6 +282,8 @@ pub struct JobState {
     pub checkpoint_region: Option<usize>,
     /// Tick of the last zone move, for the migration cool-down.
     pub last_move: Option<u32>,
+    /// Nodes that worked at the previous tick of the current spot run (0: none yet).
+    pub working: u32,
 }
 
 impl JobState {
@@ -86,6 +295,7 @@ impl JobState {
             started_at: 0,
             checkpoint_region: None,
             last_move: None,
+            working: 0,
         }
     }
 }
@@ -163,19 +373,24 @@ pub trait DeadlinePolicy {
 /// Whether `want` keeps the job able to finish on on-demand from the next tick on, whatever
 /// spot does. If not, the job must go (or stay) on on-demand now. Applied to every online
 /// policy; the invariant it keeps is: off on-demand, remaining time ≥ remaining work + restart.
+///
+/// Work is in progress units; a spot tick is credited with exactly what the replay will give it
+/// (the working count and re-rendezvous rule of [`Job`]), so for a gang this is the tick rule.
 pub fn safe(job: &Job, state: &JobState, obs: &Observation<'_>, want: Placement) -> Placement {
     let remaining = i64::from(job.deadline) - i64::from(obs.tick);
-    let work_left = i64::from(job.work) - i64::from(state.done);
-    let spot_ok = |z: usize| obs.zones.get(z).is_some_and(|v| v.up(job.nodes));
+    let work_left = i64::from(job.total()) - i64::from(state.done);
+    let spot_ok = |z: usize| obs.zones.get(z).is_some_and(|v| v.up(job.min_nodes));
     let after_work = match want {
         Placement::OnDemand => return Placement::OnDemand,
         Placement::Spot(z) if !spot_ok(z) => return safe(job, state, obs, Placement::Idle),
         Placement::Spot(z) if state.placement == Placement::Spot(z) && state.booting == 0 => {
-            work_left - 1
+            let working = job.working(obs.zones[z].history);
+            work_left - i64::from(job.spot_gain(working, state.working))
         }
         _ => work_left,
     };
-    if remaining > after_work + i64::from(job.restart) {
+    let after_ticks = (after_work.max(0) as u64).div_ceil(u64::from(job.unit)) as i64;
+    if remaining > after_ticks + i64::from(job.restart) {
         want
     } else {
         Placement::OnDemand
@@ -207,7 +422,7 @@ impl DeadlinePolicy for Greedy {
         if state.placement == Placement::OnDemand {
             return Placement::OnDemand;
         }
-        obs.cheapest_up(job.nodes, state.placement)
+        obs.cheapest_up(job.min_nodes, state.placement)
             .map_or(Placement::Idle, Placement::Spot)
     }
 }
@@ -224,14 +439,15 @@ impl DeadlinePolicy for UniformProgress {
     fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement {
         let t = u64::from(obs.tick);
         let remaining = u64::from(job.deadline.saturating_sub(obs.tick));
-        let work_left = u64::from(job.work.saturating_sub(state.done));
+        let work_left = u64::from(job.ticks_left(state.done));
         let r = u64::from(job.restart);
-        // Progress expected on the line, in ticks, scaled to avoid rounding: done·D vs t·C.
+        // Progress expected on the line, in units, scaled to avoid rounding: done·D vs t·C.
+        let unit = u64::from(job.unit);
         let done_scaled = u64::from(state.done) * u64::from(job.deadline);
-        let line_scaled = t * u64::from(job.work);
+        let line_scaled = t * u64::from(job.work) * unit;
         let behind = done_scaled < line_scaled;
-        let ahead_2d = done_scaled >= line_scaled + 2 * r * u64::from(job.deadline);
-        let spot = obs.cheapest_up(job.nodes, state.placement);
+        let ahead_2d = done_scaled >= line_scaled + 2 * r * u64::from(job.deadline) * unit;
+        let spot = obs.cheapest_up(job.min_nodes, state.placement);
         let running_spot = matches!(state.placement, Placement::Spot(z) if Some(z) == spot);
         if work_left + 2 * r >= remaining {
             // Safety net: keep a running spot VM until it is preempted, else on-demand.
@@ -271,7 +487,9 @@ pub struct ZoneFuture<'a> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Outcome {
     pub cost: f64,
+    /// Instance-ticks billed on spot (instances held × ticks).
     pub spot_ticks: u32,
+    /// Instance-ticks billed on on-demand.
     pub on_demand_ticks: u32,
     /// Instance starts after the first one.
     pub restarts: u32,
@@ -288,6 +506,9 @@ enum Node {
     Od(usize),
     /// Spot running (booted) in this zone.
     Spot(usize),
+    /// Elastic jobs only: spot in this zone just booted; its next tick is the run's first
+    /// working tick, which is never a re-rendezvous.
+    Fresh(usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -298,11 +519,23 @@ enum Edge {
     Stop,
 }
 
-/// Omniscient dynamic programme over (tick, slack, placement). Slack σ = remaining ticks −
-/// remaining work, which never grows, so the table is `deadline × (initial slack + 1)` per
-/// placement, not `deadline × work`. Booting is folded into one edge (start at `t`, running at
-/// `t + restart`): an omniscient policy never starts an instance that dies while booting, since
-/// waiting instead reaches the same state for free.
+/// Omniscient dynamic programme over (tick, slack, placement). Slack σ = remaining ticks ×
+/// [`Job::unit`] − remaining work units, which never grows (a tick gives at most `unit`), so the
+/// table is `deadline × (initial slack·unit + 1)` per placement, not `deadline × work`. Booting
+/// is folded into one edge (start at `t`, running at `t + restart`): an omniscient policy never
+/// starts an instance that dies while booting, since waiting instead reaches the same state for
+/// free.
+///
+/// Elastic jobs stay exact: progress is an integer number of units per tick (the speed table is
+/// quantised when the [`Job`] is built, and the replay uses the same table), and what a spot
+/// tick in zone `z` at tick `t` gives depends only on `(z, t)` and on whether it is the run's
+/// first working tick: the working count is the least held count over `[t − restart, t]`, all
+/// of it inside the run. So that tick gets its own placement (`Node::Fresh`).
+///
+/// The optimum may stop and start again in the same tick (a restart in place, paying `restart`
+/// again). Online policies never ask for that; for a gang it never pays, for an elastic job it
+/// can beat a run of re-rendezvous. It only widens the yardstick's choices, so `optimal` stays a
+/// lower bound on every online policy (property tests).
 #[derive(Debug)]
 pub struct Optimum<'a> {
     job: Job,
@@ -311,29 +544,44 @@ pub struct Optimum<'a> {
     egress: f64,
     regions: usize,
     width: usize,
-    /// Consecutive usable spot ticks starting at each tick, per zone.
+    /// Consecutive usable spot ticks (at least `min_nodes` available) from each tick, per zone.
     run: Vec<Vec<u32>>,
-    /// Prefix sums of spot $ per tick, per zone.
+    /// Prefix sums of spot $ per tick (held nodes × price), per zone.
     cum: Vec<Vec<f64>>,
+    /// Prefix sums of spot instances held per tick, per zone (instance-ticks billed).
+    held: Vec<Vec<u64>>,
+    /// Progress units of a working spot tick: `[first working tick of a run, later tick]`.
+    gain: Vec<Vec<[u32; 2]>>,
     table: Vec<f64>,
 }
 
 impl<'a> Optimum<'a> {
     pub fn new(
-        job: Job,
+        job: &Job,
         zones: &'a [ZoneFuture<'a>],
         on_demand_price: f64,
         tick_hours: f64,
         egress_cost: f64,
     ) -> Optimum<'a> {
+        let job = job.clone();
         let t_len = job.deadline as usize;
         let k = f64::from(job.nodes);
+        let up =
+            |z: &ZoneFuture<'_>, t: usize| z.available.get(t).is_some_and(|&n| n >= job.min_nodes);
+        // Instances billed at a usable tick; a gang always holds K (its figures stay exactly
+        // those of the gang model, whose prefix sums add K on every tick).
+        let billed = |z: &ZoneFuture<'_>, t: usize| -> u32 {
+            match z.available.get(t) {
+                Some(&n) if n >= job.min_nodes => n.min(job.nodes),
+                _ => job.nodes,
+            }
+        };
         let run = zones
             .iter()
             .map(|z| {
                 let mut run = vec![0u32; t_len + 1];
                 for t in (0..t_len).rev() {
-                    if z.available.get(t).is_some_and(|&n| n >= job.nodes) {
+                    if up(z, t) {
                         run[t] = run[t + 1] + 1;
                     }
                 }
@@ -346,27 +594,72 @@ impl<'a> Optimum<'a> {
                 let mut c = vec![0.0; t_len + 1];
                 for t in 0..t_len {
                     let p = z.spot_price.get(t).copied().unwrap_or(on_demand_price);
-                    c[t + 1] = c[t] + p * k * tick_hours;
+                    let n = if job.is_elastic() {
+                        f64::from(billed(z, t))
+                    } else {
+                        k
+                    };
+                    c[t + 1] = c[t] + p * n * tick_hours;
                 }
                 c
             })
             .collect();
+        let held = zones
+            .iter()
+            .map(|z| {
+                let mut c = vec![0u64; t_len + 1];
+                for t in 0..t_len {
+                    c[t + 1] = c[t] + u64::from(billed(z, t));
+                }
+                c
+            })
+            .collect();
+        let r = job.restart as usize;
+        let gain = zones
+            .iter()
+            .map(|z| {
+                let working: Vec<u32> = (0..t_len)
+                    .map(|t| {
+                        let a = &z.available[..=t.min(z.available.len().saturating_sub(1))];
+                        if t < r { 0 } else { job.working(a) }
+                    })
+                    .collect();
+                (0..t_len)
+                    .map(|t| {
+                        if !job.is_elastic() {
+                            return [job.unit; 2];
+                        }
+                        let before = if t > r { working[t - 1] } else { 0 };
+                        [
+                            job.spot_gain(working[t], 0),
+                            if t > r {
+                                job.spot_gain(working[t], before.max(1))
+                            } else {
+                                0
+                            },
+                        ]
+                    })
+                    .collect()
+            })
+            .collect();
         let regions = zones.iter().map(|z| z.region + 1).max().unwrap_or(1);
         Optimum {
-            job,
-            zones,
             od_tick: on_demand_price * k * tick_hours,
             egress: egress_cost,
             regions,
-            width: job.slack() as usize + 1,
+            width: (job.slack() as usize) * job.unit as usize + 1,
+            job,
+            zones,
             run,
             cum,
+            held,
+            gain,
             table: Vec::new(),
         }
     }
 
     fn nodes(&self) -> usize {
-        2 * self.regions + self.zones.len()
+        2 * self.regions + self.zones.len() * if self.job.is_elastic() { 2 } else { 1 }
     }
 
     fn node_index(&self, n: Node) -> usize {
@@ -374,6 +667,7 @@ impl<'a> Optimum<'a> {
             Node::None(g) => g,
             Node::Od(g) => self.regions + g,
             Node::Spot(z) => 2 * self.regions + z,
+            Node::Fresh(z) => 2 * self.regions + self.zones.len() + z,
         }
     }
 
@@ -383,7 +677,7 @@ impl<'a> Optimum<'a> {
 
     /// Value of `n` at tick `t` with slack `sigma` (may be negative or past the end).
     fn value(&self, n: Node, t: usize, sigma: i64) -> f64 {
-        let remaining = i64::from(self.job.deadline) - t as i64;
+        let remaining = (i64::from(self.job.deadline) - t as i64) * i64::from(self.job.unit);
         if sigma < 0 {
             return INF;
         }
@@ -397,6 +691,15 @@ impl<'a> Optimum<'a> {
         self.run[z].get(t).is_some_and(|&r| r > 0)
     }
 
+    /// The placement a spot boot in zone `z` lands in.
+    fn booted(&self, z: usize) -> Node {
+        if self.job.is_elastic() {
+            Node::Fresh(z)
+        } else {
+            Node::Spot(z)
+        }
+    }
+
     /// Calls `f(cost, next node, next tick, next slack, edge)` for every choice at a state.
     fn options(
         &self,
@@ -406,14 +709,15 @@ impl<'a> Optimum<'a> {
         f: &mut impl FnMut(f64, Node, usize, i64, Edge),
     ) {
         let r = self.job.restart as usize;
+        let u = i64::from(self.job.unit);
         match n {
             Node::None(g) => {
-                f(0.0, n, t + 1, sigma - 1, Edge::Idle);
+                f(0.0, n, t + 1, sigma - u, Edge::Idle);
                 f(
                     self.od_tick * r as f64,
                     Node::Od(g),
                     t + r,
-                    sigma - r as i64,
+                    sigma - r as i64 * u,
                     Edge::Boot { spot: None },
                 );
                 for (z, zone) in self.zones.iter().enumerate() {
@@ -422,9 +726,9 @@ impl<'a> Optimum<'a> {
                         let cost = self.cum[z][t + r] - self.cum[z][t] + egress;
                         f(
                             cost,
-                            Node::Spot(z),
+                            self.booted(z),
                             t + r,
-                            sigma - r as i64,
+                            sigma - r as i64 * u,
                             Edge::Boot { spot: Some(z) },
                         );
                     }
@@ -434,14 +738,15 @@ impl<'a> Optimum<'a> {
                 f(self.od_tick, n, t + 1, sigma, Edge::Run { spot: false });
                 f(0.0, Node::None(g), t, sigma, Edge::Stop);
             }
-            Node::Spot(z) => {
+            Node::Spot(z) | Node::Fresh(z) => {
                 let g = self.zones[z].region;
                 if self.up(z, t) {
+                    let gain = self.gain[z][t][usize::from(matches!(n, Node::Spot(_)))];
                     f(
                         self.cum[z][t + 1] - self.cum[z][t],
-                        n,
+                        Node::Spot(z),
                         t + 1,
-                        sigma,
+                        sigma - (u - i64::from(gain)),
                         Edge::Run { spot: true },
                     );
                 }
@@ -450,15 +755,17 @@ impl<'a> Optimum<'a> {
         }
     }
 
-    /// Fill the value table backwards in time.
     /// Fill the value table backwards in time. This is the hot loop of `tern simulate`, so it is
     /// written out per placement instead of going through [`Optimum::options`] (which the
     /// forward pass uses, and which the brute-force test checks against).
     fn solve(&mut self) {
         let t_len = self.job.deadline as usize;
         let (w, nn, gs) = (self.width, self.nodes(), self.regions);
+        let zs = self.zones.len();
+        let elastic = self.job.is_elastic();
         let r = self.job.restart as usize;
-        let ri = r as i64;
+        let u = i64::from(self.job.unit);
+        let ru = r as i64 * u;
         let boot_od = self.od_tick * r as f64;
         self.table.clear();
         self.table.resize(t_len * w * nn, INF);
@@ -466,25 +773,27 @@ impl<'a> Optimum<'a> {
         let get = |table: &[f64], i: usize, t2: usize, s2: i64| -> f64 {
             if s2 < 0 {
                 INF
-            } else if t_len as i64 - t2 as i64 - s2 <= 0 {
+            } else if (t_len as i64 - t2 as i64) * u - s2 <= 0 {
                 0.0
             } else {
                 table[(t2 * w + s2 as usize) * nn + i]
             }
         };
+        // Spot boots land in `Fresh` for elastic jobs.
+        let landing = if elastic { 2 * gs + zs } else { 2 * gs };
         for t in (0..t_len).rev() {
             let rem = t_len - t;
-            for sigma in 0..w.min(rem) {
+            for sigma in 0..w.min(rem * u as usize) {
                 let s = sigma as i64;
                 let base = (t * w + sigma) * nn;
                 for g in 0..gs {
-                    let mut best = get(table, g, t + 1, s - 1);
-                    best = best.min(boot_od + get(table, gs + g, t + r, s - ri));
+                    let mut best = get(table, g, t + 1, s - u);
+                    best = best.min(boot_od + get(table, gs + g, t + r, s - ru));
                     for (z, zone) in self.zones.iter().enumerate() {
                         if self.run[z][t] as usize >= r {
                             let egress = if zone.region != g { self.egress } else { 0.0 };
                             let c = self.cum[z][t + r] - self.cum[z][t] + egress;
-                            best = best.min(c + get(table, 2 * gs + z, t + r, s - ri));
+                            best = best.min(c + get(table, landing + z, t + r, s - ru));
                         }
                     }
                     table[base + g] = best;
@@ -495,12 +804,22 @@ impl<'a> Optimum<'a> {
                 }
                 for (z, zone) in self.zones.iter().enumerate() {
                     let stop = table[base + zone.region];
-                    table[base + 2 * gs + z] = if self.run[z][t] > 0 {
-                        let c = self.cum[z][t + 1] - self.cum[z][t];
-                        (c + get(table, 2 * gs + z, t + 1, s)).min(stop)
+                    let up = self.run[z][t] > 0;
+                    let c = self.cum[z][t + 1] - self.cum[z][t];
+                    let [first, later] = self.gain[z][t];
+                    table[base + 2 * gs + z] = if up {
+                        (c + get(table, 2 * gs + z, t + 1, s - (u - i64::from(later)))).min(stop)
                     } else {
                         stop
                     };
+                    if elastic {
+                        table[base + 2 * gs + zs + z] = if up {
+                            (c + get(table, 2 * gs + z, t + 1, s - (u - i64::from(first))))
+                                .min(stop)
+                        } else {
+                            stop
+                        };
+                    }
                 }
             }
         }
@@ -520,7 +839,7 @@ impl<'a> Optimum<'a> {
             return out;
         }
         self.solve();
-        let sigma0 = i64::from(self.job.slack());
+        let sigma0 = i64::from(self.job.slack()) * i64::from(self.job.unit);
         let Some((start, cost)) = (0..self.regions)
             .map(|g| (Node::None(g), self.value(Node::None(g), 0, sigma0)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
@@ -534,7 +853,8 @@ impl<'a> Optimum<'a> {
         let (mut n, mut t, mut sigma) = (start, 0usize, sigma0);
         let (mut starts, mut last_spot) = (0u32, None);
         let r = self.job.restart;
-        while i64::from(self.job.deadline) - t as i64 - sigma > 0 {
+        let (u, k) = (i64::from(self.job.unit), self.job.nodes);
+        while (i64::from(self.job.deadline) - t as i64) * u - sigma > 0 {
             let here = self.value(n, t, sigma);
             let mut pick = None;
             self.options(n, t, sigma, &mut |c, m, t2, s2, e| {
@@ -550,17 +870,22 @@ impl<'a> Optimum<'a> {
                     starts += 1;
                     match spot {
                         Some(z) => {
-                            out.spot_ticks += r;
+                            let held = self.held[z][t + r as usize] - self.held[z][t];
+                            out.spot_ticks += held as u32;
                             if last_spot.is_some_and(|l| l != z) {
                                 out.moves += 1;
                             }
                             last_spot = Some(z);
                         }
-                        None => out.on_demand_ticks += r,
+                        None => out.on_demand_ticks += r * k,
                     }
                 }
-                Edge::Run { spot: true } => out.spot_ticks += 1,
-                Edge::Run { spot: false } => out.on_demand_ticks += 1,
+                Edge::Run { spot: true } => {
+                    if let Node::Spot(z) | Node::Fresh(z) = n {
+                        out.spot_ticks += (self.held[z][t + 1] - self.held[z][t]) as u32;
+                    }
+                }
+                Edge::Run { spot: false } => out.on_demand_ticks += k,
                 Edge::Idle | Edge::Stop => {}
             }
             (n, t, sigma) = (m, t2, s2);
@@ -573,7 +898,7 @@ impl<'a> Optimum<'a> {
 
 /// The omniscient optimum of one window (it knows the future; a yardstick, not a policy).
 pub fn optimal(
-    job: Job,
+    job: &Job,
     zones: &[ZoneFuture<'_>],
     on_demand_price: f64,
     tick_hours: f64,
@@ -909,7 +1234,7 @@ impl Tern {
         }
         let half_life = f64::from(job.deadline.max(1));
         let forget = 0.5f64.powf(1.0 / half_life);
-        let k = job.nodes;
+        let k = job.min_nodes;
         let young = job.restart;
         if self.seen == 0 && len > 0 {
             for (z, c) in self.counts.iter_mut().enumerate() {
@@ -1012,7 +1337,7 @@ impl DeadlinePolicy for Tern {
             return state.placement;
         }
         let up: Vec<usize> = (0..obs.zones.len())
-            .filter(|&z| obs.zones[z].up(job.nodes))
+            .filter(|&z| obs.zones[z].up(job.min_nodes))
             .collect();
         let best_up = up.iter().copied().min_by(|&a, &b| {
             self.zone_score(job, obs, a)
@@ -1031,7 +1356,7 @@ impl DeadlinePolicy for Tern {
         let model_zone = here.or(best_up).unwrap_or(best_any);
         let model = self.pooled_model(job, obs, model_zone);
         let rem = i64::from(job.deadline) - i64::from(obs.tick);
-        let sigma = rem - (i64::from(job.work) - i64::from(state.done));
+        let sigma = rem - i64::from(job.ticks_left(state.done));
         let raw = model;
         let model = model.snapped();
         let spacing = (job.deadline / 8).max(1);
@@ -1096,7 +1421,7 @@ impl DeadlinePolicy for Tern {
                 _ => 0.0,
             };
             let candidate = MoveCandidate {
-                remaining_work_hours: f64::from(job.work - state.done) * obs.tick_hours,
+                remaining_work_hours: f64::from(job.ticks_left(state.done)) * obs.tick_hours,
                 current_rate: self.zone_score(job, obs, cur) / obs.tick_hours,
                 candidate_rate: self.zone_score(job, obs, best) / obs.tick_hours,
                 restart_hours: f64::from(job.restart) * obs.tick_hours,
@@ -1122,15 +1447,17 @@ mod tests {
     use proptest::prelude::*;
 
     fn job(work: u32, deadline: u32, restart: u32) -> Job {
-        Job {
-            work,
-            deadline,
-            restart,
-            nodes: 1,
-        }
+        Job::gang(work, deadline, restart, 1)
     }
 
-    /// Exhaustive search over every sequence of choices, straight from the model's rules.
+    /// Exhaustive search over every sequence of choices, straight from the model's rules (not
+    /// from [`Job::working`]): spot nodes are a stack of start ticks (joiners pushed, the
+    /// youngest popped when capacity shrinks), a node works once it has been held `restart`
+    /// ticks, a change of the working count is a tick without progress, and every node held is
+    /// billed. Besides idle / spot / on-demand, a spot job may restart in place (a new start,
+    /// which pays `restart` again but makes the next working tick a run's first): the optimum
+    /// may stop and start again in the same tick, and for an elastic job that can beat two
+    /// re-rendezvous in a row.
     fn brute(job: &Job, avail: &[u32], spot: f64, od: f64) -> f64 {
         #[derive(Clone, Copy, PartialEq)]
         enum P {
@@ -1138,49 +1465,94 @@ mod tests {
             Spot,
             Od,
         }
-        #[allow(clippy::too_many_arguments)] // a plain recursion over the model's state
-        fn go(
-            job: &Job,
-            avail: &[u32],
-            spot: f64,
-            od: f64,
+        #[derive(Clone)]
+        struct S {
             t: u32,
             done: u32,
             p: P,
             boot: u32,
-        ) -> f64 {
-            if done >= job.work {
+            /// Start tick of every spot node held, oldest first.
+            stack: Vec<u32>,
+            /// Nodes that worked at the previous tick of this spot run.
+            working: u32,
+        }
+        fn go(job: &Job, avail: &[u32], spot: f64, od: f64, s: &S) -> f64 {
+            if s.done >= job.total() {
                 return 0.0;
             }
-            if t >= job.deadline {
+            if s.t >= job.deadline {
                 return INF;
             }
-            let up = avail[t as usize] >= 1;
+            let a = avail[s.t as usize];
+            let up = a >= job.min_nodes;
             // Preemption at the start of the tick.
-            let p = if p == P::Spot && !up { P::Idle } else { p };
+            let p = if s.p == P::Spot && !up { P::Idle } else { s.p };
             let mut best = INF;
-            for want in [P::Idle, P::Spot, P::Od] {
-                if want == P::Spot && !up {
+            for (want, restart) in [
+                (P::Idle, false),
+                (P::Spot, false),
+                (P::Od, false),
+                (P::Spot, true),
+            ] {
+                if want == P::Spot && !up || restart && p != P::Spot {
                     continue;
                 }
-                let (cost, nd, nb) = match want {
-                    P::Idle => (0.0, done, 0),
-                    _ => {
-                        let price = if want == P::Spot { spot } else { od };
-                        let b = if want == p { boot } else { job.restart };
-                        if b > 0 {
-                            (price, done, b - 1)
+                let mut n = S {
+                    t: s.t + 1,
+                    done: s.done,
+                    p: want,
+                    boot: 0,
+                    stack: Vec::new(),
+                    working: 0,
+                };
+                let fresh = want != p || restart;
+                let boot = if fresh { job.restart } else { s.boot };
+                let cost = match want {
+                    P::Idle => 0.0,
+                    P::Od => {
+                        if boot > 0 {
+                            n.boot = boot - 1;
                         } else {
-                            (price, done + 1, 0)
+                            n.done += job.unit;
                         }
+                        od * f64::from(job.nodes)
+                    }
+                    P::Spot => {
+                        n.stack = if fresh { Vec::new() } else { s.stack.clone() };
+                        let held = a.min(job.nodes) as usize;
+                        n.stack.truncate(held);
+                        while n.stack.len() < held {
+                            n.stack.push(s.t);
+                        }
+                        if boot > 0 {
+                            n.boot = boot - 1;
+                        } else {
+                            let w = n
+                                .stack
+                                .iter()
+                                .filter(|&&st| st + job.restart <= s.t)
+                                .count() as u32;
+                            if s.working == 0 || s.working == w {
+                                n.done += job.speed[w as usize];
+                            }
+                            n.working = w;
+                        }
+                        spot * held as f64
                     }
                 };
-                let v = cost + go(job, avail, spot, od, t + 1, nd, want, nb);
-                best = best.min(v);
+                best = best.min(cost + go(job, avail, spot, od, &n));
             }
             best
         }
-        go(job, avail, spot, od, 0, 0, P::Idle, 0)
+        let start = S {
+            t: 0,
+            done: 0,
+            p: P::Idle,
+            boot: 0,
+            stack: Vec::new(),
+            working: 0,
+        };
+        go(job, avail, spot, od, &start)
     }
 
     fn zone<'a>(a: &'a [u32], p: &'a [f64]) -> [ZoneFuture<'a>; 1] {
@@ -1189,6 +1561,72 @@ mod tests {
             spot_price: p,
             region: 0,
         }]
+    }
+
+    /// Runs an online policy on one zone the way the replay engine does (on-demand $1/h per
+    /// node, one-hour ticks); returns units done and dollars spent.
+    fn replay_online(p: &mut dyn DeadlinePolicy, j: &Job, avail: &[u32], spot: f64) -> (u32, f64) {
+        let mut s = JobState::new();
+        let mut cost = 0.0;
+        for t in 0..j.deadline {
+            if s.done >= j.total() {
+                break;
+            }
+            let views = [ZoneView {
+                history: &avail[..=t as usize],
+                spot_price: spot,
+                region: 0,
+            }];
+            let obs = Observation {
+                tick: t,
+                zones: &views,
+                on_demand_price: 1.0,
+                tick_hours: 1.0,
+                egress_cost: 0.0,
+            };
+            if matches!(s.placement, Placement::Spot(_)) && !views[0].up(j.min_nodes) {
+                s.placement = Placement::Idle;
+                s.booting = 0;
+            }
+            let want = p.decide(j, &s, &obs);
+            let act = safe(j, &s, &obs, want);
+            if act == Placement::Idle {
+                s.placement = Placement::Idle;
+                s.booting = 0;
+                continue;
+            }
+            if act != s.placement {
+                s.placement = act;
+                s.booting = j.restart;
+                s.working = 0;
+            }
+            cost += match act {
+                Placement::OnDemand => f64::from(j.nodes),
+                _ => spot * f64::from(j.held(avail[t as usize])),
+            };
+            if s.booting > 0 {
+                s.booting -= 1;
+            } else if act == Placement::OnDemand {
+                s.done += j.unit;
+            } else {
+                let w = j.working(views[0].history);
+                s.done += j.spot_gain(w, s.working);
+                s.working = w;
+            }
+        }
+        (s.done, cost)
+    }
+
+    /// An elastic job from proptest inputs: `k` nodes, `m` = 1 + `m_off` mod k, speeds from
+    /// `fr` (or linear).
+    fn elastic_job(base: Job, m_off: u32, fr: &[f64], linear: bool) -> Job {
+        let k = base.nodes;
+        let mut table = vec![0.0];
+        table.extend(fr.iter().take(k as usize - 1));
+        table.push(1.0);
+        let m = 1 + m_off % k;
+        base.elastic(m, (!linear).then_some(&table[..]))
+            .expect("valid elastic job")
     }
 
     proptest! {
@@ -1205,12 +1643,42 @@ mod tests {
             prop_assume!(j.feasible());
             let prices = vec![spot; avail.len()];
             let z = zone(&avail, &prices);
-            let dp = optimal(j, &z, 1.0, 1.0, 0.0);
+            let dp = optimal(&j, &z, 1.0, 1.0, 0.0);
             let bf = brute(&j, &avail, spot, 1.0);
             prop_assert!((dp.cost - bf).abs() < 1e-9, "dp {} vs brute {}", dp.cost, bf);
             prop_assert!(dp.finished);
             let billed = f64::from(dp.spot_ticks) * spot + f64::from(dp.on_demand_ticks);
             prop_assert!((billed - dp.cost).abs() < 1e-9);
+        }
+
+        /// Elastic jobs (K ≤ 3, any M ≤ K, random or linear speed tables, availability 0..=K):
+        /// the DP on the quantised grid equals brute force on the same grid.
+        #[test]
+        fn elastic_optimum_matches_brute_force(
+            k in 1u32..4,
+            m_off in 0u32..3,
+            raw in proptest::collection::vec(0u32..4, 8..9),
+            work in 1u32..5,
+            extra in 0u32..4,
+            restart in 1u32..3,
+            spot in 0.1f64..0.9,
+            fr in proptest::collection::vec(0.0f64..1.0, 2),
+            linear in any::<bool>(),
+        ) {
+            let avail: Vec<u32> = raw.iter().map(|&a| a.min(k)).collect();
+            let base = Job::gang(work, (work + restart + extra).min(8), restart, k);
+            prop_assume!(base.feasible());
+            let j = elastic_job(base, m_off, &fr, linear);
+            let prices = vec![spot; avail.len()];
+            let z = zone(&avail, &prices);
+            let dp = optimal(&j, &z, 1.0, 1.0, 0.0);
+            let bf = brute(&j, &avail, spot, 1.0);
+            prop_assert!((dp.cost - bf).abs() < 1e-9, "dp {} vs brute {} for {:?}", dp.cost, bf, j);
+            prop_assert!(dp.finished);
+            let billed = f64::from(dp.spot_ticks) * spot + f64::from(dp.on_demand_ticks);
+            prop_assert!((billed - dp.cost).abs() < 1e-9, "{dp:?}");
+            // Never worse than on-demand alone.
+            prop_assert!(dp.cost <= f64::from(k * (j.work + j.restart)) + 1e-9);
         }
 
         #[test]
@@ -1226,31 +1694,154 @@ mod tests {
                 Box::new(OnDemandOnly), Box::new(Greedy), Box::new(UniformProgress), Box::new(Tern::new()),
             ];
             for p in &mut policies {
-                let mut s = JobState::new();
-                for t in 0..j.deadline {
-                    if s.done >= j.work { break; }
-                    let views = [ZoneView { history: &avail[..=t as usize], spot_price: 0.3, region: 0 }];
-                    let obs = Observation { tick: t, zones: &views, on_demand_price: 1.0, tick_hours: 1.0, egress_cost: 0.0 };
-                    if matches!(s.placement, Placement::Spot(_)) && !views[0].up(1) {
-                        s.placement = Placement::Idle;
-                        s.booting = 0;
-                    }
-                    let want = p.decide(&j, &s, &obs);
-                    let act = safe(&j, &s, &obs, want);
-                    if act == Placement::Idle {
-                        s.placement = Placement::Idle;
-                        s.booting = 0;
-                        continue;
-                    }
-                    if act != s.placement {
-                        s.placement = act;
-                        s.booting = j.restart;
-                    }
-                    if s.booting > 0 { s.booting -= 1; } else { s.done += 1; }
-                }
-                prop_assert!(s.done >= j.work, "{} missed", p.name());
+                let (done, _) = replay_online(p.as_mut(), &j, &avail, 0.3);
+                prop_assert!(done >= j.total(), "{} missed", p.name());
             }
         }
+
+        /// The same for elastic jobs on multi-level availability, and every online policy costs
+        /// at least the optimum.
+        #[test]
+        fn elastic_online_policies_never_miss_and_never_beat_the_optimum(
+            raw in proptest::collection::vec(0u32..4, 40..80),
+            m_off in 0u32..3,
+            work in 5u32..30,
+            extra in 0u32..20,
+            restart in 1u32..4,
+            fr in proptest::collection::vec(0.0f64..1.0, 2),
+            linear in any::<bool>(),
+        ) {
+            let avail: Vec<u32> = raw.iter().map(|&a| a.min(3)).collect();
+            let base = Job::gang(work, work + restart + extra, restart, 3);
+            prop_assume!((base.deadline as usize) <= avail.len());
+            let j = elastic_job(base, m_off, &fr, linear);
+            let mut policies: Vec<Box<dyn DeadlinePolicy>> = vec![
+                Box::new(OnDemandOnly), Box::new(Greedy), Box::new(UniformProgress), Box::new(Tern::new()),
+            ];
+            let prices = vec![0.3; avail.len()];
+            let best = optimal(&j, &zone(&avail, &prices), 1.0, 1.0, 0.0);
+            prop_assert!(best.finished);
+            for p in &mut policies {
+                let (done, cost) = replay_online(p.as_mut(), &j, &avail, 0.3);
+                prop_assert!(done >= j.total(), "{} missed", p.name());
+                prop_assert!(best.cost <= cost + 1e-9, "{} {cost} beats the optimum {}", p.name(), best.cost);
+            }
+        }
+    }
+
+    #[test]
+    fn elastic_jobs_validate_and_build_their_speed_table() {
+        let gang = Job::gang(10, 14, 2, 4);
+        for bad in [0, 5] {
+            let err = gang.clone().elastic(bad, None).unwrap_err();
+            assert!(
+                err.contains("between 1 and") && err.contains(&bad.to_string()),
+                "{err}"
+            );
+        }
+        // M = K is the gang, whatever the table.
+        assert_eq!(
+            gang.clone().elastic(4, Some(&[0.0, 0.1, 0.2, 0.3, 1.0])),
+            Ok(gang.clone())
+        );
+        // Linear by default: node-ticks, exact.
+        let lin = gang.clone().elastic(2, None).unwrap();
+        assert_eq!((lin.unit, &lin.speed[..]), (4, &[0, 0, 2, 3, 4][..]));
+        assert_eq!(lin.total(), 40);
+        assert_eq!(lin.ticks_left(37), 1);
+        // A linear table given explicitly is recognised.
+        let same = gang
+            .clone()
+            .elastic(2, Some(&[0.0, 0.25, 0.5, 0.75, 1.0]))
+            .unwrap();
+        assert_eq!(same, lin);
+        // Sub-linear: quantised down to 1/32 of a tick; above 1 is capped.
+        let sub = gang
+            .clone()
+            .elastic(1, Some(&[0.0, 0.3, 0.55, 1.2, 1.0]))
+            .unwrap();
+        assert_eq!(sub.unit, 32);
+        assert_eq!(&sub.speed[..], &[0, 9, 17, 32, 32][..]); // 9.6 → 9, 17.6 → 17
+        // Tables of the wrong length or with junk are rejected.
+        assert!(gang.clone().elastic(2, Some(&[0.0, 1.0])).is_err());
+        let err = gang
+            .elastic(2, Some(&[0.0, 0.0, f64::NAN, 0.5, 1.0]))
+            .unwrap_err();
+        assert!(err.contains("2 node(s)"), "{err}");
+    }
+
+    #[test]
+    fn joining_nodes_boot_and_resizes_pause_one_tick() {
+        let j = Job::gang(10, 30, 2, 4).elastic(2, None).unwrap();
+        assert_eq!((j.held(1), j.held(2), j.held(7)), (0, 2, 4));
+        // Capacity rose from 2 to 4 two ticks ago: the new nodes still boot (restart 2).
+        assert_eq!(j.working(&[2, 2, 4, 4]), 2);
+        assert_eq!(j.working(&[2, 4, 4, 4]), 4);
+        // A loss counts at once.
+        assert_eq!(j.working(&[4, 4, 4, 3]), 3);
+        assert_eq!(j.spot_gain(3, 0), 3); // first working tick of a run
+        assert_eq!(j.spot_gain(3, 3), 3);
+        assert_eq!(j.spot_gain(3, 4), 0); // re-rendezvous
+    }
+
+    #[test]
+    fn elastic_job_uses_partial_capacity_a_gang_cannot() {
+        // Two of four nodes all the time: the gang must pay on-demand, the elastic job runs on
+        // spot at half speed and finishes within the deadline for less.
+        let avail = [2u32; 30];
+        let prices = [0.3; 30];
+        let z = zone(&avail, &prices);
+        let gang = Job::gang(10, 30, 2, 4);
+        let g = optimal(&gang, &z, 1.0, 1.0, 0.0);
+        assert!((g.cost - 4.0 * 12.0).abs() < 1e-9, "{g:?}");
+        let el = gang.elastic(2, None).unwrap();
+        let e = optimal(&el, &z, 1.0, 1.0, 0.0);
+        // 2 boot ticks + 20 half-speed ticks on 2 nodes at 0.3.
+        assert!((e.cost - 0.3 * 2.0 * 22.0).abs() < 1e-9, "{e:?}");
+        assert_eq!((e.spot_ticks, e.on_demand_ticks), (44, 0));
+        let (done, cost) = replay_online(&mut Greedy, &el, &avail, 0.3);
+        assert_eq!(done, el.total(), "greedy finishes too");
+        assert!(cost >= e.cost - 1e-9);
+    }
+
+    #[test]
+    fn relative_throughput_follows_the_forecasters_scaling_curve() {
+        let now = chrono::Utc::now();
+        let mut f = Forecaster::new();
+        for (gpus, nodes, step) in [
+            (1, 1, 0.40),
+            (4, 1, 0.42),
+            (8, 2, 0.55),
+            (16, 4, 0.60),
+            (32, 8, 0.70),
+        ] {
+            f.observe(&tern_cloud::Observation {
+                job: "j".into(),
+                accelerator: "T4".into(),
+                gpus,
+                nodes,
+                local_batch: 64,
+                step_seconds: step,
+                sync_seconds: None,
+                at: now,
+            })
+            .unwrap();
+        }
+        f.refit().unwrap();
+        let r = relative_throughput(&f, "j", "T4", 4, 64.0, 4).unwrap();
+        assert_eq!(r.len(), 5);
+        assert_eq!(r[0], 0.0);
+        assert!((r[4] - 1.0).abs() < 1e-12);
+        for pair in r[1..].windows(2) {
+            assert!(pair[0] > 0.0 && pair[0] < pair[1], "{r:?}");
+        }
+        // Sub-linear: one node of four does more than a quarter of the work (sync is cheaper).
+        assert!(r[1] > 0.25, "{r:?}");
+        let j = Job::gang(10, 20, 1, 4).elastic(1, Some(&r)).unwrap();
+        for (units, rel) in j.speed.iter().zip(&r).skip(1) {
+            assert!(f64::from(*units) <= rel * f64::from(j.unit) + 1e-9);
+        }
+        assert!(relative_throughput(&f, "other", "T4", 4, 64.0, 4).is_err());
     }
 
     #[test]
@@ -1259,7 +1850,7 @@ mod tests {
         let avail = [0, 0, 0, 1, 1, 1, 1, 1, 1, 1];
         let prices = [0.3; 10];
         let z = zone(&avail, &prices);
-        let out = optimal(job(4, 10, 1), &z, 1.0, 1.0, 0.0);
+        let out = optimal(&job(4, 10, 1), &z, 1.0, 1.0, 0.0);
         assert!((out.cost - 5.0 * 0.3).abs() < 1e-9);
         assert_eq!((out.spot_ticks, out.on_demand_ticks), (5, 0));
     }
@@ -1281,7 +1872,7 @@ mod tests {
                 region: 0,
             },
         ];
-        let out = optimal(job(5, 8, 1), &same, 1.0, 1.0, 10.0);
+        let out = optimal(&job(5, 8, 1), &same, 1.0, 1.0, 10.0);
         assert!(out.cost < 1.5, "{out:?}");
         let far = [
             ZoneFuture {
@@ -1295,7 +1886,7 @@ mod tests {
                 region: 1,
             },
         ];
-        let out_far = optimal(job(5, 8, 1), &far, 1.0, 1.0, 10.0);
+        let out_far = optimal(&job(5, 8, 1), &far, 1.0, 1.0, 10.0);
         // Starting in the far region from the beginning avoids the egress: same cost.
         assert!((out_far.cost - out.cost).abs() < 1e-9, "{out_far:?}");
     }

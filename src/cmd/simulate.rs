@@ -1,14 +1,18 @@
 //! `tern simulate`: replay real spot traces and compare deadline policies by cost and misses.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
 use serde::Serialize;
-use tern_sim::{PolicyKind, Scenario, Summary, Trace};
+use tern_cloud::{Budget, CheckpointSpec, JobSpec, ProfileRef, Work, WorkerRange};
+use tern_policies::deadline::relative_throughput;
+use tern_policies::forecast::speed;
+use tern_sim::{Elasticity, PolicyKind, Scenario, Summary, Trace};
 
 use super::output::{print_json_line, table};
+use crate::jobs::LoadedJob;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -41,9 +45,33 @@ pub struct Args {
     /// Egress $/GB across regions.
     #[arg(long, value_name = "E", default_value_t = 0.0)]
     pub egress_per_gb: f64,
-    /// Instances the job needs at once (a gang); spot counts only when that many are available.
+    /// Instances the job wants (K). Without --min-nodes it is a gang: spot counts only when K
+    /// are available.
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub nodes: u32,
+    /// Fewest instances the job can run on (elastic, 1 ≤ M ≤ K) [default: K, a gang]. On spot it
+    /// holds min(available, K) nodes, at the speed of --profile/--job's scaling curve, else
+    /// linear (n/K).
+    #[arg(long, value_name = "M")]
+    pub min_nodes: Option<u32>,
+    /// Profile directory (placements/scalability CSVs): the forecaster fitted on it gives the
+    /// elastic job's relative speed with n nodes, throughput(n)/throughput(K).
+    #[arg(long, value_name = "DIR", conflicts_with = "job")]
+    pub profile: Option<PathBuf>,
+    /// Node type of a Sia-layout profile (`placements-<G>.csv`: aws, azure, dgx, quad, rtx).
+    #[arg(long, value_name = "G", requires = "profile")]
+    pub gpu: Option<String>,
+    /// Job spec (TOML) whose forecast gives the elastic job's scaling curve.
+    #[arg(long, value_name = "FILE")]
+    pub job: Option<PathBuf>,
+    /// Accelerator to take the scaling curve for [default: the profile's (its node type's, or
+    /// the spec's profile accelerator), else the spec's first].
+    #[arg(long, value_name = "NAME")]
+    pub accelerator: Option<String>,
+    /// GPUs per node for the scaling curve [default: as `tern forecast`: the largest single
+    /// node observed, else the accelerator's usual cloud node].
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
     /// Policies to compare, comma-separated.
     #[arg(
         long,
@@ -126,6 +154,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ] {
         anyhow::ensure!(v.is_finite() && v >= 0.0, "{name} must be ≥ 0, got {v}");
     }
+    anyhow::ensure!(args.nodes >= 1, "--nodes must be at least 1, got 0");
+    let min_nodes = args.min_nodes.unwrap_or(args.nodes);
+    anyhow::ensure!(
+        (1..=args.nodes).contains(&min_nodes),
+        "--min-nodes must be between 1 and --nodes ({}), got {min_nodes}",
+        args.nodes
+    );
+    let curve = scaling_curve(&args)?;
+    let elastic = Elasticity {
+        min_nodes,
+        relative_throughput: curve.as_ref().map(|(c, _)| c.clone()),
+    };
     let scenario = |traces: Vec<Trace>| Scenario {
         traces,
         work_hours: args.work_hours,
@@ -144,7 +184,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let prepared = groups
         .into_iter()
-        .map(|g| scenario(g).prepare())
+        .map(|g| scenario(g).prepare_elastic(&elastic))
         .collect::<Result<Vec<_>, _>>()
         .context("cannot replay these traces")?;
     let total: usize = prepared.iter().map(|p| p.windows()).sum();
@@ -215,6 +255,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         first.on_demand_price,
         elapsed.as_secs_f64()
     );
+    let setup = if min_nodes < args.nodes {
+        let speeds: Vec<String> = first.job.speed[min_nodes as usize..]
+            .iter()
+            .map(|&u| format!("{:.3}", f64::from(u) / f64::from(first.job.unit)))
+            .collect();
+        format!(
+            "{setup}\nelastic: runs on {min_nodes}..={} nodes; relative speed with {min_nodes}..={} \
+             nodes: {} ({})",
+            args.nodes,
+            args.nodes,
+            speeds.join(" "),
+            curve.as_ref().map_or("linear", |(_, from)| from.as_str())
+        )
+    } else {
+        if curve.is_some() {
+            eprintln!(
+                "note: without --min-nodes below --nodes the job is a gang; the scaling curve is unused"
+            );
+        }
+        setup
+    };
     eprintln!("{setup}");
     if args.json {
         let mut report = serde_json::Map::new();
@@ -258,4 +319,76 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("{t}");
     println!("{setup}");
     Ok(())
+}
+
+/// The relative throughput per node count from `--profile` or `--job`, and where it came from.
+fn scaling_curve(args: &Args) -> anyhow::Result<Option<(Vec<f64>, String)>> {
+    let now = chrono::Utc::now();
+    let (loaded, from) = match (&args.profile, &args.job) {
+        (Some(dir), _) => (
+            profile_job(dir, args.gpu.as_deref(), args.accelerator.as_deref(), now)?,
+            dir.display().to_string(),
+        ),
+        (None, Some(file)) => (LoadedJob::load(file, now)?, file.display().to_string()),
+        (None, None) => return Ok(None),
+    };
+    let accelerator = args
+        .accelerator
+        .clone()
+        .or_else(|| loaded.spec.profile.as_ref().map(|p| p.accelerator.clone()))
+        .or_else(|| loaded.spec.accelerators.first().cloned())
+        .context("the job names no accelerator; pass --accelerator")?;
+    let gpus = loaded.gpus_per_node(&accelerator, args.gpus_per_node.map(|n| n.max(1)));
+    let curve = relative_throughput(
+        &loaded.forecaster,
+        &loaded.spec.name,
+        &accelerator,
+        gpus,
+        loaded.local_batch,
+        args.nodes,
+    )
+    .with_context(|| format!("no scaling curve for {accelerator} from {from}"))?;
+    Ok(Some((
+        curve,
+        format!("forecast from {from}, {accelerator}, {gpus} GPU(s)/node"),
+    )))
+}
+
+/// A job whose only knowledge is a measured profile, as `tern forecast` would seed it.
+fn profile_job(
+    dir: &Path,
+    node_type: Option<&str>,
+    accelerator: Option<&str>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<LoadedJob> {
+    // The profile's accelerator only labels its series (the curve is the profile's own fit);
+    // a known node type names it, which also sets its interconnect prior.
+    let accelerator = accelerator
+        .map(str::to_owned)
+        .or_else(|| {
+            node_type
+                .and_then(speed::node_type)
+                .map(|n| n.accelerator.to_owned())
+        })
+        .unwrap_or_else(|| "profile".to_owned());
+    let spec = JobSpec {
+        name: "profile".into(),
+        team: "simulate".into(),
+        work: Work::Samples(1),
+        deadline: None,
+        accelerators: vec![accelerator.clone()],
+        workers: WorkerRange { min: 1, max: 1 },
+        gang: false,
+        checkpoint: CheckpointSpec::default(),
+        budget: Budget::default(),
+        priority: 0,
+        local_batch: None,
+        observations: Vec::new(),
+        profile: Some(ProfileRef {
+            path: dir.display().to_string(),
+            accelerator,
+            node_type: node_type.map(str::to_owned),
+        }),
+    };
+    LoadedJob::from_spec(spec, Path::new("."), &dir.display().to_string(), now)
 }

@@ -13,7 +13,7 @@ pub mod replay;
 pub mod trace;
 
 pub use cloud::{Call, FaultSchedule, SimCloud};
-pub use replay::{PolicyKind, Prepared, Scenario, Summary, WindowResult};
+pub use replay::{Elasticity, PolicyKind, Prepared, Scenario, Summary, WindowResult};
 pub use trace::{Trace, TraceError};
 
 /// Errors of the simulator that are not provider errors (those are `tern_cloud::ProviderError`).

@@ -84,6 +84,17 @@ pub struct Scenario {
     pub nodes: u32,
 }
 
+/// How an elastic job runs on fewer than its `nodes` (see [`tern_policies::deadline`]'s model
+/// of elastic progress, cost and restarts).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Elasticity {
+    /// Fewest nodes the job runs on (1 ≤ M ≤ nodes; M = nodes is a gang).
+    pub min_nodes: u32,
+    /// Throughput with `n` nodes relative to all of them, `n = 0..=nodes` (e.g. from the
+    /// forecaster); `None` is linear.
+    pub relative_throughput: Option<Vec<f64>>,
+}
+
 /// p3.2xlarge on-demand in us-east-1 (the V100 traces' instance type), from the bundled catalog.
 pub const DEFAULT_ON_DEMAND: f64 = 3.06;
 /// Spot as a fraction of on-demand when nothing better is known: 0.30, i.e. $0.92/h for
@@ -96,7 +107,9 @@ pub const DEFAULT_SPOT_FRACTION: f64 = 0.30;
 pub struct WindowResult {
     pub cost: f64,
     pub finished: bool,
+    /// Instance-ticks billed on spot.
     pub spot_ticks: u32,
+    /// Instance-ticks billed on on-demand.
     pub on_demand_ticks: u32,
     pub restarts: u32,
     pub moves: u32,
@@ -135,7 +148,16 @@ pub struct Prepared {
 }
 
 impl Scenario {
+    /// A gang job: it needs all `nodes` at once.
     pub fn prepare(&self) -> Result<Prepared, SimError> {
+        self.prepare_elastic(&Elasticity {
+            min_nodes: self.nodes.max(1),
+            relative_throughput: None,
+        })
+    }
+
+    /// A job that may run on `elastic.min_nodes..=nodes` instances.
+    pub fn prepare_elastic(&self, elastic: &Elasticity) -> Result<Prepared, SimError> {
         let invalid = |reason: String| SimError::Invalid { reason };
         let first = self
             .traces
@@ -172,7 +194,9 @@ impl Scenario {
             self.restart_hours,
             gap,
             self.nodes,
-        );
+        )
+        .elastic(elastic.min_nodes, elastic.relative_throughput.as_deref())
+        .map_err(invalid)?;
         if !job.feasible() {
             return Err(invalid(format!(
                 "deadline {} h cannot fit {} h of work plus a {} h restart even on on-demand \
@@ -234,6 +258,7 @@ impl Scenario {
             })
             .collect();
         Ok(Prepared {
+            reference: self.work_hours * od * f64::from(job.nodes),
             job,
             tick_hours,
             on_demand_price: od,
@@ -246,7 +271,6 @@ impl Scenario {
                 .collect(),
             prices,
             regions,
-            reference: self.work_hours * od * f64::from(job.nodes),
         })
     }
 }
@@ -258,8 +282,7 @@ impl Prepared {
 
     /// Replay one online policy over the window starting at trace tick `start`.
     pub fn run_online(&self, policy: &mut dyn DeadlinePolicy, start: usize) -> WindowResult {
-        let job = self.job;
-        let k = f64::from(job.nodes) * self.tick_hours;
+        let job = &self.job;
         let mut s = JobState::new();
         let mut out = WindowResult {
             cost: 0.0,
@@ -272,7 +295,7 @@ impl Prepared {
         let (mut starts, mut last_spot) = (0u32, None);
         let mut views = Vec::with_capacity(self.avail.len());
         for t in 0..job.deadline {
-            if s.done >= job.work {
+            if s.done >= job.total() {
                 break;
             }
             let abs = start + t as usize;
@@ -292,13 +315,13 @@ impl Prepared {
                 egress_cost: self.egress_cost,
             };
             if let Placement::Spot(z) = s.placement
-                && !views[z].up(job.nodes)
+                && !views[z].up(job.min_nodes)
             {
                 s.placement = Placement::Idle;
                 s.booting = 0;
             }
-            let want = policy.decide(&job, &s, &obs);
-            let act = deadline::safe(&job, &s, &obs, want);
+            let want = policy.decide(job, &s, &obs);
+            let act = deadline::safe(job, &s, &obs, want);
             if act == Placement::Idle {
                 s.placement = Placement::Idle;
                 s.booting = 0;
@@ -328,24 +351,35 @@ impl Prepared {
                 s.placement = act;
                 s.booting = job.restart;
                 s.started_at = t;
+                s.working = 0;
             }
+            // Every node held is billed: min(available, K) on spot, K on on-demand.
+            let held = match act {
+                Placement::Spot(z) => job.held(self.avail[z][abs]),
+                _ => job.nodes,
+            };
+            let k = f64::from(held) * self.tick_hours;
             match act {
                 Placement::Spot(z) => {
                     out.cost += self.prices[z][abs] * k;
-                    out.spot_ticks += 1;
+                    out.spot_ticks += held;
                 }
                 _ => {
                     out.cost += self.on_demand_price * k;
-                    out.on_demand_ticks += 1;
+                    out.on_demand_ticks += held;
                 }
             }
             if s.booting > 0 {
                 s.booting -= 1;
+            } else if let Placement::Spot(z) = act {
+                let working = job.working(views[z].history);
+                s.done += job.spot_gain(working, s.working);
+                s.working = working;
             } else {
-                s.done += 1;
+                s.done += job.unit;
             }
         }
-        out.finished = s.done >= job.work;
+        out.finished = s.done >= job.total();
         out.restarts = starts.saturating_sub(1);
         out
     }
@@ -365,7 +399,7 @@ impl Prepared {
             })
             .collect();
         let o = deadline::optimal(
-            self.job,
+            &self.job,
             &zones,
             self.on_demand_price,
             self.tick_hours,
@@ -585,6 +619,115 @@ mod tests {
         other.gap_seconds = 60;
         let s = scenario(vec![trace("a1", vec![1; 40]), other]);
         assert!(s.prepare().unwrap_err().to_string().contains("tick length"));
+    }
+
+    /// A multi-node trace from a seeded LCG: runs of random length at random counts 0..=k.
+    fn lumpy(seed: u64, len: usize, k: u32) -> Vec<u32> {
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u32
+        };
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let level = next() % (k + 1);
+            let run = 1 + next() % 8;
+            out.extend(std::iter::repeat_n(level, run as usize));
+        }
+        out.truncate(len);
+        out
+    }
+
+    #[test]
+    fn elastic_optimum_is_never_beaten_and_online_policies_never_miss() {
+        for seed in 0..12u64 {
+            let k = 2 + (seed % 3) as u32;
+            let zones = 1 + (seed % 2) as usize;
+            let traces: Vec<Trace> = (0..zones)
+                .map(|z| {
+                    let name = ["us-east-1a", "us-west-2b"][z];
+                    trace(name, lumpy(seed * 7 + z as u64, 60, k))
+                })
+                .collect();
+            let mut sc = scenario(traces);
+            sc.nodes = k;
+            sc.egress_cost = 0.5;
+            let table: Vec<f64> = (0..=k)
+                .map(|n| (f64::from(n) / f64::from(k)).sqrt())
+                .collect();
+            for (min_nodes, rel) in [(1, None), (k - 1, Some(table.clone())), (k, None)] {
+                let p = sc
+                    .prepare_elastic(&Elasticity {
+                        min_nodes,
+                        relative_throughput: rel.clone(),
+                    })
+                    .unwrap();
+                for &start in &p.starts {
+                    let best = p.run_window(PolicyKind::Optimal, start);
+                    assert!(best.finished);
+                    for policy in [
+                        PolicyKind::OnDemand,
+                        PolicyKind::Greedy,
+                        PolicyKind::UniformProgress,
+                        PolicyKind::Tern,
+                    ] {
+                        let r = p.run_window(policy, start);
+                        assert!(
+                            r.finished,
+                            "{} missed: seed {seed}, M {min_nodes}",
+                            policy.name()
+                        );
+                        assert!(
+                            best.cost <= r.cost + 1e-9,
+                            "{} {} < optimal {}: seed {seed}, M {min_nodes}, {rel:?}",
+                            policy.name(),
+                            r.cost,
+                            best.cost
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn elastic_job_runs_on_partial_capacity_and_bills_what_it_holds() {
+        // Three of four nodes, always: the gang pays on-demand, the linear elastic job runs on
+        // three spot nodes at 3/4 speed (10 h of work → 14 h, within 16 h with a 1 h start).
+        let mut sc = scenario(vec![trace("us-east-1a", vec![3; 40])]);
+        sc.nodes = 4;
+        let gang = sc.prepare().unwrap();
+        let el = sc
+            .prepare_elastic(&Elasticity {
+                min_nodes: 2,
+                relative_throughput: None,
+            })
+            .unwrap();
+        assert_eq!((el.job.unit, el.job.min_nodes), (4, 2));
+        for p in [PolicyKind::Greedy, PolicyKind::Optimal] {
+            let g = gang.run_window(p, 0);
+            assert!((g.cost - 44.0).abs() < 1e-9, "{g:?}"); // 11 h × 4 nodes × $1
+            let e = el.run_window(p, 0);
+            // 1 h boot + ceil(40 units / 3 per hour) = 14 h, on 3 nodes at $0.3.
+            assert!(
+                (e.cost - 0.3 * 3.0 * 15.0).abs() < 1e-9,
+                "{} {e:?}",
+                p.name()
+            );
+            assert_eq!((e.spot_ticks, e.on_demand_ticks), (45, 0));
+        }
+        let err = sc
+            .prepare_elastic(&Elasticity {
+                min_nodes: 5,
+                relative_throughput: None,
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("min nodes"), "{err}");
     }
 
     #[test]
