@@ -26,8 +26,10 @@ use crate::store::{Store, StoreUrl};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProviderKind {
-    /// The simulated cloud, in this process.
+    /// The simulated cloud: in this process, or a `tern sim serve` process (`--sim-endpoint`).
     Sim,
+    /// AWS EC2 through the AWS SDK (needs a tern built with `--features aws`).
+    Aws,
 }
 
 #[derive(Debug, clap::Args)]
@@ -46,6 +48,30 @@ pub struct Args {
     /// Seed of the simulated cloud's fault injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// AWS: the home region (offers, launches, the SQS queue).
+    #[arg(long, env = "AWS_REGION")]
+    region: Option<String>,
+    /// AWS: also list and terminate tern's instances in these regions.
+    #[arg(long = "extra-region", value_name = "REGION")]
+    extra_regions: Vec<String>,
+    /// AWS: log every mutating call (CreateFleet, TerminateInstances, DeleteMessageBatch) with
+    /// its parameters instead of making it.
+    #[arg(long)]
+    dry_run: bool,
+    /// AWS: the launch template instances start from (name or `lt-…` id).
+    #[arg(long)]
+    launch_template: Option<String>,
+    /// AWS: the SQS queue an EventBridge rule feeds with spot interruption, rebalance and
+    /// state-change events.
+    #[arg(long, value_name = "URL")]
+    sqs_queue_url: Option<String>,
+    /// AWS: send every API call here (an emulator such as moto); the SDK also honours
+    /// `AWS_ENDPOINT_URL`.
+    #[arg(long, value_name = "URL")]
+    aws_endpoint: Option<String>,
+    /// AWS: offer only these instance types (default: every type with accelerators).
+    #[arg(long = "instance-type", value_name = "TYPE")]
+    instance_types: Vec<String>,
     /// State store: a SQLite file (`sqlite:PATH` or a path) or a PostgreSQL URL
     /// (`postgres://user@host/db`) that several controllers share for high availability.
     /// Default: <data dir>/tern/controller.db.
@@ -97,6 +123,43 @@ fn open_store(url: &StoreUrl) -> anyhow::Result<Store> {
     })
 }
 
+/// The AWS provider from the flags; credentials come from the standard AWS chain.
+#[cfg(feature = "aws")]
+async fn aws_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>)> {
+    let region = args
+        .region
+        .clone()
+        .context("--provider aws needs --region (or AWS_REGION)")?;
+    let config = tern_aws::AwsConfig {
+        extra_regions: args.extra_regions.clone(),
+        endpoint_url: args.aws_endpoint.clone(),
+        queue_url: args.sqs_queue_url.clone(),
+        dry_run: args.dry_run,
+        owner: Some(args.owner.clone()),
+        launch_template: args.launch_template.clone(),
+        instance_types: args.instance_types.clone(),
+        ..tern_aws::AwsConfig::new(region)
+    };
+    // CreateFleet takes its AMI, network and instance profile from a launch template only.
+    anyhow::ensure!(
+        config.launch_template.is_some() || config.dry_run,
+        "--provider aws needs --launch-template NAME (the AMI, subnet and instance profile of \
+         the workers; the Terraform module creates one), or --dry-run"
+    );
+    let provider = tern_aws::AwsProvider::connect(config)
+        .await
+        .context("connecting to AWS")?;
+    let regions = provider.regions();
+    Ok((Arc::new(provider), regions))
+}
+
+#[cfg(not(feature = "aws"))]
+async fn aws_provider(_: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>)> {
+    bail!(
+        "this tern was built without AWS support; build it with `cargo install --path . --features aws`"
+    )
+}
+
 /// Resolves on SIGINT or SIGTERM: the controller hands its lease over and exits.
 async fn shutdown_signal() {
     #[cfg(unix)]
@@ -145,7 +208,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     init_logs(args.log_json);
     anyhow::ensure!(!args.token.is_empty(), "--token must not be empty");
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
-    let ProviderKind::Sim = args.provider;
     anyhow::ensure!(
         args.lease_seconds >= 1.0,
         "--lease-seconds must be at least 1"
@@ -186,31 +248,42 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
     let (provider, regions, local, remote): (Arc<dyn Provider>, _, _, _) =
-        match &args.sim_endpoint {
-            Some(url) => {
-                let remote = RemoteSim::new(url.clone());
-                let regions = remote.regions().await.with_context(|| {
-                    format!("asking the simulated cloud at {url} for its regions")
-                })?;
-                (Arc::new(remote.clone()), regions, None, Some(remote))
+        match (args.provider, &args.sim_endpoint) {
+            (ProviderKind::Aws, _) => {
+                let (provider, regions) = aws_provider(&args).await?;
+                (provider, regions, None, None)
             }
-            None => {
-                let config = SimConfig {
-                    start: Utc::now(),
-                    boot: Duration::from_secs(90),
-                    faults: FaultSchedule {
-                        seed: args.seed,
-                        ..FaultSchedule::default()
-                    },
-                    ..SimConfig::default()
-                };
-                let traces =
-                    super::demo::sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
-                let regions = super::demo::regions_of(&traces);
-                let sim = Arc::new(SimCloud::new(traces, config));
-                (sim.clone() as Arc<dyn Provider>, regions, Some(sim), None)
-            }
+            (ProviderKind::Sim, sim_endpoint) => match sim_endpoint {
+                Some(url) => {
+                    let remote = RemoteSim::new(url.clone());
+                    let regions = remote.regions().await.with_context(|| {
+                        format!("asking the simulated cloud at {url} for its regions")
+                    })?;
+                    (Arc::new(remote.clone()), regions, None, Some(remote))
+                }
+                None => {
+                    let config = SimConfig {
+                        start: Utc::now(),
+                        boot: Duration::from_secs(90),
+                        faults: FaultSchedule {
+                            seed: args.seed,
+                            ..FaultSchedule::default()
+                        },
+                        ..SimConfig::default()
+                    };
+                    let traces = super::demo::sim_traces(
+                        &args.traces,
+                        args.seed,
+                        &config.instance_type.name,
+                    )?;
+                    let regions = super::demo::regions_of(&traces);
+                    let sim = Arc::new(SimCloud::new(traces, config));
+                    (sim.clone() as Arc<dyn Provider>, regions, Some(sim), None)
+                }
+            },
         };
+    // A real cloud's workers are real: only agents' reports move jobs forward.
+    let simulated_workers = args.provider == ProviderKind::Sim && !args.no_simulated_workers;
     let controller = Controller::open(
         store,
         provider,
@@ -296,7 +369,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                     continue;
                 }
             },
-            (None, None) => bail!("no provider"),
+            (None, None) => Utc::now(),
         };
         let wait = {
             let mut ctl = controller.lock().await;
@@ -304,7 +377,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             let outcome = ctl.pass(now).await;
             let dt = (now - last).to_std().unwrap_or_default();
             last = now;
-            if args.no_simulated_workers {
+            if !simulated_workers {
                 // Progress comes from agents over the API.
             } else if let Err(e) = workload.step(&mut ctl, dt, now) {
                 tracing::error!("simulated progress: {e}");

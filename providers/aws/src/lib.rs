@@ -1,0 +1,21 @@
+//! tern's AWS provider: the [`tern_cloud::Provider`] trait on the AWS SDK for Rust.
+//!
+//! - Offers: DescribeInstanceTypes, DescribeInstanceTypeOfferings (by AZ, mapped to AZ ids),
+//!   DescribeSpotPriceHistory; on-demand prices from the bundled catalog. Cached with TTLs;
+//!   the last good data is kept when a refresh fails.
+//! - Launch: CreateFleet `type=instant` with the intent's ClientToken, one override per
+//!   offer, tags on instances and volumes.
+//! - Interruptions: EventBridge events delivered to an SQS queue.
+//!
+//! Error codes are classified in one place, [`errors`].
+
+mod config;
+pub mod errors;
+pub mod events;
+mod fleet;
+mod offers;
+mod provider;
+
+pub use config::AwsConfig;
+pub use fleet::LAUNCH_TAG;
+pub use provider::AwsProvider;

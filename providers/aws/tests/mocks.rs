@@ -1,0 +1,603 @@
+//! Error paths moto cannot produce (per-override capacity and quota errors, partial
+//! fulfilment, throttling), with `aws-smithy-mocks` rules on the real aws-sdk-ec2 client.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_ec2::Client;
+use aws_sdk_ec2::config::retry::RetryConfig;
+use aws_sdk_ec2::operation::create_fleet::{CreateFleetInput, CreateFleetOutput};
+use aws_sdk_ec2::operation::describe_availability_zones::DescribeAvailabilityZonesOutput;
+use aws_sdk_ec2::operation::describe_instance_type_offerings::DescribeInstanceTypeOfferingsOutput;
+use aws_sdk_ec2::operation::describe_instance_types::DescribeInstanceTypesOutput;
+use aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput;
+use aws_sdk_ec2::operation::describe_spot_price_history::DescribeSpotPriceHistoryOutput;
+use aws_sdk_ec2::types::{
+    AvailabilityZone, CreateFleetError, CreateFleetInstance, DefaultTargetCapacityType,
+    FleetLaunchTemplateOverrides, FleetType, GpuDeviceInfo, GpuInfo, Instance as Ec2Instance,
+    InstanceLifecycle, InstanceState as Ec2State, InstanceStateName, InstanceType as Ec2Type,
+    InstanceTypeInfo, InstanceTypeOffering, LaunchTemplateAndOverridesResponse, LocationType,
+    Placement, Reservation, ResourceType, SpotAllocationStrategy, SpotPrice, Tag, VCpuInfo,
+};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+use tern_aws::{AwsConfig, AwsProvider};
+use tern_cloud::{
+    Accelerator, Availability, Capacity, Cloud, IdempotencyKey, InstanceId, InstanceType, IntentId,
+    LaunchRequest, Offer, Provider, ProviderError, Region, Zone, tag,
+};
+
+fn zones_rule() -> Rule {
+    mock!(Client::describe_availability_zones).then_output(|| {
+        DescribeAvailabilityZonesOutput::builder()
+            .availability_zones(
+                AvailabilityZone::builder()
+                    .zone_name("us-east-1a")
+                    .zone_id("use1-az4")
+                    .build(),
+            )
+            .availability_zones(
+                AvailabilityZone::builder()
+                    .zone_name("us-east-1b")
+                    .zone_id("use1-az6")
+                    .build(),
+            )
+            .build()
+    })
+}
+
+/// No earlier launch with this token.
+fn nothing_launched_rule() -> Rule {
+    mock!(Client::describe_instances).then_output(|| DescribeInstancesOutput::builder().build())
+}
+
+fn offer(instance_type: &str, zone: &str, capacity: Capacity) -> Offer {
+    Offer {
+        cloud: Cloud::Aws,
+        region: Region::new("us-east-1"),
+        zone: Zone::new(zone),
+        instance_type: InstanceType {
+            name: instance_type.into(),
+            vcpus: 8.0,
+            memory_gib: 32.0,
+            accelerator: Some(Accelerator::new("T4", 1)),
+        },
+        capacity,
+        price_per_hour: 1.0,
+        observed_at: None,
+        breakdown: Vec::new(),
+        availability: Availability::Available(None),
+    }
+}
+
+fn request(offers: Vec<Offer>, count: u32, single_zone: bool) -> LaunchRequest {
+    let intent = IntentId::from_uuid(uuid::Uuid::from_u128(42));
+    LaunchRequest {
+        key: IdempotencyKey::derive(intent, 0),
+        intent,
+        job: "job-7".into(),
+        offers,
+        count,
+        min_count: 1,
+        single_zone,
+        tags: [
+            (tag::OWNER.to_owned(), "me".to_owned()),
+            (tag::INTENT.to_owned(), intent.to_string()),
+            (tag::JOB.to_owned(), "job-7".to_owned()),
+        ]
+        .into(),
+        template: Some("tern-workers".into()),
+    }
+}
+
+fn overrides(t: Ec2Type, zone: &str) -> LaunchTemplateAndOverridesResponse {
+    LaunchTemplateAndOverridesResponse::builder()
+        .overrides(
+            FleetLaunchTemplateOverrides::builder()
+                .instance_type(t)
+                .availability_zone(zone)
+                .build(),
+        )
+        .build()
+}
+
+fn provider(ec2: Client) -> AwsProvider {
+    AwsProvider::from_clients(AwsConfig::new("us-east-1"), ec2, None).unwrap()
+}
+
+#[tokio::test]
+async fn partial_fulfilment_reports_launched_instances_and_per_override_capacity_errors() {
+    let seen: Arc<Mutex<Vec<CreateFleetInput>>> = Arc::default();
+    let record = seen.clone();
+    let fleet = mock!(Client::create_fleet).then_compute_output(move |input| {
+        record.lock().unwrap().push(input.clone());
+        CreateFleetOutput::builder()
+            .fleet_id("fleet-0123")
+            .instances(
+                CreateFleetInstance::builder()
+                    .instance_ids("i-0000000000000000b")
+                    .lifecycle(InstanceLifecycle::Spot)
+                    .instance_type(Ec2Type::G4dnXlarge)
+                    .launch_template_and_overrides(overrides(Ec2Type::G4dnXlarge, "us-east-1b"))
+                    .build(),
+            )
+            .errors(
+                CreateFleetError::builder()
+                    .error_code("InsufficientInstanceCapacity")
+                    .error_message("We currently do not have sufficient p3.2xlarge capacity")
+                    .lifecycle(InstanceLifecycle::Spot)
+                    .launch_template_and_overrides(overrides(Ec2Type::P32xlarge, "us-east-1a"))
+                    .build(),
+            )
+            .errors(
+                CreateFleetError::builder()
+                    .error_code("MaxSpotInstanceCountExceeded")
+                    .error_message("Max spot instance count exceeded")
+                    .lifecycle(InstanceLifecycle::Spot)
+                    .launch_template_and_overrides(overrides(Ec2Type::G4dnXlarge, "us-east-1b"))
+                    .build(),
+            )
+            .build()
+    });
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&zones_rule(), &nothing_launched_rule(), &fleet]
+    );
+    let aws = provider(ec2);
+    let p3 = offer("p3.2xlarge", "use1-az4", Capacity::Spot);
+    let g4 = offer("g4dn.xlarge", "use1-az6", Capacity::Spot);
+    let req = request(vec![p3.clone(), g4.clone()], 3, true);
+    let out = aws.launch(&req).await.unwrap();
+
+    // Partial: one instance now, on the offer that had capacity.
+    assert_eq!(out.instances.len(), 1);
+    assert_eq!(out.instances[0].id, InstanceId::from("i-0000000000000000b"));
+    assert_eq!(out.instances[0].offer.key(), g4.key());
+    assert_eq!(
+        out.instances[0].tags.get(tag::JOB).map(String::as_str),
+        Some("job-7")
+    );
+    // Errors per override, classified.
+    assert_eq!(out.errors.len(), 2);
+    assert_eq!(out.errors[0].0, p3.key());
+    assert!(out.errors[0].1.is_capacity(), "{:?}", out.errors[0].1);
+    assert_eq!(out.errors[1].0, g4.key());
+    assert!(out.errors[1].1.is_quota());
+
+    // The request was the documented CreateFleet shape.
+    let inputs = seen.lock().unwrap();
+    assert_eq!(inputs.len(), 1);
+    let input = &inputs[0];
+    assert_eq!(input.r#type(), Some(&FleetType::Instant));
+    assert_eq!(
+        input.client_token(),
+        Some(req.key.aws_client_token().as_str())
+    );
+    let config = &input.launch_template_configs()[0];
+    assert_eq!(
+        config
+            .launch_template_specification()
+            .unwrap()
+            .launch_template_name(),
+        Some("tern-workers")
+    );
+    let ov: Vec<_> = config
+        .overrides()
+        .iter()
+        .map(|o| {
+            (
+                o.instance_type().unwrap().as_str(),
+                o.availability_zone().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ov,
+        [("p3.2xlarge", "us-east-1a"), ("g4dn.xlarge", "us-east-1b")]
+    );
+    let target = input.target_capacity_specification().unwrap();
+    assert_eq!(target.total_target_capacity(), Some(3));
+    assert_eq!(
+        target.default_target_capacity_type(),
+        Some(&DefaultTargetCapacityType::Spot)
+    );
+    let spot = input.spot_options().unwrap();
+    assert_eq!(
+        spot.allocation_strategy(),
+        Some(&SpotAllocationStrategy::PriceCapacityOptimized)
+    );
+    assert_eq!(spot.single_availability_zone(), Some(true));
+    assert_eq!(spot.min_target_capacity(), Some(1));
+    let kinds: Vec<_> = input
+        .tag_specifications()
+        .iter()
+        .map(|t| t.resource_type().unwrap().clone())
+        .collect();
+    assert_eq!(kinds, [ResourceType::Instance, ResourceType::Volume]);
+    for spec in input.tag_specifications() {
+        let owner = spec.tags().iter().find(|t| t.key() == Some(tag::OWNER));
+        assert_eq!(owner.and_then(|t| t.value()), Some("me"));
+    }
+}
+
+#[tokio::test]
+async fn a_capacity_error_marks_the_offer_unavailable_for_a_while() {
+    let fleet = mock!(Client::create_fleet).then_output(|| {
+        CreateFleetOutput::builder()
+            .errors(
+                CreateFleetError::builder()
+                    .error_code("InsufficientInstanceCapacity")
+                    .error_message("none left")
+                    .launch_template_and_overrides(overrides(Ec2Type::G4dnXlarge, "us-east-1a"))
+                    .build(),
+            )
+            .build()
+    });
+    let types = mock!(Client::describe_instance_types).then_output(|| {
+        DescribeInstanceTypesOutput::builder()
+            .instance_types(
+                InstanceTypeInfo::builder()
+                    .instance_type(Ec2Type::G4dnXlarge)
+                    .v_cpu_info(VCpuInfo::builder().default_v_cpus(4).build())
+                    .gpu_info(
+                        GpuInfo::builder()
+                            .gpus(GpuDeviceInfo::builder().name("T4").count(1).build())
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build()
+    });
+    let offerings = mock!(Client::describe_instance_type_offerings).then_output(|| {
+        DescribeInstanceTypeOfferingsOutput::builder()
+            .instance_type_offerings(
+                InstanceTypeOffering::builder()
+                    .instance_type(Ec2Type::G4dnXlarge)
+                    .location_type(LocationType::AvailabilityZone)
+                    .location("us-east-1a")
+                    .build(),
+            )
+            .build()
+    });
+    let prices = mock!(Client::describe_spot_price_history).then_output(|| {
+        DescribeSpotPriceHistoryOutput::builder()
+            .spot_price_history(
+                SpotPrice::builder()
+                    .instance_type(Ec2Type::G4dnXlarge)
+                    .availability_zone("us-east-1a")
+                    .spot_price("0.2104")
+                    .timestamp(aws_smithy_types::DateTime::from_secs(1_795_000_000))
+                    .build(),
+            )
+            .build()
+    });
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [
+            &zones_rule(),
+            &nothing_launched_rule(),
+            &fleet,
+            &types,
+            &offerings,
+            &prices
+        ]
+    );
+    let aws = provider(ec2);
+    let region = Region::new("us-east-1");
+    let before = aws.offers(&region).await.unwrap();
+    let spot = before
+        .iter()
+        .find(|o| o.capacity == Capacity::Spot)
+        .unwrap()
+        .clone();
+    assert_eq!(spot.zone.as_str(), "use1-az4");
+    assert_eq!(spot.price_per_hour, 0.2104);
+    assert_eq!(spot.availability, Availability::Available(None));
+
+    let out = aws
+        .launch(&request(vec![spot.clone()], 1, false))
+        .await
+        .unwrap();
+    assert!(out.instances.is_empty());
+    assert!(out.errors[0].1.is_capacity());
+
+    let after = aws.offers(&region).await.unwrap();
+    let same = after.iter().find(|o| o.key() == spot.key()).unwrap();
+    assert_eq!(same.availability, Availability::Unavailable);
+    let od = after
+        .iter()
+        .find(|o| o.capacity == Capacity::OnDemand && o.zone == spot.zone)
+        .unwrap();
+    assert_eq!(
+        od.availability,
+        Availability::Available(None),
+        "other offers unaffected"
+    );
+}
+
+const THROTTLED: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>5a8b1c3e-0000-4000-8000-000000000000</RequestID></Response>"#;
+
+#[tokio::test]
+async fn throttling_is_retried_by_the_sdk_with_the_same_client_token() {
+    let tokens: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let record = tokens.clone();
+    let fleet = mock!(Client::create_fleet)
+        .match_requests(move |input| {
+            record
+                .lock()
+                .unwrap()
+                .push(input.client_token().map(str::to_owned));
+            true
+        })
+        .sequence()
+        .http_status(503, Some(THROTTLED.into()))
+        .times(2)
+        .output(|| {
+            CreateFleetOutput::builder()
+                .instances(
+                    CreateFleetInstance::builder()
+                        .instance_ids("i-0000000000000000c")
+                        .instance_type(Ec2Type::G4dnXlarge)
+                        .availability_zone("us-east-1a")
+                        .build(),
+                )
+                .build()
+        })
+        .build();
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&zones_rule(), &nothing_launched_rule(), &fleet],
+        |c| c.retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(1))
+        )
+    );
+    let aws = provider(ec2);
+    let req = request(
+        vec![offer("g4dn.xlarge", "use1-az4", Capacity::OnDemand)],
+        1,
+        false,
+    );
+    let out = aws.launch(&req).await.unwrap();
+    assert_eq!(out.instances.len(), 1);
+    // Two throttled attempts and a good one, all of the one request carrying the token.
+    assert_eq!(fleet.num_calls(), 3);
+    let tokens = tokens.lock().unwrap();
+    let want = Some(req.key.aws_client_token());
+    assert!(
+        !tokens.is_empty() && tokens.iter().all(|t| *t == want),
+        "{tokens:?}"
+    );
+}
+
+#[tokio::test]
+async fn throttling_that_outlasts_the_retries_is_a_throttled_error() {
+    let fleet = mock!(Client::create_fleet)
+        .sequence()
+        .http_status(503, Some(THROTTLED.into()))
+        .repeatedly()
+        .build();
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&zones_rule(), &nothing_launched_rule(), &fleet],
+        |c| c.retry_config(RetryConfig::standard().with_max_attempts(1))
+    );
+    let aws = provider(ec2);
+    let err = aws
+        .launch(&request(
+            vec![offer("g4dn.xlarge", "use1-az4", Capacity::Spot)],
+            1,
+            false,
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.is_throttled() && err.is_retryable(), "{err:?}");
+}
+
+#[tokio::test]
+async fn terminate_counts_an_instance_that_vanished_meanwhile_as_done() {
+    let described = mock!(Client::describe_instances).then_output(|| {
+        DescribeInstancesOutput::builder()
+            .reservations(
+                Reservation::builder()
+                    .instances(
+                        Ec2Instance::builder()
+                            .instance_id("i-0000000000000000d")
+                            .instance_type(Ec2Type::G4dnXlarge)
+                            .placement(Placement::builder().availability_zone("us-east-1a").build())
+                            .state(Ec2State::builder().name(InstanceStateName::Running).build())
+                            .tags(Tag::builder().key(tag::OWNER).value("me").build())
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build()
+    });
+    let gone = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>InvalidInstanceID.NotFound</Code><Message>The instance ID 'i-0000000000000000d' does not exist</Message></Error></Errors><RequestID>1</RequestID></Response>"#;
+    let terminate = mock!(Client::terminate_instances)
+        .sequence()
+        .http_status(400, Some(gone.into()))
+        .repeatedly()
+        .build();
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&zones_rule(), &described, &terminate]
+    );
+    let aws = provider(ec2);
+    let id = InstanceId::from("i-0000000000000000d");
+    let got = aws.get(&id).await.unwrap().unwrap();
+    assert_eq!(got.offer.zone.as_str(), "use1-az4");
+    aws.terminate(&id).await.unwrap();
+    assert_eq!(terminate.num_calls(), 1);
+}
+
+#[tokio::test]
+async fn a_whole_call_quota_error_is_classified() {
+    let body = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>VcpuLimitExceeded</Code><Message>You have requested more vCPU capacity than your current vCPU limit of 32 allows</Message></Error></Errors><RequestID>2</RequestID></Response>"#;
+    let fleet = mock!(Client::create_fleet)
+        .sequence()
+        .http_status(400, Some(body.into()))
+        .repeatedly()
+        .build();
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&zones_rule(), &nothing_launched_rule(), &fleet]
+    );
+    let err = provider(ec2)
+        .launch(&request(
+            vec![offer("p3.2xlarge", "use1-az4", Capacity::OnDemand)],
+            1,
+            false,
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::Quota { ref code, .. } if code == "VcpuLimitExceeded"));
+}
+
+#[tokio::test]
+async fn configured_subnets_replace_the_zone_in_overrides() {
+    let seen: Arc<Mutex<Vec<CreateFleetInput>>> = Arc::default();
+    let record = seen.clone();
+    let fleet = mock!(Client::create_fleet).then_compute_output(move |input| {
+        record.lock().unwrap().push(input.clone());
+        CreateFleetOutput::builder()
+            .instances(
+                CreateFleetInstance::builder()
+                    .instance_ids("i-0000000000000000e")
+                    .instance_type(Ec2Type::G4dnXlarge)
+                    .launch_template_and_overrides(
+                        LaunchTemplateAndOverridesResponse::builder()
+                            .overrides(
+                                FleetLaunchTemplateOverrides::builder()
+                                    .instance_type(Ec2Type::G4dnXlarge)
+                                    .subnet_id("subnet-0bbb")
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build()
+    });
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&zones_rule(), &nothing_launched_rule(), &fleet]
+    );
+    let config = AwsConfig {
+        subnets: [("use1-az6".to_owned(), "subnet-0bbb".to_owned())].into(),
+        ..AwsConfig::new("us-east-1")
+    };
+    let aws = AwsProvider::from_clients(config, ec2, None).unwrap();
+    let a = offer("g4dn.xlarge", "use1-az4", Capacity::OnDemand);
+    let b = offer("g4dn.xlarge", "use1-az6", Capacity::OnDemand);
+    let out = aws
+        .launch(&request(vec![a, b.clone()], 1, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.instances[0].offer.key(),
+        b.key(),
+        "mapped back by subnet"
+    );
+
+    let inputs = seen.lock().unwrap();
+    let ov = inputs[0].launch_template_configs()[0].overrides();
+    assert_eq!(
+        (ov[0].availability_zone(), ov[0].subnet_id()),
+        (Some("us-east-1a"), None)
+    );
+    assert_eq!(
+        (ov[1].availability_zone(), ov[1].subnet_id()),
+        (None, Some("subnet-0bbb"))
+    );
+    // On-demand follows the plan's ranking.
+    assert_eq!((ov[0].priority(), ov[1].priority()), (Some(0.0), Some(1.0)));
+    let od = inputs[0].on_demand_options().unwrap();
+    assert_eq!(
+        od.allocation_strategy(),
+        Some(&aws_sdk_ec2::types::FleetOnDemandAllocationStrategy::Prioritized)
+    );
+    assert_eq!(
+        od.min_target_capacity(),
+        None,
+        "only gang (single-zone) launches set a minimum"
+    );
+}
+
+#[tokio::test]
+async fn spot_shortfall_falls_through_to_on_demand_with_a_derived_token() {
+    let seen: Arc<Mutex<Vec<CreateFleetInput>>> = Arc::default();
+    let record = seen.clone();
+    let fleet = mock!(Client::create_fleet).then_compute_output(move |input| {
+        record.lock().unwrap().push(input.clone());
+        let spot = input
+            .target_capacity_specification()
+            .and_then(|t| t.default_target_capacity_type())
+            == Some(&DefaultTargetCapacityType::Spot);
+        let (id, t, zone) = if spot {
+            ("i-000000000000000f1", Ec2Type::P32xlarge, "us-east-1a")
+        } else {
+            ("i-000000000000000f2", Ec2Type::G4dnXlarge, "us-east-1b")
+        };
+        CreateFleetOutput::builder()
+            .instances(
+                CreateFleetInstance::builder()
+                    .instance_ids(id)
+                    .instance_type(t.clone())
+                    .launch_template_and_overrides(overrides(t, zone))
+                    .build(),
+            )
+            .build()
+    });
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&zones_rule(), &nothing_launched_rule(), &fleet]
+    );
+    let aws = provider(ec2);
+    let spot = offer("p3.2xlarge", "use1-az4", Capacity::Spot);
+    let od = offer("g4dn.xlarge", "use1-az6", Capacity::OnDemand);
+    let req = request(vec![spot.clone(), od.clone()], 2, false);
+    let out = aws.launch(&req).await.unwrap();
+    let keys: Vec<_> = out.instances.iter().map(|i| i.offer.key()).collect();
+    assert_eq!(keys, [spot.key(), od.key()]);
+
+    let inputs = seen.lock().unwrap();
+    assert_eq!(inputs.len(), 2, "one fleet per capacity type");
+    let token = req.key.aws_client_token();
+    assert_eq!(inputs[0].client_token(), Some(token.as_str()));
+    assert_eq!(
+        inputs[1].client_token(),
+        Some(format!("{token}-1").as_str())
+    );
+    // Both fleets' instances carry the launch's token, so a retry after a crash finds both.
+    for input in inputs.iter() {
+        let launch = input.tag_specifications()[0]
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some(tern_aws::LAUNCH_TAG))
+            .and_then(|t| t.value());
+        assert_eq!(launch, Some(token.as_str()));
+    }
+    assert!(
+        out.instances
+            .iter()
+            .all(|i| i.tags.get(tern_aws::LAUNCH_TAG) == Some(&token))
+    );
+    let remaining = inputs[1]
+        .target_capacity_specification()
+        .and_then(|t| t.total_target_capacity());
+    assert_eq!(remaining, Some(1), "only what spot did not fill");
+}

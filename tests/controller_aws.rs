@@ -1,0 +1,240 @@
+//! `tern controller --provider aws` end to end against moto's EC2 server (the real AWS SDK
+//! inside tern, a real EC2 API emulator outside): a job is submitted, planned on the offers
+//! moto describes, launched with CreateFleet, trained by a test agent (`tern agent` running a
+//! "training script" that writes its progress file), and its instance terminated when it
+//! finishes. moto's instances do not train, so the agent's script stands in for the VM.
+
+#![cfg(feature = "aws")]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{free_port, wait_for};
+
+const TOKEN: &str = "aws-scenario-token";
+const OWNER: &str = "tern-scenario";
+
+struct Reaper(Vec<Child>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// boto3 (installed with moto) for the test's own view of the emulated account.
+fn boto(endpoint: &str, script: &str) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import boto3\nec2 = boto3.client('ec2', region_name='us-east-1', endpoint_url='{endpoint}', \
+             aws_access_key_id='testing', aws_secret_access_key='testing')\n{script}"
+        ))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "boto3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn running_owned(endpoint: &str) -> usize {
+    boto(
+        endpoint,
+        &format!(
+            "r = ec2.describe_instances(Filters=[{{'Name': 'tag:tern:owner', 'Values': ['{OWNER}']}}, \
+             {{'Name': 'instance-state-name', 'Values': ['pending', 'running']}}])\n\
+             print(sum(len(x['Instances']) for x in r['Reservations']))"
+        ),
+    )
+    .parse()
+    .expect("count")
+}
+
+fn status(server: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["status", "--json", "--server", server])
+        .env("TERN_TOKEN", TOKEN)
+        .output()
+        .expect("status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    serde_json::from_str(text.lines().last().expect("line")).expect("json")
+}
+
+#[test]
+fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut reaper = Reaper(Vec::new());
+    let moto_port = free_port();
+    reaper.0.push(
+        Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &moto_port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server must be on PATH (scripts/setup --test installs it)"),
+    );
+    let moto_addr = format!("127.0.0.1:{moto_port}");
+    wait_for(&moto_addr);
+    let moto = format!("http://{moto_addr}");
+    // The launch template the user (or Terraform) would create.
+    boto(
+        &moto,
+        "image = ec2.describe_images()['Images'][0]['ImageId']\n\
+         ec2.create_launch_template(LaunchTemplateName='tern-workers', \
+         LaunchTemplateData={'ImageId': image})",
+    );
+
+    let addr = format!("127.0.0.1:{}", free_port());
+    let server = format!("http://{addr}");
+    reaper.0.push(
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args([
+                "controller",
+                "--provider",
+                "aws",
+                "--region",
+                "us-east-1",
+                "--aws-endpoint",
+                &moto,
+                "--launch-template",
+                "tern-workers",
+                "--instance-type",
+                "g4dn.xlarge",
+                "--owner",
+                OWNER,
+                "--listen",
+                &addr,
+                "--period",
+                "0.2",
+            ])
+            .arg("--state")
+            .arg(dir.path().join("state.db"))
+            .env("TERN_TOKEN", TOKEN)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("controller"),
+    );
+    wait_for(&addr);
+
+    let spec = dir.path().join("t4.toml");
+    std::fs::write(
+        &spec,
+        "name = \"t4-small\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
+         deadline = \"12h\"\nlocal_batch = 32\n[work]\nsamples = 100000\n\
+         [[observation]]\naccelerator = \"T4\"\ngpus = 1\nlocal_batch = 32\nstep_seconds = 0.25\n",
+    )
+    .expect("spec");
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .arg("submit")
+        .arg(&spec)
+        .args(["--server", &server])
+        .env("TERN_TOKEN", TOKEN)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The controller plans on moto's offers and launches through CreateFleet.
+    let t0 = Instant::now();
+    loop {
+        let v = status(&server);
+        if v["jobs"][0]["instances"].as_u64() > Some(0) && running_owned(&moto) > 0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no instance launched: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // The test agent: `tern agent` runs the "training script" under a stand-in torchrun; the
+    // script writes its progress file (half, then all of it, checkpointed) and exits.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let torchrun = bin.join("torchrun");
+    std::fs::write(
+        &torchrun,
+        "#!/bin/sh\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n",
+    )
+    .expect("torchrun");
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&torchrun)
+        .status()
+        .expect("chmod");
+    let progress = dir.path().join("progress.json");
+    let script = format!(
+        "echo '{{\"samples\": 50000, \"checkpoint_samples\": 40000}}' > {p}; sleep 1; \
+         echo '{{\"samples\": 100000, \"checkpoint_samples\": 100000}}' > {p}",
+        p = progress.display()
+    );
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let agent = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["agent", "--job", "t4-small", "--server", &server])
+        .args(["--notice", "none", "--interval", "0.2"])
+        .arg("--progress-file")
+        .arg(&progress)
+        .args(["--", "sh", "-c", &script])
+        .env("TERN_TOKEN", TOKEN)
+        .env("PATH", path)
+        .output()
+        .expect("agent");
+    assert!(
+        agent.status.success(),
+        "agent: {}",
+        String::from_utf8_lossy(&agent.stderr)
+    );
+
+    // Finished: the controller terminates the instance in moto.
+    let t0 = Instant::now();
+    let job = loop {
+        let v = status(&server);
+        let j = v["jobs"][0].clone();
+        if j["state"] == "finished" && running_owned(&moto) == 0 {
+            break j;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "job not finished and released: {v}, {} running",
+            running_owned(&moto)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(job["progress"], 1.0, "{job}");
+    // Every instance tern launched carries its owner, intent and job tags.
+    let tags = boto(
+        &moto,
+        &format!(
+            "r = ec2.describe_instances(Filters=[{{'Name': 'tag:tern:owner', 'Values': ['{OWNER}']}}])\n\
+             print(sorted({{t['Key'] for x in r['Reservations'] for i in x['Instances'] for t in i.get('Tags', [])}}))"
+        ),
+    );
+    for key in ["tern:owner", "tern:intent", "tern:job"] {
+        assert!(tags.contains(key), "{key} missing from {tags}");
+    }
+}
