@@ -782,8 +782,13 @@ impl Controller {
                     Ok(false)
                 }
             }
-            IntentKind::Resize { .. } => {
-                // Elastic resizes are expressed as launches and terminations; nothing to call.
+            IntentKind::Resize { count } => {
+                // The fleet size the job aims for; launches and terminations follow from it
+                // (`replace` tops a job up to its target). Repeating it after a crash is harmless.
+                if let Some(e) = self.jobs.get_mut(&intent.job) {
+                    e.record.target_count = count;
+                    self.store.update_job(&e.record, now)?;
+                }
                 self.close_intent(intent.id, IntentState::Done, None, now)?;
                 Ok(true)
             }
@@ -924,6 +929,7 @@ impl Controller {
                 // what it launched is the fleet to keep.
                 e.record.target_offer = Some(first.key());
                 e.record.target_count = count;
+                e.record.planned_count = count;
                 changed = true;
             }
             if changed {
@@ -996,6 +1002,7 @@ impl Controller {
         let mut to_replace = Vec::new();
         let mut to_release = Vec::new();
         let mut to_check = Vec::new();
+        let mut to_grow = Vec::new();
         for (name, e) in &self.jobs {
             let r = &e.record;
             let n_live = live.get(name.as_str()).copied().unwrap_or(0);
@@ -1021,6 +1028,8 @@ impl Controller {
                 if due {
                     to_replace.push(name.clone());
                 }
+            } else if r.target_count < r.planned_count && due {
+                to_grow.push(name.clone());
             } else if e
                 .last_migrate_check
                 .is_none_or(|t| now - t >= delta(self.config.migrate_check))
@@ -1031,7 +1040,8 @@ impl Controller {
         for name in to_release {
             self.release(&name, now).await?;
         }
-        if to_place.is_empty() && to_replace.is_empty() && to_check.is_empty() {
+        if to_place.is_empty() && to_replace.is_empty() && to_check.is_empty() && to_grow.is_empty()
+        {
             return Ok(());
         }
         let Some(offers) = self.offers(now).await else {
@@ -1042,6 +1052,9 @@ impl Controller {
         }
         for name in to_replace {
             self.replace(&name, &offers, now).await?;
+        }
+        for name in to_grow {
+            self.grow(&name, &offers, now).await?;
         }
         if !to_check.is_empty() {
             // One walk over the fleet for all the jobs checked (the pass stays linear).
@@ -1184,6 +1197,7 @@ impl Controller {
             if let Some(e) = self.jobs.get_mut(&jp.job) {
                 e.record.target_offer = Some(choice.offer.clone());
                 e.record.target_count = choice.nodes;
+                e.record.planned_count = choice.nodes;
                 e.waiting = None;
                 self.store.update_job(&e.record, now)?;
             }
@@ -1321,6 +1335,30 @@ impl Controller {
                         self.execute(intent, now).await?;
                         return Ok(());
                     }
+                    // An elastic job runs on at least its minimum: resize it down to the
+                    // survivors (the agents' torchrun re-rendezvous at the smaller size) and
+                    // grow it back when spot returns (`grow`).
+                    let min_nodes = self.jobs.get(name).map_or(u32::MAX, |e| {
+                        e.record
+                            .spec
+                            .workers
+                            .min
+                            .div_ceil(first.accelerator_units().max(1))
+                    });
+                    if n_live >= min_nodes.max(1) {
+                        self.event(
+                            now,
+                            Some(name),
+                            "resize",
+                            &format!(
+                                "{} → {n_live} node(s): {wait}; the job goes on at the smaller size",
+                                n_live + missing
+                            ),
+                        )?;
+                        let intent =
+                            self.new_intent(name, IntentKind::Resize { count: n_live }, now)?;
+                        self.execute(intent, now).await?;
+                    }
                     return self.wait(name, &surviving, now);
                 }
                 None => {
@@ -1357,6 +1395,37 @@ impl Controller {
         )?;
         self.execute(intent, now).await?;
         Ok(())
+    }
+
+    /// An elastic job resized below its planned size grows back once spot capacity of its
+    /// shape is offered again: a `Resize` to the planned size, then `replace` launches the rest.
+    async fn grow(&mut self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> Result<()> {
+        let Some(first) = self.live_of(name).first().map(|i| i.offer.clone()) else {
+            return Ok(());
+        };
+        let Some(e) = self.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        e.last_plan = Some(now);
+        e.dirty = false;
+        let (from, to) = (e.record.target_count, e.record.planned_count);
+        let back = offers.iter().any(|o| {
+            o.capacity == Capacity::Spot
+                && o.instance_type.name == first.instance_type.name
+                && !matches!(o.availability, tern_cloud::Availability::Unavailable)
+        });
+        if !back || to <= from {
+            return Ok(());
+        }
+        self.event(
+            now,
+            Some(name),
+            "resize",
+            &format!("{from} → {to} node(s): spot capacity of the shape is offered again"),
+        )?;
+        let intent = self.new_intent(name, IntentKind::Resize { count: to }, now)?;
+        self.execute(intent, now).await?;
+        self.replace(name, offers, now).await
     }
 
     /// Move nodes to cheaper spot capacity when the saving beats the cost of moving

@@ -600,3 +600,58 @@ async fn a_spot_price_rise_moves_nodes_to_cheaper_spot_elsewhere() {
     // Never onto on-demand for a price move.
     assert!(ctl.instances().all(|i| i.offer.capacity == Capacity::Spot));
 }
+
+#[tokio::test]
+async fn an_elastic_job_is_resized_to_its_survivors_and_grows_back() {
+    // Zone a: 4 spot nodes, then 2 from tick 6 (30 min); zone b: nothing until tick 14
+    // (70 min), then plenty.
+    // The deadline is far, so the job waits for spot on its 2 survivors (≥ its minimum of 2)
+    // instead of paying on-demand, and is resized back to 4 once zone b offers capacity.
+    let mut a = vec![4; 6];
+    a.extend(vec![2; 300]);
+    let b: Vec<u32> = vec![0; 14].into_iter().chain(vec![8; 300]).collect();
+    let sim = sim(vec![trace("us-west-2a", a), trace("us-west-2b", b)]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("elastic", "{ min = 2, max = 4 }", false), sim.now())
+        .expect("submit");
+    let live = |ctl: &Controller| ctl.instances().filter(|i| !i.draining).count();
+    let mut shrunk = None;
+    for _ in 0..30 {
+        sim.advance(Duration::from_secs(60));
+        ctl.pass(sim.now()).await.expect("pass");
+        let j = ctl.job("elastic").expect("job");
+        if j.planned_count == 4 && j.target_count == 2 {
+            shrunk = Some((live(&ctl), j.clone()));
+            break;
+        }
+    }
+    let (survivors, j) = shrunk.expect("resized down while spot is out");
+    assert_eq!(survivors, 2, "the job keeps its survivors");
+    assert!(!j.drain_requested || j.done_samples >= 0.0);
+    // Persisted: a restarted controller knows both sizes.
+    let stored = store.job("elastic").expect("job").expect("exists");
+    assert_eq!((stored.target_count, stored.planned_count), (2, 4));
+    // No on-demand while waiting is affordable.
+    assert!(ctl.instances().all(|i| i.offer.capacity == Capacity::Spot));
+
+    assert!(
+        sim.now() < start() + TimeDelta::minutes(70),
+        "shrunk before b opens"
+    );
+    run(&mut ctl, &sim, 90).await;
+    let j = ctl.job("elastic").expect("job");
+    assert_eq!((j.target_count, j.planned_count), (4, 4), "grown back");
+    assert_eq!(live(&ctl), 4);
+    let resizes: Vec<String> = store
+        .events(0, Some("elastic"))
+        .expect("events")
+        .into_iter()
+        .filter(|e| e.kind == "resize")
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(resizes.len(), 2, "{resizes:?}");
+    assert!(resizes[0].starts_with("4 → 2"), "{resizes:?}");
+    assert!(resizes[1].starts_with("2 → 4"), "{resizes:?}");
+    assert_eq!(ctl.open_intents(), 0);
+}

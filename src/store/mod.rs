@@ -139,6 +139,8 @@ pub struct JobRecord {
     pub drain_requested: bool,
     pub target_offer: Option<String>,
     pub target_count: u32,
+    /// The size the planner chose; an elastic job resized below it grows back to it.
+    pub planned_count: u32,
     pub last_move_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
 }
@@ -158,6 +160,7 @@ impl JobRecord {
             drain_requested: false,
             target_offer: None,
             target_count: 0,
+            planned_count: 0,
             last_move_at: None,
             finished_at: None,
         }
@@ -473,7 +476,7 @@ impl Store {
         let n = self.exec(
             "UPDATE jobs SET state = ?2, reason = ?3, done_samples = ?4, checkpoint_samples = ?5,
                 checkpoint_at = ?6, drain_requested = ?7, target_offer = ?8, target_count = ?9,
-                last_move_at = ?10, finished_at = ?11, updated_at = ?12
+                last_move_at = ?10, finished_at = ?11, updated_at = ?12, planned_count = ?13
              WHERE name = ?1",
             params![
                 job.name(),
@@ -488,6 +491,7 @@ impl Store {
                 job.last_move_at.map(ms),
                 job.finished_at.map(ms),
                 ms(now),
+                job.planned_count,
             ],
         )?;
         if n == 0 {
@@ -790,7 +794,7 @@ impl Store {
 
 const JOB_SELECT: &str = "SELECT spec, state, reason, submitted_at, deadline_at, total_samples,
     done_samples, checkpoint_samples, checkpoint_at, drain_requested, target_offer, target_count,
-    last_move_at, finished_at FROM jobs";
+    last_move_at, finished_at, planned_count FROM jobs";
 
 fn job_from_row(r: &Row) -> Result<JobRecord> {
     Ok(JobRecord {
@@ -808,6 +812,7 @@ fn job_from_row(r: &Row) -> Result<JobRecord> {
         target_count: r.u32(11)?,
         last_move_at: r.opt_int(12)?.map(time),
         finished_at: r.opt_int(13)?.map(time),
+        planned_count: r.u32(14)?,
     })
 }
 

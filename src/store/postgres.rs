@@ -21,6 +21,7 @@ use super::sql::{Outcome, Row, Shape, Stmt, Value, numbered_placeholders};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
+    include_str!("migrations/0003_planned_count.sql"),
 ];
 
 /// Key of the advisory lock that serialises migrations when several controllers start at once.

@@ -13,6 +13,7 @@ use super::sql::{Outcome, Row, Shape, Stmt, Value};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
+    include_str!("migrations/0003_planned_count.sql"),
 ];
 
 impl rusqlite::ToSql for Value {

@@ -46,7 +46,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     };
     {
         let store = open();
-        assert_eq!(store.schema_version().expect("version"), 2);
+        assert_eq!(store.schema_version().expect("version"), 3);
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -60,7 +60,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let store = open();
     assert_eq!(
         store.schema_version().expect("no migration applied twice"),
-        2
+        3
     );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
@@ -243,7 +243,7 @@ fn postgres_store_passes_the_same_checks() {
             .collect()
     });
     for s in &stores {
-        assert_eq!(s.schema_version().expect("version"), 2);
+        assert_eq!(s.schema_version().expect("version"), 3);
     }
     // Two handles on one database see each other's writes (what a standby reads on takeover).
     let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
