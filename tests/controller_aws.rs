@@ -122,6 +122,7 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
             ])
             .arg("--state")
             .arg(dir.path().join("state.db"))
+            .env("TERN_DB", dir.path().join("prices.db"))
             .env("TERN_TOKEN", TOKEN)
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
@@ -237,4 +238,31 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
     for key in ["tern:owner", "tern:intent", "tern:job"] {
         assert!(tags.contains(key), "{key} missing from {tags}");
     }
+    // The spot prices the controller read are in the price history `tern prices` reads, with
+    // their AWS timestamps (moto's values are fake, so only their presence is checked).
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args([
+            "prices",
+            "history",
+            "--instance-type",
+            "g4dn.xlarge",
+            "--capacity",
+            "spot",
+            "--json",
+        ])
+        .env("TERN_DB", dir.path().join("prices.db"))
+        .output()
+        .expect("prices history");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let history: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("line")).expect("json");
+    assert!(
+        history.to_string().contains("g4dn.xlarge"),
+        "no spot readings recorded: {history}"
+    );
 }

@@ -72,6 +72,10 @@ pub struct Args {
     /// AWS: offer only these instance types (default: every type with accelerators).
     #[arg(long = "instance-type", value_name = "TYPE")]
     instance_types: Vec<String>,
+    /// AWS: spot prices the controller reads are recorded in this price history (the one
+    /// `tern prices` reads).
+    #[command(flatten)]
+    price_db: super::prices::DbArgs,
     /// State store: a SQLite file (`sqlite:PATH` or a path) or a PostgreSQL URL
     /// (`postgres://user@host/db`) that several controllers share for high availability.
     /// Default: <data dir>/tern/controller.db.
@@ -146,9 +150,16 @@ async fn aws_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
         "--provider aws needs --launch-template NAME (the AMI, subnet and instance profile of \
          the workers; the Terraform module creates one), or --dry-run"
     );
+    let history_path = args.price_db.path()?;
+    if let Some(dir) = history_path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let history = tern_pricing::PriceHistory::open(&history_path)
+        .with_context(|| format!("opening the price history {}", history_path.display()))?;
     let provider = tern_aws::AwsProvider::connect(config)
         .await
-        .context("connecting to AWS")?;
+        .context("connecting to AWS")?
+        .with_price_history(Arc::new(std::sync::Mutex::new(history)));
     let regions = provider.regions();
     Ok((Arc::new(provider), regions))
 }

@@ -37,6 +37,13 @@ pub struct AwsConfig {
     pub prices_ttl: Duration,
     /// How long an offer that hit a capacity error is reported unavailable.
     pub capacity_memory: Duration,
+    /// Refresh on-demand prices from the AWS Pricing API (`pricing:GetProducts`, served from
+    /// us-east-1). Off, or when the API fails, on-demand prices come from the bundled catalog
+    /// (or the last good refresh).
+    pub pricing_api: bool,
+    /// How long on-demand prices from the Pricing API are reused before a refresh. A failed
+    /// refresh is retried after this or an hour, whichever is shorter.
+    pub on_demand_ttl: Duration,
 }
 
 impl Default for AwsConfig {
@@ -56,6 +63,8 @@ impl Default for AwsConfig {
             shapes_ttl: Duration::from_secs(6 * 3600),
             prices_ttl: Duration::from_secs(5 * 60),
             capacity_memory: Duration::from_secs(3 * 60),
+            pricing_api: true,
+            on_demand_ttl: Duration::from_secs(24 * 3600),
         }
     }
 }

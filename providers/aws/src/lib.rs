@@ -1,8 +1,9 @@
 //! tern's AWS provider: the [`tern_cloud::Provider`] trait on the AWS SDK for Rust.
 //!
 //! - Offers: DescribeInstanceTypes, DescribeInstanceTypeOfferings (by AZ, mapped to AZ ids),
-//!   DescribeSpotPriceHistory; on-demand prices from the bundled catalog. Cached with TTLs;
-//!   the last good data is kept when a refresh fails.
+//!   DescribeSpotPriceHistory; on-demand prices from the bundled catalog, refreshed by the
+//!   AWS Pricing API ([`pricing_api`]) when it answers. Cached with TTLs; the last good data is
+//!   kept when a refresh fails.
 //! - Launch: CreateFleet `type=instant` with the intent's ClientToken, one override per
 //!   offer, tags on instances and volumes.
 //! - Interruptions: EventBridge events delivered to an SQS queue.
@@ -14,6 +15,7 @@ pub mod errors;
 pub mod events;
 mod fleet;
 mod offers;
+pub mod pricing_api;
 mod provider;
 
 pub use config::AwsConfig;

@@ -1,8 +1,9 @@
 //! What can be bought in a region: instance types, where they are offered, and prices.
 //!
-//! EC2 knows the shapes, the zones and the spot prices; it has no on-demand price API worth
-//! calling on every refresh (the Pricing API is slow and regional), so on-demand prices come
-//! from the bundled catalog.
+//! EC2 knows the shapes, the zones and the spot prices; it has no on-demand price API. On-demand
+//! prices come from the bundled catalog, overridden per region by what the AWS Pricing API last
+//! said (see [`crate::pricing_api`]; it is slow and served from us-east-1, so it is refreshed
+//! rarely).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -257,17 +258,25 @@ impl OnDemandPrices {
     }
 }
 
-/// Turn what EC2 said into offers. `unavailable` holds offer keys with a recent capacity
-/// error. Catalog rows for this region's zones that EC2 does not offer are kept, flagged
-/// unavailable, so the planner sees why a known shape is missing.
+/// Turn what EC2 said into offers. `fresh` holds this region's on-demand prices from the
+/// Pricing API by type; they win over the catalog's. `unavailable` holds offer keys with a
+/// recent capacity error. Catalog rows for this region's zones that EC2 does not offer are
+/// kept, flagged unavailable, so the planner sees why a known shape is missing.
 pub fn build(
     region: &Region,
     shapes: &Shapes,
     spot: &SpotPrices,
     catalog: &OnDemandPrices,
+    fresh: &BTreeMap<String, f64>,
     zones: &ZoneMap,
     unavailable: &dyn Fn(&str) -> bool,
 ) -> Vec<Offer> {
+    let on_demand = |name: &str| {
+        fresh
+            .get(name)
+            .copied()
+            .or_else(|| catalog.price(region.as_str(), name))
+    };
     let mut out = Vec::new();
     let offer = |shape: &InstanceType, zone: &str, capacity, price: f64, at| {
         let mut o = Offer {
@@ -293,7 +302,7 @@ pub fn build(
         let Some(shape) = shapes.types.get(name) else {
             continue;
         };
-        if let Some(price) = catalog.price(region.as_str(), name) {
+        if let Some(price) = on_demand(name) {
             out.push(offer(shape, zone, Capacity::OnDemand, price, None));
         }
         if let Some((price, at)) = spot.get(&(name.clone(), zone.clone())) {
@@ -309,7 +318,7 @@ pub fn build(
         {
             continue;
         }
-        let (Some(shape), Some(price)) = (shapes.types.get(name), catalog.price(r, name)) else {
+        let (Some(shape), Some(price)) = (shapes.types.get(name), on_demand(name)) else {
             continue;
         };
         let mut o = offer(shape, zone, Capacity::OnDemand, price, None);
@@ -355,7 +364,8 @@ mod tests {
             .insert(("us-east-1".into(), "use1-az6".into(), "p3.2xlarge".into()));
         let region = Region::new("us-east-1");
         let spot_key = "aws/use1-az4/p3.2xlarge/spot";
-        let offers = build(&region, &shapes, &spot, &catalog, &zones, &|k| {
+        let none = BTreeMap::new();
+        let offers = build(&region, &shapes, &spot, &catalog, &none, &zones, &|k| {
             k == spot_key
         });
         assert_eq!(offers.len(), 3, "{offers:#?}");
@@ -381,5 +391,17 @@ mod tests {
             Availability::Unavailable,
             "not offered by EC2"
         );
+
+        // A Pricing API price replaces the catalog's, for offered and flagged rows alike.
+        let fresh: BTreeMap<String, f64> = [("p3.2xlarge".to_owned(), 3.2)].into();
+        let offers = build(&region, &shapes, &spot, &catalog, &fresh, &zones, &|_| {
+            false
+        });
+        let on_demand: Vec<f64> = offers
+            .iter()
+            .filter(|o| o.capacity == Capacity::OnDemand)
+            .map(|o| o.price_per_hour)
+            .collect();
+        assert_eq!(on_demand, [3.2, 3.2]);
     }
 }

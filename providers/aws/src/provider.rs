@@ -1,6 +1,6 @@
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_config::BehaviorVersion;
@@ -20,6 +20,10 @@ use crate::errors::{code_of, from_sdk};
 use crate::events;
 use crate::fleet::{FleetCall, LAUNCH_TAG, Template};
 use crate::offers::{self, OnDemandPrices, Shapes, SpotPrices, ZoneMap};
+use crate::pricing_api;
+
+/// A failed Pricing API refresh is retried after this long (or `on_demand_ttl`, if shorter).
+const PRICING_RETRY: Duration = Duration::from_secs(3600);
 
 /// States in which an instance still costs money or may still run.
 const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
@@ -30,8 +34,20 @@ struct RegionCache {
     zones: Option<(Instant, ZoneMap)>,
     shapes: Option<(Instant, Arc<Shapes>)>,
     spot: Option<(Instant, Arc<SpotPrices>)>,
+    /// On-demand prices from the Pricing API.
+    on_demand: Option<OnDemandRefresh>,
     /// The last offers built, by key, to describe instances found later.
     offers: HashMap<String, Offer>,
+}
+
+/// The last Pricing API refresh of one region: when it was tried, for which types, whether it
+/// worked, and the last good prices by type (empty until one worked).
+#[derive(Debug, Clone)]
+struct OnDemandRefresh {
+    tried: Instant,
+    ok: bool,
+    types: BTreeSet<String>,
+    prices: Arc<BTreeMap<String, f64>>,
 }
 
 /// tern's [`Provider`] for AWS EC2, with spot interruption notices from an SQS queue.
@@ -39,6 +55,7 @@ pub struct AwsProvider {
     config: AwsConfig,
     ec2: aws_sdk_ec2::Client,
     sqs: Option<aws_sdk_sqs::Client>,
+    pricing: Option<aws_sdk_pricing::Client>,
     on_demand: OnDemandPrices,
     history: Option<Arc<Mutex<PriceHistory>>>,
     clients: Mutex<HashMap<String, aws_sdk_ec2::Client>>,
@@ -79,11 +96,26 @@ impl AwsProvider {
             .queue_url
             .as_ref()
             .map(|_| aws_sdk_sqs::Client::new(&shared));
-        Self::from_clients(config, ec2, sqs)
+        // The Pricing API lives in a few regions only; an endpoint override still applies.
+        let pricing = config.pricing_api.then(|| {
+            let conf = aws_sdk_pricing::config::Builder::from(&shared)
+                .region(aws_sdk_pricing::config::Region::new(
+                    pricing_api::ENDPOINT_REGION,
+                ))
+                .build();
+            aws_sdk_pricing::Client::from_conf(conf)
+        });
+        let this = Self::from_clients(config, ec2, sqs)?;
+        Ok(match pricing {
+            Some(client) => this.with_pricing_client(client),
+            None => this,
+        })
     }
 
     /// Use ready-made clients (tests point them at moto or at `aws-smithy-mocks` rules). The
     /// EC2 client's own region is replaced per call by the region an offer or the config names.
+    /// No Pricing API client: on-demand prices come from the catalog unless
+    /// [`Self::with_pricing_client`] adds one.
     pub fn from_clients(
         config: AwsConfig,
         ec2: aws_sdk_ec2::Client,
@@ -97,6 +129,7 @@ impl AwsProvider {
             config,
             ec2,
             sqs,
+            pricing: None,
             history: None,
             clients: Mutex::default(),
             cache: Mutex::default(),
@@ -107,6 +140,13 @@ impl AwsProvider {
     /// Take on-demand prices and shapes from this catalog instead of the bundled one.
     pub fn with_catalog(mut self, catalog: &Catalog) -> Self {
         self.on_demand = OnDemandPrices::from_catalog(catalog);
+        self
+    }
+
+    /// Refresh on-demand prices with this Pricing API client (it must be set up for a region
+    /// that serves the API, such as us-east-1). Ignored when `AwsConfig::pricing_api` is off.
+    pub fn with_pricing_client(mut self, client: aws_sdk_pricing::Client) -> Self {
+        self.pricing = Some(client);
         self
     }
 
@@ -207,6 +247,58 @@ impl AwsProvider {
             }
             Err(e) => stale(cached.map(|c| c.1), e, "spot prices", region).map(|p| (p, false)),
         }
+    }
+
+    /// This region's on-demand prices from the Pricing API, by type, for the types it offers;
+    /// empty when the API is off or has never answered. A refresh runs when `on_demand_ttl`
+    /// has passed (an hour at most after a failure) or the region offers types the last one
+    /// did not ask about. A failure never fails the caller: it logs one warning and keeps the
+    /// last good prices.
+    async fn on_demand_prices(&self, region: &str, shapes: &Shapes) -> Arc<BTreeMap<String, f64>> {
+        let Some(client) = self.pricing.as_ref().filter(|_| self.config.pricing_api) else {
+            return Arc::default();
+        };
+        let types: BTreeSet<String> = shapes.offered.iter().map(|(t, _)| t.clone()).collect();
+        let cached = lock(&self.cache)
+            .get(region)
+            .and_then(|c| c.on_demand.clone());
+        let last_good = cached
+            .as_ref()
+            .map(|c| c.prices.clone())
+            .unwrap_or_default();
+        if let Some(c) = &cached {
+            let wait = if c.ok {
+                self.config.on_demand_ttl
+            } else {
+                self.config.on_demand_ttl.min(PRICING_RETRY)
+            };
+            if c.tried.elapsed() < wait && types.is_subset(&c.types) {
+                return last_good;
+            }
+        }
+        if types.is_empty() {
+            return last_good;
+        }
+        let (ok, prices) = match pricing_api::fetch_on_demand(client, region, &types).await {
+            Ok(prices) => {
+                debug!(%region, types = types.len(), priced = prices.len(), "on-demand prices from the Pricing API");
+                (true, Arc::new(prices))
+            }
+            Err(e) => {
+                warn!(%region, error = %e, "Pricing API refresh failed; keeping the last good on-demand prices");
+                (false, last_good)
+            }
+        };
+        lock(&self.cache)
+            .entry(region.to_owned())
+            .or_default()
+            .on_demand = Some(OnDemandRefresh {
+            tried: Instant::now(),
+            ok,
+            types,
+            prices: prices.clone(),
+        });
+        prices
     }
 
     fn recently_short(&self, key: &str) -> bool {
@@ -346,7 +438,11 @@ impl AwsProvider {
                 memory_gib: 0.0,
                 accelerator: None,
             });
-        let price = self.on_demand.price(region, type_name).unwrap_or(0.0);
+        let price = known
+            .and_then(|c| c.on_demand.as_ref())
+            .and_then(|r| r.prices.get(type_name).copied())
+            .or_else(|| self.on_demand.price(region, type_name))
+            .unwrap_or(0.0);
         Offer {
             cloud: Cloud::Aws,
             region: Region::new(region),
@@ -423,11 +519,13 @@ impl Provider for AwsProvider {
         let zones = self.zones(r).await?;
         let shapes = self.shapes(r, &zones).await?;
         let (spot, fresh) = self.spot_prices(r, &shapes, &zones).await?;
+        let on_demand = self.on_demand_prices(r, &shapes).await;
         let offers = offers::build(
             region,
             &shapes,
             &spot,
             &self.on_demand,
+            &on_demand,
             &zones,
             &|k: &str| self.recently_short(k),
         );
