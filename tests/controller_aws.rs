@@ -6,26 +6,15 @@
 
 #![cfg(feature = "aws")]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{free_port, wait_for};
+use common::{Reaper, free_port, submit, tern_json, wait_for};
 
 const TOKEN: &str = "aws-scenario-token";
 const OWNER: &str = "tern-scenario";
-
-struct Reaper(Vec<Child>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// boto3 (installed with moto) for the test's own view of the emulated account.
 fn boto(endpoint: &str, script: &str) -> String {
@@ -56,21 +45,6 @@ fn running_owned(endpoint: &str) -> usize {
     )
     .parse()
     .expect("count")
-}
-
-fn status(server: &str) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["status", "--json", "--server", server])
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("status");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    serde_json::from_str(text.lines().last().expect("line")).expect("json")
 }
 
 #[test]
@@ -142,23 +116,12 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
          [[observation]]\naccelerator = \"T4\"\ngpus = 1\nlocal_batch = 32\nstep_seconds = 0.25\n",
     )
     .expect("spec");
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .arg("submit")
-        .arg(&spec)
-        .args(["--server", &server])
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    submit(&spec, &server, TOKEN);
 
     // The controller plans on moto's offers and launches through CreateFleet.
     let t0 = Instant::now();
     loop {
-        let v = status(&server);
+        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
         if v["jobs"][0]["instances"].as_u64() > Some(0) && running_owned(&moto) > 0 {
             break;
         }
@@ -214,7 +177,7 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
     // Finished: the controller terminates the instance in moto.
     let t0 = Instant::now();
     let job = loop {
-        let v = status(&server);
+        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
         let j = v["jobs"][0].clone();
         if j["state"] == "finished" && running_owned(&moto) == 0 {
             break j;

@@ -5,7 +5,7 @@
 //! checkpoint. The same run on a real PostgreSQL store (a private cluster), where the restarted
 //! controller reclaims its own lease (same `--id`) at once.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -13,57 +13,9 @@ mod common;
 #[allow(dead_code)]
 mod pg_cluster;
 
-use common::{free_port, wait_for};
+use common::{Reaper, free_port, sim_controller, submit, tern_json, wait_for};
 
 const TOKEN: &str = "chaos-token";
-
-struct Reaper(Vec<Child>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn controller(sim: &str, state: &str, addr: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "controller",
-            "--sim-endpoint",
-            sim,
-            "--listen",
-            addr,
-            "--period",
-            "0.05",
-            "--id",
-            "chaos",
-            "--state",
-            state,
-        ])
-        .env("TERN_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("controller")
-}
-
-fn tern_json(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("tern");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    serde_json::from_str(text.lines().last().expect("output")).expect("json line")
-}
 
 fn spec(name: &str, workers: &str, gang: bool, samples: u64) -> String {
     format!(
@@ -111,7 +63,7 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
     wait_for(&sim_addr);
     let ctl_addr = format!("127.0.0.1:{}", free_port());
     let server = format!("http://{ctl_addr}");
-    let mut ctl = controller(&sim_url, state, &ctl_addr);
+    let mut ctl = sim_controller(&sim_url, state, &ctl_addr, "chaos", TOKEN);
     wait_for(&ctl_addr);
     for (name, workers, gang, samples) in [
         ("gang", "4", true, 5_000_000u64),
@@ -120,18 +72,7 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
     ] {
         let path = dir.path().join(format!("{name}.toml"));
         std::fs::write(&path, spec(name, workers, gang, samples)).expect("write spec");
-        let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-            .arg("submit")
-            .arg(&path)
-            .args(["--server", &server])
-            .env("TERN_TOKEN", TOKEN)
-            .output()
-            .expect("submit");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        submit(&path, &server, TOKEN);
     }
 
     // Twelve SIGKILLs at seeded moments, each followed by a restart on the same state.
@@ -143,14 +84,14 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
         std::thread::sleep(Duration::from_millis(150 + rng % 700));
         ctl.kill().expect("SIGKILL");
         ctl.wait().expect("reaped");
-        ctl = controller(&sim_url, state, &ctl_addr);
+        ctl = sim_controller(&sim_url, state, &ctl_addr, "chaos", TOKEN);
         wait_for(&ctl_addr);
     }
 
     // Let it finish.
     let t0 = Instant::now();
     let jobs = loop {
-        let v = tern_json(&["status", "--json", "--server", &server]);
+        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
         let jobs = v["jobs"].as_array().expect("jobs").clone();
         if jobs
             .iter()
@@ -179,17 +120,20 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
     let state_arg = state.to_string();
     let t0 = Instant::now();
     let report = loop {
-        let r = tern_json(&[
-            "sim",
-            "report",
-            "--endpoint",
-            &sim_url,
-            "--owner",
-            "tern",
-            "--state",
-            &state_arg,
-            "--json",
-        ]);
+        let r = tern_json(
+            &[
+                "sim",
+                "report",
+                "--endpoint",
+                &sim_url,
+                "--owner",
+                "tern",
+                "--state",
+                &state_arg,
+                "--json",
+            ],
+            TOKEN,
+        );
         if r["running_instances"] == 0 {
             break r;
         }

@@ -4,7 +4,7 @@
 //! with the leader's jobs from the shared store, and nothing is leaked or launched twice.
 
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -12,57 +12,9 @@ mod common;
 #[allow(dead_code)]
 mod pg_cluster;
 
-use common::{free_port, wait_for};
+use common::{Reaper, free_port, sim_controller, submit, tern_json, wait_for};
 
 const TOKEN: &str = "ha-token";
-
-struct Reaper(Vec<Child>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn controller(sim: &str, state: &str, addr: &str, id: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "controller",
-            "--sim-endpoint",
-            sim,
-            "--listen",
-            addr,
-            "--period",
-            "0.05",
-            "--state",
-            state,
-            "--id",
-            id,
-        ])
-        .env("TERN_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("controller")
-}
-
-fn tern_json(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("tern");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    serde_json::from_str(text.lines().last().expect("output")).expect("json line")
-}
 
 fn listening(addr: &str) -> bool {
     TcpStream::connect(addr).is_ok()
@@ -94,9 +46,9 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
 
     let a_addr = format!("127.0.0.1:{}", free_port());
     let b_addr = format!("127.0.0.1:{}", free_port());
-    let mut a = controller(&sim_url, &state, &a_addr, "ctl-a");
+    let mut a = sim_controller(&sim_url, &state, &a_addr, "ctl-a", TOKEN);
     wait_for(&a_addr);
-    let b = controller(&sim_url, &state, &b_addr, "ctl-b");
+    let b = sim_controller(&sim_url, &state, &b_addr, "ctl-b", TOKEN);
     reaper.0.push(b);
 
     let job = dir.path().join("ha.toml");
@@ -109,23 +61,12 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
     )
     .expect("spec");
     let a_url = format!("http://{a_addr}");
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .arg("submit")
-        .arg(&job)
-        .args(["--server", &a_url])
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    submit(&job, &a_url, TOKEN);
 
     // The leader runs the job; the standby does not serve (it is not the leader).
     let t0 = Instant::now();
     let before = loop {
-        let v = tern_json(&["status", "--json", "--server", &a_url]);
+        let v = tern_json(&["status", "--json", "--server", &a_url], TOKEN);
         let j = v["jobs"][0].clone();
         if j["instances"].as_u64().unwrap_or(0) > 0 && j["done_samples"].as_f64() > Some(0.0) {
             break j;
@@ -153,14 +94,14 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
     );
 
     // The old leader comes back (same id as before): now it is the standby.
-    let a_again = controller(&sim_url, &state, &a_addr, "ctl-a");
+    let a_again = sim_controller(&sim_url, &state, &a_addr, "ctl-a", TOKEN);
     reaper.0.push(a_again);
 
     // The new leader knows the job from the shared store and finishes it.
     let b_url = format!("http://{b_addr}");
     let t0 = Instant::now();
     let after = loop {
-        let v = tern_json(&["status", "--json", "--server", &b_url]);
+        let v = tern_json(&["status", "--json", "--server", &b_url], TOKEN);
         let j = v["jobs"][0].clone();
         assert_eq!(j["name"], "ha", "{v}");
         assert!(
@@ -184,15 +125,18 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
 
     let t0 = Instant::now();
     let report = loop {
-        let r = tern_json(&[
-            "sim",
-            "report",
-            "--endpoint",
-            &sim_url,
-            "--state",
-            &state,
-            "--json",
-        ]);
+        let r = tern_json(
+            &[
+                "sim",
+                "report",
+                "--endpoint",
+                &sim_url,
+                "--state",
+                &state,
+                "--json",
+            ],
+            TOKEN,
+        );
         if r["running_instances"] == 0 {
             break r;
         }

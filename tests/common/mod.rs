@@ -46,3 +46,78 @@ pub fn controller_command(state: &Path, token: &str) -> Command {
         .stderr(Stdio::null());
     c
 }
+
+/// Child processes killed (SIGKILL) and reaped when the test ends, pass or fail.
+pub struct Reaper(pub Vec<std::process::Child>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Run `tern ARGS` with the API token; it must succeed; its last stdout line is JSON.
+pub fn tern_json(args: &[&str], token: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .env("TERN_TOKEN", token)
+        .output()
+        .expect("tern");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    serde_json::from_str(text.lines().last().expect("output")).expect("json line")
+}
+
+/// `tern submit SPEC --server URL`; it must succeed.
+pub fn submit(spec: &Path, server: &str, token: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .arg("submit")
+        .arg(spec)
+        .args(["--server", server])
+        .env("TERN_TOKEN", token)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "submit {}: {}",
+        spec.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `tern controller` on the simulated cloud of a `tern sim serve` process at `sim`, with state
+/// store `state`, lease holder `id`, a fast period, and its output silenced.
+pub fn sim_controller(
+    sim: &str,
+    state: &str,
+    addr: &str,
+    id: &str,
+    token: &str,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args([
+            "controller",
+            "--sim-endpoint",
+            sim,
+            "--listen",
+            addr,
+            "--period",
+            "0.05",
+            "--state",
+            state,
+            "--id",
+            id,
+        ])
+        .env("TERN_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("controller")
+}

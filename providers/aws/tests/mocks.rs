@@ -9,17 +9,12 @@ use std::time::Duration;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::operation::create_fleet::{CreateFleetInput, CreateFleetOutput};
-use aws_sdk_ec2::operation::describe_availability_zones::DescribeAvailabilityZonesOutput;
-use aws_sdk_ec2::operation::describe_instance_type_offerings::DescribeInstanceTypeOfferingsOutput;
-use aws_sdk_ec2::operation::describe_instance_types::DescribeInstanceTypesOutput;
 use aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput;
-use aws_sdk_ec2::operation::describe_spot_price_history::DescribeSpotPriceHistoryOutput;
 use aws_sdk_ec2::types::{
-    AvailabilityZone, CreateFleetError, CreateFleetInstance, DefaultTargetCapacityType,
-    FleetLaunchTemplateOverrides, FleetType, GpuDeviceInfo, GpuInfo, Instance as Ec2Instance,
-    InstanceLifecycle, InstanceState as Ec2State, InstanceStateName, InstanceType as Ec2Type,
-    InstanceTypeInfo, InstanceTypeOffering, LaunchTemplateAndOverridesResponse, LocationType,
-    Placement, Reservation, ResourceType, SpotAllocationStrategy, SpotPrice, Tag, VCpuInfo,
+    CreateFleetError, CreateFleetInstance, DefaultTargetCapacityType, FleetLaunchTemplateOverrides,
+    FleetType, Instance as Ec2Instance, InstanceLifecycle, InstanceState as Ec2State,
+    InstanceStateName, InstanceType as Ec2Type, LaunchTemplateAndOverridesResponse, Placement,
+    Reservation, ResourceType, SpotAllocationStrategy, Tag,
 };
 use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use tern_aws::{AwsConfig, AwsProvider};
@@ -28,24 +23,7 @@ use tern_cloud::{
     LaunchRequest, Offer, Provider, ProviderError, Region, Zone, tag,
 };
 
-fn zones_rule() -> Rule {
-    mock!(Client::describe_availability_zones).then_output(|| {
-        DescribeAvailabilityZonesOutput::builder()
-            .availability_zones(
-                AvailabilityZone::builder()
-                    .zone_name("us-east-1a")
-                    .zone_id("use1-az4")
-                    .build(),
-            )
-            .availability_zones(
-                AvailabilityZone::builder()
-                    .zone_name("us-east-1b")
-                    .zone_id("use1-az6")
-                    .build(),
-            )
-            .build()
-    })
-}
+mod mocked;
 
 /// No earlier launch with this token.
 fn nothing_launched_rule() -> Rule {
@@ -143,7 +121,7 @@ async fn partial_fulfilment_reports_launched_instances_and_per_override_capacity
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones_rule(), &nothing_launched_rule(), &fleet]
+        [&mocked::zones_rule(), &nothing_launched_rule(), &fleet]
     );
     let aws = provider(ec2);
     let p3 = offer("p3.2xlarge", "use1-az4", Capacity::Spot);
@@ -235,49 +213,12 @@ async fn a_capacity_error_marks_the_offer_unavailable_for_a_while() {
             )
             .build()
     });
-    let types = mock!(Client::describe_instance_types).then_output(|| {
-        DescribeInstanceTypesOutput::builder()
-            .instance_types(
-                InstanceTypeInfo::builder()
-                    .instance_type(Ec2Type::G4dnXlarge)
-                    .v_cpu_info(VCpuInfo::builder().default_v_cpus(4).build())
-                    .gpu_info(
-                        GpuInfo::builder()
-                            .gpus(GpuDeviceInfo::builder().name("T4").count(1).build())
-                            .build(),
-                    )
-                    .build(),
-            )
-            .build()
-    });
-    let offerings = mock!(Client::describe_instance_type_offerings).then_output(|| {
-        DescribeInstanceTypeOfferingsOutput::builder()
-            .instance_type_offerings(
-                InstanceTypeOffering::builder()
-                    .instance_type(Ec2Type::G4dnXlarge)
-                    .location_type(LocationType::AvailabilityZone)
-                    .location("us-east-1a")
-                    .build(),
-            )
-            .build()
-    });
-    let prices = mock!(Client::describe_spot_price_history).then_output(|| {
-        DescribeSpotPriceHistoryOutput::builder()
-            .spot_price_history(
-                SpotPrice::builder()
-                    .instance_type(Ec2Type::G4dnXlarge)
-                    .availability_zone("us-east-1a")
-                    .spot_price("0.2104")
-                    .timestamp(aws_smithy_types::DateTime::from_secs(1_795_000_000))
-                    .build(),
-            )
-            .build()
-    });
+    let [types, offerings, prices] = mocked::g4dn_rules();
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
         [
-            &zones_rule(),
+            &mocked::zones_rule(),
             &nothing_launched_rule(),
             &fleet,
             &types,
@@ -294,7 +235,7 @@ async fn a_capacity_error_marks_the_offer_unavailable_for_a_while() {
         .unwrap()
         .clone();
     assert_eq!(spot.zone.as_str(), "use1-az4");
-    assert_eq!(spot.price_per_hour, 0.2104);
+    assert_eq!(spot.price_per_hour, mocked::G4DN_SPOT);
     assert_eq!(spot.availability, Availability::Available(None));
 
     let out = aws
@@ -351,7 +292,7 @@ async fn throttling_is_retried_by_the_sdk_with_the_same_client_token() {
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones_rule(), &nothing_launched_rule(), &fleet],
+        [&mocked::zones_rule(), &nothing_launched_rule(), &fleet],
         |c| c.retry_config(
             RetryConfig::standard()
                 .with_max_attempts(3)
@@ -386,7 +327,7 @@ async fn throttling_that_outlasts_the_retries_is_a_throttled_error() {
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones_rule(), &nothing_launched_rule(), &fleet],
+        [&mocked::zones_rule(), &nothing_launched_rule(), &fleet],
         |c| c.retry_config(RetryConfig::standard().with_max_attempts(1))
     );
     let aws = provider(ec2);
@@ -430,7 +371,7 @@ async fn terminate_counts_an_instance_that_vanished_meanwhile_as_done() {
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones_rule(), &described, &terminate]
+        [&mocked::zones_rule(), &described, &terminate]
     );
     let aws = provider(ec2);
     let id = InstanceId::from("i-0000000000000000d");
@@ -452,7 +393,7 @@ async fn a_whole_call_quota_error_is_classified() {
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones_rule(), &nothing_launched_rule(), &fleet]
+        [&mocked::zones_rule(), &nothing_launched_rule(), &fleet]
     );
     let err = provider(ec2)
         .launch(&request(
@@ -493,7 +434,7 @@ async fn configured_subnets_replace_the_zone_in_overrides() {
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones_rule(), &nothing_launched_rule(), &fleet]
+        [&mocked::zones_rule(), &nothing_launched_rule(), &fleet]
     );
     let config = AwsConfig {
         subnets: [("use1-az6".to_owned(), "subnet-0bbb".to_owned())].into(),
@@ -564,7 +505,7 @@ async fn spot_shortfall_falls_through_to_on_demand_with_a_derived_token() {
     let ec2 = mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones_rule(), &nothing_launched_rule(), &fleet]
+        [&mocked::zones_rule(), &nothing_launched_rule(), &fleet]
     );
     let aws = provider(ec2);
     let spot = offer("p3.2xlarge", "use1-az4", Capacity::Spot);

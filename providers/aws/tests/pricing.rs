@@ -7,14 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_ec2::Client as Ec2;
-use aws_sdk_ec2::operation::describe_availability_zones::DescribeAvailabilityZonesOutput;
-use aws_sdk_ec2::operation::describe_instance_type_offerings::DescribeInstanceTypeOfferingsOutput;
-use aws_sdk_ec2::operation::describe_instance_types::DescribeInstanceTypesOutput;
-use aws_sdk_ec2::operation::describe_spot_price_history::DescribeSpotPriceHistoryOutput;
-use aws_sdk_ec2::types::{
-    AvailabilityZone, GpuDeviceInfo, GpuInfo, InstanceType as Ec2Type, InstanceTypeInfo,
-    InstanceTypeOffering, LocationType, SpotPrice, VCpuInfo,
-};
 use aws_sdk_pricing::Client as Pricing;
 use aws_sdk_pricing::operation::get_products::{
     GetProductsError, GetProductsInput, GetProductsOutput,
@@ -24,63 +16,18 @@ use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use tern_aws::{AwsConfig, AwsProvider};
 use tern_cloud::{Capacity, Offer, Provider, Region};
 
+mod mocked;
+
 /// The bundled catalog's on-demand price of g4dn.xlarge in us-east-1.
 const CATALOG_PRICE: f64 = 0.526;
 
 /// EC2 offers g4dn.xlarge in one zone of us-east-1, with a spot price.
 fn ec2() -> Ec2 {
-    let zones = mock!(Ec2::describe_availability_zones).then_output(|| {
-        DescribeAvailabilityZonesOutput::builder()
-            .availability_zones(
-                AvailabilityZone::builder()
-                    .zone_name("us-east-1a")
-                    .zone_id("use1-az4")
-                    .build(),
-            )
-            .build()
-    });
-    let types = mock!(Ec2::describe_instance_types).then_output(|| {
-        DescribeInstanceTypesOutput::builder()
-            .instance_types(
-                InstanceTypeInfo::builder()
-                    .instance_type(Ec2Type::G4dnXlarge)
-                    .v_cpu_info(VCpuInfo::builder().default_v_cpus(4).build())
-                    .gpu_info(
-                        GpuInfo::builder()
-                            .gpus(GpuDeviceInfo::builder().name("T4").count(1).build())
-                            .build(),
-                    )
-                    .build(),
-            )
-            .build()
-    });
-    let offerings = mock!(Ec2::describe_instance_type_offerings).then_output(|| {
-        DescribeInstanceTypeOfferingsOutput::builder()
-            .instance_type_offerings(
-                InstanceTypeOffering::builder()
-                    .instance_type(Ec2Type::G4dnXlarge)
-                    .location_type(LocationType::AvailabilityZone)
-                    .location("us-east-1a")
-                    .build(),
-            )
-            .build()
-    });
-    let spot = mock!(Ec2::describe_spot_price_history).then_output(|| {
-        DescribeSpotPriceHistoryOutput::builder()
-            .spot_price_history(
-                SpotPrice::builder()
-                    .instance_type(Ec2Type::G4dnXlarge)
-                    .availability_zone("us-east-1a")
-                    .spot_price("0.2104")
-                    .timestamp(aws_smithy_types::DateTime::from_secs(1_795_000_000))
-                    .build(),
-            )
-            .build()
-    });
+    let [types, offerings, spot] = mocked::g4dn_rules();
     mock_client!(
         aws_sdk_ec2,
         RuleMode::MatchAny,
-        [&zones, &types, &offerings, &spot]
+        [&mocked::zones_rule(), &types, &offerings, &spot]
     )
 }
 
@@ -167,7 +114,11 @@ async fn a_pricing_api_price_replaces_the_catalog_price_until_the_ttl_passes() {
         .iter()
         .find(|o| o.capacity == Capacity::Spot)
         .unwrap();
-    assert_eq!(spot.price_per_hour, 0.2104, "spot prices are EC2's");
+    assert_eq!(
+        spot.price_per_hour,
+        mocked::G4DN_SPOT,
+        "spot prices are EC2's"
+    );
 
     let input = seen.lock().unwrap()[0].clone();
     assert_eq!(input.service_code(), Some("AmazonEC2"));
