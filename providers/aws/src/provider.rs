@@ -254,9 +254,15 @@ impl AwsProvider {
     /// has passed (an hour at most after a failure) or the region offers types the last one
     /// did not ask about. A failure never fails the caller: it logs one warning and keeps the
     /// last good prices.
-    async fn on_demand_prices(&self, region: &str, shapes: &Shapes) -> Arc<BTreeMap<String, f64>> {
+    /// The Pricing API's on-demand prices for the region's offered types (refreshed per TTL),
+    /// and whether they were fetched just now.
+    async fn on_demand_prices(
+        &self,
+        region: &str,
+        shapes: &Shapes,
+    ) -> (Arc<BTreeMap<String, f64>>, bool) {
         let Some(client) = self.pricing.as_ref().filter(|_| self.config.pricing_api) else {
-            return Arc::default();
+            return (Arc::default(), false);
         };
         let types: BTreeSet<String> = shapes.offered.iter().map(|(t, _)| t.clone()).collect();
         let cached = lock(&self.cache)
@@ -273,11 +279,11 @@ impl AwsProvider {
                 self.config.on_demand_ttl.min(PRICING_RETRY)
             };
             if c.tried.elapsed() < wait && types.is_subset(&c.types) {
-                return last_good;
+                return (last_good, false);
             }
         }
         if types.is_empty() {
-            return last_good;
+            return (last_good, false);
         }
         let (ok, prices) = match pricing_api::fetch_on_demand(client, region, &types).await {
             Ok(prices) => {
@@ -298,7 +304,7 @@ impl AwsProvider {
             types,
             prices: prices.clone(),
         });
-        prices
+        (prices, ok)
     }
 
     fn recently_short(&self, key: &str) -> bool {
@@ -519,7 +525,7 @@ impl Provider for AwsProvider {
         let zones = self.zones(r).await?;
         let shapes = self.shapes(r, &zones).await?;
         let (spot, fresh) = self.spot_prices(r, &shapes, &zones).await?;
-        let on_demand = self.on_demand_prices(r, &shapes).await;
+        let (on_demand, on_demand_fresh) = self.on_demand_prices(r, &shapes).await;
         let offers = offers::build(
             region,
             &shapes,
@@ -539,6 +545,20 @@ impl Provider for AwsProvider {
                 lock(history).record(&spot_offers, Utc::now(), "aws:DescribeSpotPriceHistory");
             if let Err(e) = result {
                 warn!(error = %e, "could not record spot prices in the price history");
+            }
+        }
+        if on_demand_fresh && let Some(history) = &self.history {
+            let refreshed: Vec<Offer> = offers
+                .iter()
+                .filter(|o| {
+                    o.capacity == Capacity::OnDemand
+                        && on_demand.contains_key(&o.instance_type.name)
+                })
+                .cloned()
+                .collect();
+            let result = lock(history).record(&refreshed, Utc::now(), "aws:pricing:GetProducts");
+            if let Err(e) = result {
+                warn!(error = %e, "could not record on-demand prices in the price history");
             }
         }
         lock(&self.cache).entry(r.to_owned()).or_default().offers =

@@ -237,3 +237,42 @@ async fn the_pricing_api_can_be_switched_off() {
     assert_eq!(on_demand(&offers), CATALOG_PRICE);
     assert_eq!(products.num_calls(), 0);
 }
+
+#[tokio::test]
+async fn refreshed_on_demand_prices_are_recorded_in_the_price_history() {
+    let products = mock!(Pricing::get_products).then_output(|| {
+        GetProductsOutput::builder()
+            .format_version("aws_v1")
+            .price_list(product("g4dn.xlarge", "us-east-1", "0.6010000000"))
+            .build()
+    });
+    let history = Arc::new(Mutex::new(
+        tern_pricing::PriceHistory::open_in_memory().unwrap(),
+    ));
+    let aws = AwsProvider::from_clients(config(), ec2(), None)
+        .unwrap()
+        .with_pricing_client(pricing(&[&products]))
+        .with_price_history(history.clone());
+    aws.offers(&Region::new("us-east-1")).await.unwrap();
+    let points = history
+        .lock()
+        .unwrap()
+        .history("g4dn.xlarge", None, Some(Capacity::OnDemand))
+        .unwrap();
+    assert!(!points.is_empty(), "no on-demand point recorded");
+    assert!(
+        points.iter().all(|p| p.price_per_hour == 0.601),
+        "{points:?}"
+    );
+    assert!(
+        points.iter().all(|p| p.source == "aws:pricing:GetProducts"),
+        "{points:?}"
+    );
+    let spot = history
+        .lock()
+        .unwrap()
+        .history("g4dn.xlarge", None, Some(Capacity::Spot))
+        .unwrap();
+    assert_eq!(spot.len(), 1, "{spot:?}");
+    assert_eq!(spot[0].price_per_hour, mocked::G4DN_SPOT);
+}
