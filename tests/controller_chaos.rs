@@ -13,7 +13,9 @@ mod common;
 #[allow(dead_code)]
 mod pg_cluster;
 
-use common::{Reaper, free_port, sim_controller, submit, tern_json, wait_for};
+use common::{
+    Reaper, free_port, sim_controller, sim_report_when_empty, submit, tern_json, wait_for,
+};
 
 const TOKEN: &str = "chaos-token";
 
@@ -117,32 +119,7 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
         );
     }
     // Finished jobs release their instances; then nothing of ours may remain.
-    let state_arg = state.to_string();
-    let t0 = Instant::now();
-    let report = loop {
-        let r = tern_json(
-            &[
-                "sim",
-                "report",
-                "--endpoint",
-                &sim_url,
-                "--owner",
-                "tern",
-                "--state",
-                &state_arg,
-                "--json",
-            ],
-            TOKEN,
-        );
-        if r["running_instances"] == 0 {
-            break r;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "instances left: {r}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let report = sim_report_when_empty(&sim_url, state, TOKEN);
     ctl.kill().expect("stop");
     let _ = ctl.wait();
     eprintln!("chaos: after 12 SIGKILLs: {report}; jobs: {jobs:?}");

@@ -12,7 +12,9 @@ mod common;
 #[allow(dead_code)]
 mod pg_cluster;
 
-use common::{Reaper, free_port, sim_controller, submit, tern_json, wait_for};
+use common::{
+    Reaper, free_port, sim_controller, sim_report_when_empty, submit, tern_json, wait_for,
+};
 
 const TOKEN: &str = "ha-token";
 
@@ -123,29 +125,7 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
         "the restarted controller must stay standby while the other leads"
     );
 
-    let t0 = Instant::now();
-    let report = loop {
-        let r = tern_json(
-            &[
-                "sim",
-                "report",
-                "--endpoint",
-                &sim_url,
-                "--state",
-                &state,
-                "--json",
-            ],
-            TOKEN,
-        );
-        if r["running_instances"] == 0 {
-            break r;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "instances left: {r}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let report = sim_report_when_empty(&sim_url, &state, TOKEN);
     eprintln!("ha: {report}");
     assert_eq!(report["orphaned_instances"], 0, "{report}");
     assert_eq!(report["duplicate_launches"], 0, "{report}");

@@ -61,13 +61,7 @@ impl Leadership {
                     return;
                 }
                 Ok(false) => {
-                    let leader = self
-                        .store
-                        .lease_holder(LEASE)
-                        .ok()
-                        .flatten()
-                        .map(|h| h.holder)
-                        .unwrap_or_default();
+                    let leader = self.leader().unwrap_or_default();
                     if said.as_deref() != Some(leader.as_str()) {
                         tracing::info!(
                             holder = %self.holder,
@@ -95,12 +89,7 @@ impl Leadership {
                 Ok(())
             }
             Ok(false) => Err(LeaseError::Lost {
-                holder: self
-                    .store
-                    .lease_holder(LEASE)
-                    .ok()
-                    .flatten()
-                    .map_or_else(|| "another controller".into(), |h| h.holder),
+                holder: self.leader().unwrap_or_else(|| "another controller".into()),
             }),
             // Keep going on a transient failure while the lease we hold is still valid; a
             // margin of one renewal period keeps us from acting after a standby could take it.
@@ -113,6 +102,15 @@ impl Leadership {
                 source,
             }),
         }
+    }
+
+    /// Who holds the lease now, if the store can tell (for messages only).
+    fn leader(&self) -> Option<String> {
+        self.store
+            .lease_holder(LEASE)
+            .ok()
+            .flatten()
+            .map(|h| h.holder)
     }
 
     /// Hand the lease over at once on a clean shutdown.

@@ -699,19 +699,23 @@ impl Controller {
             .jobs
             .get(&intent.job)
             .is_some_and(|e| !e.record.state.is_final());
+        let starts_capacity = matches!(
+            intent.kind,
+            IntentKind::Launch { .. } | IntentKind::Migrate { .. }
+        );
+        if starts_capacity && !job_live {
+            // Re-validation: the job ended while the launch or move was open. Anything it may
+            // have started is collected as a leak.
+            self.close_intent(
+                intent.id,
+                IntentState::Cancelled,
+                Some("job no longer active"),
+                now,
+            )?;
+            return Ok(true);
+        }
         match intent.kind.clone() {
             IntentKind::Launch { offers, count } => {
-                if !job_live {
-                    // Re-validation: the job ended while the launch was open. Anything it may
-                    // have started is collected as a leak.
-                    self.close_intent(
-                        intent.id,
-                        IntentState::Cancelled,
-                        Some("job no longer active"),
-                        now,
-                    )?;
-                    return Ok(true);
-                }
                 self.launch(&intent, offers, count, true, now).await
             }
             IntentKind::Migrate { from, to, count } => {
@@ -720,15 +724,6 @@ impl Controller {
                     .values()
                     .filter(|i| i.intent == intent.id)
                     .collect();
-                if !job_live {
-                    self.close_intent(
-                        intent.id,
-                        IntentState::Cancelled,
-                        Some("job no longer active"),
-                        now,
-                    )?;
-                    return Ok(true);
-                }
                 if launched.is_empty() {
                     return self.launch(&intent, to, count, false, now).await;
                 }

@@ -15,7 +15,7 @@ use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, Statement};
 
 use super::StoreError;
-use super::sql::{Outcome, Row, Shape, Stmt, Value, numbered_placeholders};
+use super::sql::{Outcome, Row, Shape, Stmt, Value, applied_migrations, numbered_placeholders};
 
 /// Schema migrations in the PostgreSQL dialect; `tern_schema.version` = how many are applied.
 const MIGRATIONS: &[&str] = &[
@@ -235,13 +235,7 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
             0
         }
     };
-    let applied = usize::try_from(applied).unwrap_or(0);
-    if applied > MIGRATIONS.len() {
-        return Err(StoreError::Invalid(format!(
-            "database schema version {applied} is newer than this tern ({})",
-            MIGRATIONS.len()
-        )));
-    }
+    let applied = applied_migrations(applied, MIGRATIONS.len())?;
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
         tx.batch_execute(sql)?;
         let v = i64::try_from(i + 1).unwrap_or(i64::MAX);

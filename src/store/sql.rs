@@ -192,6 +192,18 @@ impl Row {
     }
 }
 
+/// How many of `total` migrations a database reports as applied (`applied`), refusing a
+/// database written by a newer tern.
+pub fn applied_migrations(applied: i64, total: usize) -> Result<usize, StoreError> {
+    let applied = usize::try_from(applied).unwrap_or(0);
+    if applied > total {
+        return Err(StoreError::Invalid(format!(
+            "database schema version {applied} is newer than this tern ({total})"
+        )));
+    }
+    Ok(applied)
+}
+
 /// `?N` → `$N` for PostgreSQL. Our statements carry no `?` inside string literals.
 pub fn numbered_placeholders(sql: &str) -> String {
     sql.replace('?', "$")
@@ -223,6 +235,9 @@ mod tests {
         let err = row.int(4).expect_err("text is not an integer");
         assert!(err.to_string().contains("column 4"), "{err}");
         assert!(row.text(9).is_err());
+        assert_eq!(applied_migrations(2, 3).expect("older is fine"), 2);
+        let newer = applied_migrations(4, 3).expect_err("newer is refused");
+        assert!(newer.to_string().contains("version 4 is newer"), "{newer}");
         assert_eq!(
             numbered_placeholders("UPDATE t SET a = ?2 WHERE b = ?1"),
             "UPDATE t SET a = $2 WHERE b = $1"

@@ -7,7 +7,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 use super::StoreError;
-use super::sql::{Outcome, Row, Shape, Stmt, Value};
+use super::sql::{Outcome, Row, Shape, Stmt, Value, applied_migrations};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` = how many are applied.
 const MIGRATIONS: &[&str] = &[
@@ -47,13 +47,7 @@ impl SqliteDb {
 
     fn migrate(mut conn: Connection) -> Result<SqliteDb, StoreError> {
         let applied: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        let applied = usize::try_from(applied).unwrap_or(0);
-        if applied > MIGRATIONS.len() {
-            return Err(StoreError::Invalid(format!(
-                "database schema version {applied} is newer than this tern ({})",
-                MIGRATIONS.len()
-            )));
-        }
+        let applied = applied_migrations(applied, MIGRATIONS.len())?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
             let tx = conn.transaction()?;
             tx.execute_batch(sql)?;

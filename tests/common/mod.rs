@@ -75,6 +75,36 @@ pub fn tern_json(args: &[&str], token: &str) -> serde_json::Value {
     serde_json::from_str(text.lines().last().expect("output")).expect("json line")
 }
 
+/// Poll `tern sim report` (owner `tern`, orphans judged against `state`) until the simulated
+/// cloud runs none of our instances, for at most 30 s; the last report.
+pub fn sim_report_when_empty(sim_url: &str, state: &str, token: &str) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let r = tern_json(
+            &[
+                "sim",
+                "report",
+                "--endpoint",
+                sim_url,
+                "--owner",
+                "tern",
+                "--state",
+                state,
+                "--json",
+            ],
+            token,
+        );
+        if r["running_instances"] == 0 {
+            return r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "instances left: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// `tern submit SPEC --server URL`; it must succeed.
 pub fn submit(spec: &Path, server: &str, token: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_tern"))
