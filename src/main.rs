@@ -4,6 +4,7 @@ mod agent;
 mod api;
 mod cmd;
 mod controller;
+mod http;
 mod jobs;
 mod store;
 

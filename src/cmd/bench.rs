@@ -20,6 +20,9 @@ pub enum Command {
     Forecast(super::bench_forecast::Args),
     /// CPU time of one controller reconcile pass over N jobs / M instances on the sim.
     Reconcile(super::bench_reconcile::Args),
+    /// Latency of the controller's API (GET /v1/jobs, POST progress) while passes run
+    /// against a slow cloud.
+    Api(super::bench_api::Args),
     /// Time `tern simulate`: every trace in a folder as a zone, all five policies.
     Simulate(super::bench_simulate::Args),
 }
@@ -31,6 +34,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Forecast(args) => super::bench_forecast::run(args),
         Command::Reconcile(args) => super::bench_reconcile::run(args),
         Command::Simulate(args) => super::bench_simulate::run(args),
+        Command::Api(args) => super::bench_api::run(args),
     }
 }
 

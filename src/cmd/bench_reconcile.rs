@@ -15,7 +15,7 @@ use anyhow::Context;
 use chrono::{TimeZone, Utc};
 use tern_cloud::{Cloud, Region, parse_job_spec};
 use tern_sim::cloud::SimConfig;
-use tern_sim::{SimCloud, Trace};
+use tern_sim::{Delayed, SimCloud, Trace};
 
 use super::output::print_json_line;
 use crate::controller::{Controller, ControllerConfig};
@@ -65,12 +65,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     runtime.block_on(bench(args))
 }
 
-async fn bench(args: Args) -> anyhow::Result<()> {
+/// A simulated cloud with ten zones (behind a [`Delayed`] wrapper) of plenty and a controller with `jobs` elastic V100 jobs of
+/// `instances / jobs` workers each, submitted but not yet placed.
+pub(crate) fn bench_fleet(
+    jobs: u32,
+    instances: u32,
+) -> anyhow::Result<(Arc<SimCloud>, Delayed, Controller)> {
     anyhow::ensure!(
-        args.jobs > 0 && args.instances >= args.jobs,
+        jobs > 0 && instances >= jobs,
         "need --jobs > 0 and --instances >= --jobs"
     );
-    let per_job = args.instances / args.jobs;
+    let per_job = instances / jobs;
     let zones: Vec<Trace> = "abcdefghij"
         .chars()
         .map(|c| Trace {
@@ -79,7 +84,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             region: "us-west-2".into(),
             zone: format!("us-west-2{c}"),
             gap_seconds: 300,
-            available: vec![args.instances; 100],
+            available: vec![instances; 100],
             prices: None,
             spot_price: Some(0.9 + f64::from(u32::from(c) - u32::from('a')) * 0.01),
             on_demand_price: Some(3.06),
@@ -100,8 +105,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let store = Arc::new(Store::in_memory()?);
     let mut config = ControllerConfig::new("tern-bench", vec![Region::new("us-west-2")]);
     config.plan.time_limit = Duration::from_secs(10);
-    let mut ctl = Controller::open(store, sim.clone(), config)?;
-    for j in 0..args.jobs {
+    // No delay unless a benchmark sets one (`bench api` measures with a slow cloud).
+    let cloud = Delayed::new(sim.clone(), Duration::ZERO);
+    let mut ctl = Controller::open(store, Arc::new(cloud.clone()), config)?;
+    for j in 0..jobs {
         let text = format!(
             "name = \"bench-{j:05}\"\nteam = \"t{}\"\naccelerators = [\"V100\"]\nworkers = {per_job}\n\
              deadline = \"400h\"\nlocal_batch = 64\n[work]\nsamples = 100_000_000\n\
@@ -110,6 +117,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         );
         ctl.submit(parse_job_spec(&text, "bench.toml")?, start)?;
     }
+    Ok((sim, cloud, ctl))
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
+    let (sim, _, mut ctl) = bench_fleet(args.jobs, args.instances)?;
     let t0 = thread_cpu_ns()?;
     ctl.pass(sim.now()).await?;
     let placement = (thread_cpu_ns()? - t0) as f64 / 1e6;

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each exposes `Args` (or `Command`) and `run`.
 
 pub mod bench;
+pub mod bench_api;
 pub mod bench_forecast;
 pub mod bench_plan;
 pub mod bench_reconcile;

@@ -9,10 +9,12 @@
 //!   controller that drives AWS and GCP can run against it unchanged.
 
 pub mod cloud;
+pub mod latency;
 pub mod replay;
 pub mod trace;
 
 pub use cloud::{Call, FaultSchedule, SimCloud};
+pub use latency::Delayed;
 pub use replay::{Elasticity, PolicyKind, Prepared, Scenario, Summary, WindowResult};
 pub use trace::{Trace, TraceError};
 

@@ -1,0 +1,202 @@
+//! `tern bench api`: latency of the controller's HTTP API while reconcile passes run against a
+//! slow cloud (every provider call delayed, 200 ms by default).
+//!
+//! Setup (not measured): the `bench reconcile` fleet (N jobs, M instances) is placed and booted
+//! with no delay. Measured: the service runs passes back to back with the delay on, while a
+//! client on its own thread alternates `GET /v1/jobs` and `POST /v1/jobs/{name}/progress` and
+//! times each answer. What the API must show is that no request waits for a cloud call.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, TimeDelta, Utc};
+use tern_sim::Delayed;
+use tokio::sync::{Mutex, Notify};
+
+use super::bench_reconcile::bench_fleet;
+use super::output::print_json_line;
+use crate::api::metrics::Metrics;
+use crate::api::{ApiState, Clock, router};
+use crate::controller::Controller;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 1000)]
+    pub jobs: u32,
+    #[arg(long, default_value_t = 10_000)]
+    pub instances: u32,
+    /// Delay added to every cloud call while measuring, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub cloud_delay_ms: u64,
+    /// How long to measure, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Figure {
+    jobs: u32,
+    instances: usize,
+    cloud_delay_ms: u64,
+    passes: u64,
+    get_jobs_requests: usize,
+    get_jobs_p50_ms: f64,
+    get_jobs_p99_ms: f64,
+    progress_requests: usize,
+    progress_p50_ms: f64,
+    progress_p99_ms: f64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(bench(args))
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// The load: one client on its own thread and runtime, so its timings do not include waiting
+/// for the server's workers to be free for the client itself.
+fn load(
+    base: String,
+    token: String,
+    jobs: u32,
+    seconds: u64,
+) -> std::thread::JoinHandle<anyhow::Result<(Vec<f64>, Vec<f64>)>> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let client = crate::http::client()?;
+            let (mut gets, mut posts) = (Vec::new(), Vec::new());
+            let t_end = Instant::now() + Duration::from_secs(seconds);
+            let mut k: u64 = 0;
+            while Instant::now() < t_end {
+                k += 1;
+                let t0 = Instant::now();
+                let r = client
+                    .get(format!("{base}/v1/jobs"))
+                    .bearer_auth(&token)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status().is_success(), "GET /v1/jobs: {}", r.status());
+                r.bytes().await?;
+                gets.push(t0.elapsed().as_secs_f64() * 1e3);
+                let job = format!("bench-{:05}", (k * 7919) % u64::from(jobs));
+                let t0 = Instant::now();
+                let r = client
+                    .post(format!("{base}/v1/jobs/{job}/progress"))
+                    .bearer_auth(&token)
+                    .json(&serde_json::json!({
+                        "done_samples": k as f64,
+                        "checkpoint_samples": 0.0
+                    }))
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status().is_success(), "POST progress: {}", r.status());
+                r.bytes().await?;
+                posts.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok((gets, posts))
+        })
+    })
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
+    let (sim, cloud, mut ctl) = bench_fleet(args.jobs, args.instances)?;
+    ctl.pass(sim.now()).await?;
+    sim.advance(Duration::from_secs(120));
+    ctl.pass(sim.now()).await?;
+    let instances = ctl.instances().count();
+    anyhow::ensure!(instances > 0, "the benchmark fleet did not launch");
+    cloud.set_delay(Duration::from_millis(args.cloud_delay_ms));
+
+    let controller = Arc::new(Mutex::new(ctl));
+    let start = sim.now();
+    let wall0 = Instant::now();
+    // Virtual time runs 60× wall time, as `tern controller` on the simulated cloud.
+    let clock: Clock = Arc::new(move || -> DateTime<Utc> {
+        start + TimeDelta::milliseconds((wall0.elapsed().as_secs_f64() * 60_000.0) as i64)
+    });
+    let token = "bench-token".to_string();
+    let state = ApiState {
+        controller: controller.clone(),
+        token: token.clone().into(),
+        wake: Arc::new(Notify::new()),
+        metrics: Arc::new(Metrics::new()),
+        clock: clock.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+
+    let client = load(base, token, args.jobs, args.seconds);
+    let passes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let looping = {
+        let passes = passes.clone();
+        tokio::spawn(async move {
+            loop {
+                let now = clock();
+                if let Ok(d) = (now - sim.now()).to_std() {
+                    sim.advance(d);
+                }
+                let mut ctl = controller.lock().await;
+                if let Err(e) = ctl.pass(now).await {
+                    tracing::warn!("pass: {e}");
+                }
+                drop(ctl);
+                passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let (mut gets, mut posts) = tokio::task::spawn_blocking(move || client.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
+    looping.abort();
+    gets.sort_by(f64::total_cmp);
+    posts.sort_by(f64::total_cmp);
+    let figure = Figure {
+        jobs: args.jobs,
+        instances,
+        cloud_delay_ms: args.cloud_delay_ms,
+        passes: passes.load(std::sync::atomic::Ordering::Relaxed),
+        get_jobs_requests: gets.len(),
+        get_jobs_p50_ms: percentile(&gets, 0.5),
+        get_jobs_p99_ms: percentile(&gets, 0.99),
+        progress_requests: posts.len(),
+        progress_p50_ms: percentile(&posts, 0.5),
+        progress_p99_ms: percentile(&posts, 0.99),
+    };
+    if args.json {
+        print_json_line(&figure).context("printing")?;
+    } else {
+        println!(
+            "API over {} jobs / {} instances, cloud calls +{} ms, {} passes in {} s:\n  GET /v1/jobs: p50 {:.1} ms, p99 {:.1} ms ({} requests)\n  POST /v1/jobs/{{name}}/progress: p50 {:.1} ms, p99 {:.1} ms ({} requests)",
+            figure.jobs,
+            figure.instances,
+            figure.cloud_delay_ms,
+            figure.passes,
+            args.seconds,
+            figure.get_jobs_p50_ms,
+            figure.get_jobs_p99_ms,
+            figure.get_jobs_requests,
+            figure.progress_p50_ms,
+            figure.progress_p99_ms,
+            figure.progress_requests
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! The one HTTP client stack of the process (reqwest on rustls with ring): the CLI, the agent's
+//! controller reports and metadata polls, and the remote simulated cloud all share it, so
+//! connections are reused and every request has a connect and a total timeout.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Connect timeout: a controller or metadata server that does not answer a TCP handshake in
+/// this long is down or unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Whole-request timeout.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("building the HTTP client: {0}")]
+    Build(#[source] reqwest::Error),
+    #[error("reading the CA certificate {path}: {reason}")]
+    Ca { path: String, reason: String },
+}
+
+/// rustls needs one process-wide crypto provider; ring keeps the default build free of C
+/// toolchains beyond what the rest of tern needs.
+fn install_crypto() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        // Err means another part of the process installed one first: that one is used.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// A client with tern's timeouts; `ca` adds a PEM certificate to the trusted roots (a private
+/// CA for a controller's TLS certificate).
+pub fn client_with_ca(ca: Option<&Path>) -> Result<reqwest::Client, HttpError> {
+    install_crypto();
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .user_agent(concat!("tern/", env!("CARGO_PKG_VERSION")));
+    if let Some(path) = ca {
+        let ca_err = |reason: String| HttpError::Ca {
+            path: path.display().to_string(),
+            reason,
+        };
+        let pem = std::fs::read(path).map_err(|e| ca_err(e.to_string()))?;
+        let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| ca_err(e.to_string()))?;
+        builder = builder.add_root_certificate(cert);
+    }
+    builder.build().map_err(HttpError::Build)
+}
+
+/// A client with tern's timeouts and the system's trusted roots.
+pub fn client() -> Result<reqwest::Client, HttpError> {
+    client_with_ca(None)
+}
