@@ -1,0 +1,148 @@
+//! What one configuration costs and when it finishes, with expected spot interruptions priced
+//! in, and whether the job alone rules it out (its deadline, its own budget). Numbers only: a
+//! plan costs hundreds of thousands of configurations, and strings are made only for those
+//! shown (`explain`).
+
+use tern_cloud::Offer;
+
+use crate::input::{PlanJob, PlanOptions, Throughput, notice_seconds};
+
+/// Cost and time of one configuration, and why it is infeasible (if it is) for this job alone.
+/// The numbers of one configuration: `nodes` VMs of `offers[offer]`. Strings for people are
+/// made only for what is shown ([`config`](super::explain::config)); a plan over the whole
+/// catalog costs hundreds of thousands of these.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Cost {
+    pub(super) offer: usize,
+    pub(super) nodes: u32,
+    pub(super) workers: u32,
+    pub(super) hourly: f64,
+    pub(super) expected_cost: f64,
+    pub(super) finish_h: f64,
+    pub(super) finish_high_h: f64,
+    pub(super) hazard_per_hour: f64,
+    pub(super) prior: bool,
+}
+
+/// Cost and time of one configuration, and why it is infeasible (if it is) for this job alone.
+/// `hazard_per_node` is the offer's interruptions per node-hour (0 for on-demand).
+pub(super) fn evaluate_with(
+    job: &PlanJob,
+    offer_index: usize,
+    offer: &Offer,
+    nodes: u32,
+    hazard_per_node: f64,
+    thr: Option<Throughput>,
+    options: &PlanOptions,
+) -> (Cost, Option<String>) {
+    let workers = offer.accelerator_units() * nodes;
+    let mut cost = Cost {
+        offer: offer_index,
+        nodes,
+        workers,
+        hourly: offer.price_per_hour * f64::from(nodes),
+        expected_cost: f64::INFINITY,
+        finish_h: f64::INFINITY,
+        finish_high_h: f64::INFINITY,
+        // Any node's loss interrupts the gang (all workers restart together).
+        hazard_per_hour: hazard_per_node * f64::from(nodes),
+        prior: false,
+    };
+    let Some(thr) = thr.filter(|t| t.expected > 0.0 && t.pessimistic > 0.0) else {
+        let acc_name = offer.accelerator().map_or("", |a| a.name.as_str());
+        return (
+            cost,
+            Some(format!("no throughput forecast for {acc_name} x{workers}")),
+        );
+    };
+    cost.prior = thr.prior;
+    let restart_s = restart_seconds(job, offer, options);
+    let finish_high_s = cost.finish(job, thr, restart_s, options.provision_s);
+    let why = why_infeasible(job, &cost, finish_high_s);
+    (cost, why)
+}
+
+/// Cost of one interruption, in seconds: a new VM, restore, and the progress since the last
+/// checkpoint (none if the checkpoint can be written within the cloud's notice).
+fn restart_seconds(job: &PlanJob, offer: &Offer, options: &PlanOptions) -> f64 {
+    let cp = &job.checkpoint;
+    let lost = if cp.save_s <= notice_seconds(offer.cloud) {
+        0.0
+    } else {
+        cp.interval_s / 2.0
+    };
+    options.provision_s + cp.restore_s + lost
+}
+
+impl Cost {
+    /// Fill in the finish times and expected cost at throughput `thr`. Returns the pessimistic
+    /// finish in seconds, which the deadline test compares unrounded.
+    fn finish(&mut self, job: &PlanJob, thr: Throughput, restart_s: f64, provision_s: f64) -> f64 {
+        let hazard = self.hazard_per_hour;
+        let run_s = job.remaining_samples / thr.expected;
+        let run_high_s = job.remaining_samples / thr.pessimistic.min(thr.expected);
+        // Expected interruptions over the run stretch it by hazard × restart time per hour.
+        let stretch = 1.0 + hazard * restart_s / 3600.0;
+        let finish_s = provision_s + run_s * stretch;
+        let extra = if hazard > 0.0 { restart_s } else { 0.0 };
+        let finish_high_s = provision_s + run_high_s * stretch + extra;
+        self.finish_h = finish_s / 3600.0;
+        self.finish_high_h = finish_high_s / 3600.0;
+        self.expected_cost = self.hourly * finish_s / 3600.0;
+        finish_high_s
+    }
+}
+
+/// The first limit of the job's own that the configuration breaks: the deadline (at the
+/// pessimistic finish), then the job's total and hourly budgets.
+fn why_infeasible(job: &PlanJob, cost: &Cost, finish_high_s: f64) -> Option<String> {
+    if let Some(d) = job.deadline_s
+        && finish_high_s > d
+    {
+        return Some(format!(
+            "misses the deadline: finishes in {:.1} h at worst ({:.1} h expected), deadline in {:.1} h",
+            cost.finish_high_h,
+            cost.finish_h,
+            d / 3600.0
+        ));
+    }
+    if let Some(total) = job.budget.total_usd
+        && cost.expected_cost > total
+    {
+        return Some(format!(
+            "over the job budget: ${:.2} > ${total:.2}",
+            cost.expected_cost
+        ));
+    }
+    let hourly = cost.hourly;
+    if let Some(per_hour) = job.budget.per_hour_usd
+        && hourly > per_hour
+    {
+        return Some(format!(
+            "over the job budget: ${hourly:.2}/h > ${per_hour:.2}/h"
+        ));
+    }
+    None
+}
+
+/// [`evaluate_with`] for one offer on its own, with the default hazard handling (tests).
+#[cfg(test)]
+pub(super) fn evaluate(
+    job: &PlanJob,
+    offer: &Offer,
+    nodes: u32,
+    options: &PlanOptions,
+) -> (Cost, Option<String>) {
+    let acc = offer.accelerator().map_or("", |a| a.name.as_str());
+    let hazard = if offer.capacity.is_preemptible() {
+        options
+            .hazards
+            .get(&(offer.zone.0.clone(), offer.instance_type.name.clone()))
+            .copied()
+            .unwrap_or(options.default_spot_hazard_per_hour)
+    } else {
+        0.0
+    };
+    let thr = job.model.throughput(acc, offer.accelerator_units(), nodes);
+    evaluate_with(job, 0, offer, nodes, hazard, thr, options)
+}

@@ -1,0 +1,627 @@
+//! tern's own deadline policy: a learned two-state availability model per zone, an expected
+//! cost-to-go table solved for it, and the migration rule for moves between zones. Kept in one
+//! place because the three only make sense together: the table is solved for the model the
+//! counts give, and the decision reads both.
+
+use super::{DeadlinePolicy, INF, Job, JobState, Observation, Placement};
+use crate::migrate::{self, MoveCandidate, MoveRule};
+
+/// Availability statistics of one zone, learned from the past with exponential forgetting.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    /// Up at t−1, and up / down at t.
+    stay_up: f64,
+    went_down: f64,
+    /// Down at t−1, and up / down at t.
+    came_up: f64,
+    stay_down: f64,
+    /// Of `went_down`, how often another zone was up at that tick.
+    down_other_up: f64,
+    /// The part of `stay_up` / `went_down` seen while the run of capacity was young (at most
+    /// one restart overhead old): fresh capacity often vanishes again quickly, and a new
+    /// instance lives through exactly that period while it boots.
+    young_up: f64,
+    young_down: f64,
+    /// Consecutive up ticks ending at the last tick seen (not forgotten).
+    age: u32,
+    /// Weight of the prior, in ticks: one hour of pretend history with half a transition each
+    /// way (capacity that lasts and outages that last about two hours), so a zone without history
+    /// is neither trusted nor written off, and a few hours of real data outweigh the guess.
+    prior: f64,
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts {
+            stay_up: 0.0,
+            went_down: 0.0,
+            came_up: 0.0,
+            stay_down: 0.0,
+            down_other_up: 0.0,
+            young_up: 0.0,
+            young_down: 0.0,
+            age: 0,
+            prior: 1.0,
+        }
+    }
+}
+
+impl Counts {
+    fn decay(&mut self, f: f64) {
+        self.stay_up *= f;
+        self.went_down *= f;
+        self.came_up *= f;
+        self.stay_down *= f;
+        self.down_other_up *= f;
+        self.young_up *= f;
+        self.young_down *= f;
+    }
+
+    /// Count one tick's transition of this zone (`was_up` → `is_up`). Runs of capacity at most
+    /// `young` ticks old are also counted apart; `others_up` says whether any zone was up.
+    fn observe(&mut self, was_up: bool, is_up: bool, young: u32, others_up: bool) {
+        let is_young = self.age <= young;
+        match (was_up, is_up) {
+            (true, true) => {
+                self.stay_up += 1.0;
+                if is_young {
+                    self.young_up += 1.0;
+                }
+                self.age = self.age.saturating_add(1);
+            }
+            (true, false) => {
+                self.went_down += 1.0;
+                if is_young {
+                    self.young_down += 1.0;
+                }
+                if others_up {
+                    self.down_other_up += 1.0;
+                }
+                self.age = 0;
+            }
+            (false, true) => {
+                self.came_up += 1.0;
+                self.age = 1;
+            }
+            (false, false) => self.stay_down += 1.0,
+        }
+    }
+
+    /// Hazard while a run of capacity is young (boot-time risk of a fresh start).
+    fn hazard_young(&self) -> f64 {
+        (self.young_down + 0.5) / (self.young_up + self.young_down + self.prior)
+    }
+
+    /// Hazard once a run has outlived one restart overhead.
+    fn hazard_established(&self) -> f64 {
+        let down = (self.went_down - self.young_down).max(0.0);
+        let up = (self.stay_up - self.young_up).max(0.0);
+        (down + 0.5) / (up + down + self.prior)
+    }
+
+    /// Per-tick hazard of losing capacity.
+    fn hazard(&self) -> f64 {
+        (self.went_down + 0.5) / (self.stay_up + self.went_down + self.prior)
+    }
+
+    /// Per-tick chance that capacity comes back.
+    fn recovery(&self) -> f64 {
+        (self.came_up + 0.5) / (self.came_up + self.stay_down + self.prior)
+    }
+
+    fn other_up_after_loss(&self) -> f64 {
+        (self.down_other_up + 0.5) / (self.went_down + 1.0)
+    }
+}
+
+/// Parameters of the availability model the value table was solved for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Model {
+    /// Hazard of a running (booted) spot instance.
+    h: f64,
+    /// Hazard while a new spot instance boots on capacity that just appeared.
+    hb: f64,
+    /// Chance some spot is up right after our instance was preempted.
+    rho: f64,
+    /// Hazard and recovery of "some zone is up" while we are not on spot.
+    hu: f64,
+    qu: f64,
+    spot_tick: f64,
+    od_tick: f64,
+}
+
+impl Model {
+    /// Whether `raw` estimates moved more than one grid step (and a half) away from this
+    /// snapped model: the hysteresis that keeps wobbling estimates from re-solving the table.
+    fn far_from(&self, raw: &Model) -> bool {
+        let far = |a: f64, b: f64| (a.max(1e-6).ln() - b.max(1e-6).ln()).abs() > 0.3;
+        far(self.h, raw.h)
+            || far(self.hb, raw.hb)
+            || far(self.rho.max(1e-3), raw.rho.max(1e-3))
+            || far(self.hu, raw.hu)
+            || far(self.qu, raw.qu)
+            || far(self.spot_tick, raw.spot_tick)
+    }
+
+    /// Snap every rate to a grid 20 % apart (in log space). The table is solved for the snapped
+    /// model, so decisions are a pure function of it, and a table can be reused across windows
+    /// (and while estimates wobble) without the result depending on what was solved before.
+    fn snapped(self) -> Model {
+        let snap = |p: f64| (((p.ln() / 0.2).round()) * 0.2).exp();
+        let prob = |p: f64| snap(p.clamp(1e-6, 1.0 - 1e-6)).min(1.0 - 1e-6);
+        Model {
+            h: prob(self.h),
+            hb: prob(self.hb),
+            rho: if self.rho < 1e-3 { 0.0 } else { prob(self.rho) },
+            hu: prob(self.hu),
+            qu: prob(self.qu),
+            spot_tick: snap(self.spot_tick.max(1e-12)),
+            od_tick: self.od_tick,
+        }
+    }
+}
+
+/// Expected-cost table over (remaining ticks R, slack σ) for a Markov availability model.
+#[derive(Debug, Default)]
+struct ValueTable {
+    model: Option<Model>,
+    restart: usize,
+    max_r: usize,
+    width: usize,
+    /// Chance some spot is up one restart after spot was down / up (precomputed per solve).
+    up_after_restart: [f64; 2],
+    /// Five values per (R, σ): idle with spot down / up, on spot, on-demand with spot down / up.
+    v: Vec<[f64; 5]>,
+}
+
+const N0: usize = 0;
+const N1: usize = 1;
+const SP: usize = 2;
+const O0: usize = 3;
+const O1: usize = 4;
+
+impl ValueTable {
+    fn get(&self, k: usize, rem: i64, sigma: i64) -> f64 {
+        if sigma < 0 {
+            return INF;
+        }
+        if rem - sigma <= 0 {
+            return 0.0;
+        }
+        if rem as usize > self.max_r || sigma as usize >= self.width {
+            return INF;
+        }
+        self.v[rem as usize * self.width + sigma as usize][k]
+    }
+
+    fn after_loss(&self, m: &Model, rem: i64, sigma: i64) -> f64 {
+        mix(m.rho, self.get(N1, rem, sigma), self.get(N0, rem, sigma))
+    }
+
+    fn spot_running(&self, m: &Model, rem: i64, sigma: i64) -> f64 {
+        mix(
+            1.0 - m.h,
+            self.get(SP, rem, sigma),
+            self.after_loss(m, rem, sigma),
+        )
+    }
+
+    /// Idle for a tick from availability state `a`.
+    fn idle(&self, m: &Model, a: usize, rem: i64, sigma: i64) -> f64 {
+        let p_up = if a == 1 { 1.0 - m.hu } else { m.qu };
+        mix(
+            p_up,
+            self.get(N1, rem - 1, sigma - 1),
+            self.get(N0, rem - 1, sigma - 1),
+        )
+    }
+
+    fn start_od(&self, m: &Model, a: usize, rem: i64, sigma: i64) -> f64 {
+        let r = self.restart as i64;
+        let p_up = self.up_after_restart[a];
+        m.od_tick * r as f64
+            + mix(
+                p_up,
+                self.get(O1, rem - r, sigma - r),
+                self.get(O0, rem - r, sigma - r),
+            )
+    }
+
+    /// Start spot now; `hb` is the hazard while it boots.
+    fn start_spot(&self, m: &Model, hb: f64, rem: i64, sigma: i64) -> f64 {
+        let r = self.restart as i64;
+        let mut total = m.spot_tick;
+        let mut alive = 1.0;
+        for k in 1..r {
+            total += alive * hb * self.after_loss(m, rem - k, sigma - k);
+            alive *= 1.0 - hb;
+            total += alive * m.spot_tick;
+        }
+        total + alive * self.spot_running(m, rem - r, sigma - r)
+    }
+
+    fn od_continue(&self, m: &Model, a: usize, rem: i64, sigma: i64) -> f64 {
+        let p_up = if a == 1 { 1.0 - m.hu } else { m.qu };
+        m.od_tick
+            + mix(
+                p_up,
+                self.get(O1, rem - 1, sigma),
+                self.get(O0, rem - 1, sigma),
+            )
+    }
+
+    fn spot_continue(&self, m: &Model, rem: i64, sigma: i64) -> f64 {
+        m.spot_tick + self.spot_running(m, rem - 1, sigma)
+    }
+
+    fn solve(&mut self, m: Model, restart: u32, max_r: u32, max_sigma: u32) {
+        self.model = Some(m);
+        self.up_after_restart = [
+            step_up(&m, 0, restart.max(1) as usize),
+            step_up(&m, 1, restart.max(1) as usize),
+        ];
+        self.restart = restart.max(1) as usize;
+        self.max_r = max_r as usize;
+        self.width = max_sigma as usize + 1;
+        self.v.clear();
+        self.v.resize((self.max_r + 1) * self.width, [INF; 5]);
+        let r = self.restart as i64;
+        for rem in 1..=self.max_r as i64 {
+            for sigma in 0..self.width as i64 {
+                if rem - sigma <= 0 {
+                    break;
+                }
+                let mut cell = [INF; 5];
+                if sigma >= r {
+                    let idle0 = self.idle(&m, 0, rem, sigma);
+                    let idle1 = self.idle(&m, 1, rem, sigma);
+                    cell[N0] = idle0.min(self.start_od(&m, 0, rem, sigma));
+                    cell[N1] = idle1
+                        .min(self.start_od(&m, 1, rem, sigma))
+                        .min(self.start_spot(&m, m.hb, rem, sigma));
+                    cell[SP] = self.spot_continue(&m, rem, sigma).min(cell[N1]);
+                }
+                cell[O0] = self.od_continue(&m, 0, rem, sigma).min(cell[N0]);
+                cell[O1] = self.od_continue(&m, 1, rem, sigma).min(cell[N1]);
+                self.v[rem as usize * self.width + sigma as usize] = cell;
+            }
+        }
+    }
+}
+
+/// `p·a + (1−p)·b` that treats `0·∞` as 0, so impossible branches do not poison the mix.
+fn mix(p: f64, a: f64, b: f64) -> f64 {
+    let x = if p > 0.0 { p * a } else { 0.0 };
+    let y = if p < 1.0 { (1.0 - p) * b } else { 0.0 };
+    x + y
+}
+
+/// Chance that some spot is up `k` ticks after state `a`, off spot (two-state chain).
+fn step_up(m: &Model, a: usize, k: usize) -> f64 {
+    let mut p = if a == 1 { 1.0 } else { 0.0 };
+    for _ in 0..k {
+        p = p * (1.0 - m.hu) + (1.0 - p) * m.qu;
+    }
+    p
+}
+
+/// tern's deadline policy.
+///
+/// Rule: learn, from the past only, a two-state (up/down) Markov model of each zone's spot
+/// capacity: per-tick hazard and recovery, forgotten exponentially with a half-life of one
+/// deadline, with a weak prior (about one hour of pretend history) so an unseen zone is neither
+/// trusted nor written off. Solve the expected cost-to-go of the job over (remaining time, slack)
+/// for that model, with every state that could miss the deadline after one more preemption
+/// marked impossible, and take the action (wait, spot, on-demand; keep or switch) with the least
+/// expected cost. Switching costs the restart overhead in money *and* slack, so the table decides
+/// by itself when a spot run is expected to last long enough to pay back a switch, and when
+/// waiting for spot is worth the slack it burns.
+///
+/// Real spot capacity is not memoryless: many runs of capacity end within minutes, the rest last
+/// hours. So the hazard is learned twice, for runs younger than one restart overhead and for
+/// older ones; a new instance boots under the young hazard when the capacity just appeared, and
+/// a job already progressing on on-demand does not leave it for capacity younger than one boot
+/// (hysteresis against blips). With several zones, spot means the zone with the least expected
+/// cost per tick (price plus hazard × restart), and a running job moves only when
+/// [`migrate::decide`] says the saving beats the move (restart, egress) by the threshold, with a
+/// deadline margin and a cool-down. The table is re-solved only when the learned model drifts.
+/// No constant here is fitted to a particular trace: the only scales are the job's own
+/// (deadline, restart overhead), the prices, and the one-hour prior.
+#[derive(Debug, Default)]
+pub struct Tern {
+    counts: Vec<Counts>,
+    /// Length of history already folded into `counts`.
+    seen: usize,
+    table: ValueTable,
+    /// Tick of the last solve in this window; re-solving waits at least an eighth of the
+    /// deadline. `None` at the start of a window.
+    solved_at: Option<u32>,
+    rule: Option<MoveRule>,
+}
+
+impl Tern {
+    pub fn new() -> Tern {
+        Tern::default()
+    }
+
+    /// Fold history ticks not yet seen into the per-zone counts.
+    fn learn(&mut self, job: &Job, obs: &Observation<'_>) {
+        let len = obs.zones.iter().map(|z| z.history.len()).min().unwrap_or(0);
+        if self.counts.len() != obs.zones.len() {
+            self.start_counting(obs);
+        }
+        let half_life = f64::from(job.deadline.max(1));
+        let forget = 0.5f64.powf(1.0 / half_life);
+        let k = job.min_nodes;
+        if self.seen == 0 && len > 0 {
+            for (z, c) in self.counts.iter_mut().enumerate() {
+                c.age = u32::from(obs.zones[z].history[0] >= k);
+            }
+        }
+        for i in self.seen.max(1)..len {
+            let ups = |i: usize, z: usize| obs.zones[z].history[i] >= k;
+            let n_up = (0..obs.zones.len()).filter(|&z| ups(i, z)).count();
+            for (z, c) in self.counts.iter_mut().enumerate() {
+                c.decay(forget);
+                c.observe(ups(i - 1, z), ups(i, z), job.restart, n_up > 0);
+            }
+        }
+        self.seen = self.seen.max(len);
+    }
+
+    /// Fresh counts for every zone, with a prior worth one hour of ticks.
+    fn start_counting(&mut self, obs: &Observation<'_>) {
+        let prior = (1.0 / obs.tick_hours).max(1.0);
+        self.counts = vec![
+            Counts {
+                prior,
+                ..Counts::default()
+            };
+            obs.zones.len()
+        ];
+        self.seen = 0;
+    }
+
+    /// Expected $ per progress tick of spot in zone `z`: price plus the restarts it will cost.
+    fn zone_score(&self, job: &Job, obs: &Observation<'_>, z: usize) -> f64 {
+        let v = &obs.zones[z];
+        let h = self.counts.get(z).map_or(0.5, Counts::hazard);
+        let k = f64::from(job.nodes) * obs.tick_hours;
+        v.spot_price * k + h * f64::from(job.restart) * obs.on_demand_price * k
+    }
+
+    fn pooled_model(&self, job: &Job, obs: &Observation<'_>, best: usize) -> Model {
+        let k = f64::from(job.nodes) * obs.tick_hours;
+        let c = self.counts.get(best).copied().unwrap_or_default();
+        let clamp = |p: f64| p.clamp(1e-6, 1.0 - 1e-6);
+        let (hu, qu, rho) = if self.counts.len() == 1 {
+            (c.hazard(), c.recovery(), 0.0)
+        } else {
+            // "Some zone is up": it goes down only when every zone does, comes back when any does.
+            let mut down_all = 1.0;
+            let mut none_back = 1.0;
+            for c in &self.counts {
+                down_all *= c.hazard();
+                none_back *= 1.0 - c.recovery();
+            }
+            (down_all, 1.0 - none_back, c.other_up_after_loss())
+        };
+        Model {
+            h: clamp(c.hazard_established()),
+            hb: clamp(c.hazard_young()),
+            rho: rho.clamp(0.0, 1.0),
+            hu: clamp(hu),
+            qu: clamp(qu),
+            spot_tick: obs.zones[best].spot_price * k,
+            od_tick: obs.on_demand_price * k,
+        }
+    }
+
+    /// Which zones are up now, which score best, and whether the job's spot zone still holds.
+    fn zones(&self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Zones {
+        let up: Vec<usize> = (0..obs.zones.len())
+            .filter(|&z| obs.zones[z].up(job.min_nodes))
+            .collect();
+        let best_up = self.best_zone(job, obs, up.iter().copied());
+        let best_any = self.best_zone(job, obs, 0..obs.zones.len()).unwrap_or(0);
+        let here = match state.placement {
+            Placement::Spot(z) if up.contains(&z) => Some(z),
+            _ => None,
+        };
+        Zones {
+            any_up: !up.is_empty(),
+            best_up,
+            best_any,
+            here,
+        }
+    }
+
+    /// The zone of `zones` with the least [`Tern::zone_score`] (the first one on ties).
+    fn best_zone(
+        &self,
+        job: &Job,
+        obs: &Observation<'_>,
+        zones: impl Iterator<Item = usize>,
+    ) -> Option<usize> {
+        zones.min_by(|&a, &b| {
+            self.zone_score(job, obs, a)
+                .total_cmp(&self.zone_score(job, obs, b))
+        })
+    }
+
+    /// Re-solve the value table for `raw` (snapped) when it does not cover this state, or when
+    /// the model drifted past the hysteresis and the last solve is an eighth of the deadline
+    /// old; returns the model the table was solved for.
+    fn refresh_table(
+        &mut self,
+        job: &Job,
+        obs: &Observation<'_>,
+        raw: Model,
+        rem: i64,
+        sigma: i64,
+    ) -> Model {
+        let model = raw.snapped();
+        let spacing = (job.deadline / 8).max(1);
+        let covers = rem.max(0) as usize <= self.table.max_r
+            && (sigma.max(0) as usize) < self.table.width
+            && self.table.restart == job.restart.max(1) as usize;
+        let stale = match (self.table.model, self.solved_at) {
+            (None, _) => true,
+            _ if !covers => true,
+            (Some(old), None) => old != model,
+            (Some(old), Some(at)) => old.far_from(&raw) && obs.tick >= at + spacing,
+        };
+        if self.solved_at.is_none() {
+            self.solved_at = Some(obs.tick);
+        }
+        if stale {
+            self.solved_at = Some(obs.tick);
+            self.table
+                .solve(model, job.restart, rem.max(0) as u32, sigma.max(0) as u32);
+        }
+        self.table.model.unwrap_or(model)
+    }
+
+    /// The action with the least expected cost under `m`: keep the current placement, start
+    /// spot in the best zone, start on-demand, or wait (ties go in that order).
+    fn choose(
+        &self,
+        job: &Job,
+        state: &JobState,
+        zones: &Zones,
+        m: &Model,
+        rem: i64,
+        sigma: i64,
+    ) -> Placement {
+        let t = &self.table;
+        let a = usize::from(zones.any_up);
+        let idle = t.idle(m, a, rem, sigma);
+        let start_od = t.start_od(m, a, rem, sigma);
+        let start_spot = self.start_spot_cost(job, state, zones.best_up, m, rem, sigma);
+        let keep = match state.placement {
+            Placement::Spot(_) if zones.here.is_some() => t.spot_continue(m, rem, sigma),
+            Placement::OnDemand => t.od_continue(m, a, rem, sigma),
+            _ => INF,
+        };
+        if keep.is_finite() && keep <= idle.min(start_od).min(start_spot) {
+            state.placement
+        } else if start_spot.is_finite() && start_spot <= idle.min(start_od) {
+            zones.best_up.map_or(Placement::Idle, Placement::Spot)
+        } else if start_od <= idle {
+            Placement::OnDemand
+        } else {
+            Placement::Idle
+        }
+    }
+
+    /// Expected cost of starting spot in zone `best_up` now.
+    fn start_spot_cost(
+        &self,
+        job: &Job,
+        state: &JobState,
+        best_up: Option<usize>,
+        m: &Model,
+        rem: i64,
+        sigma: i64,
+    ) -> f64 {
+        let Some(z) = best_up else { return INF };
+        // Capacity that has lasted longer than a boot is as safe as a running instance; fresh
+        // capacity carries the young-run hazard.
+        let c = self.counts.get(z).copied().unwrap_or_default();
+        let fresh = c.age <= job.restart;
+        // Hysteresis against blips: a job on on-demand does not leave it for fresh capacity.
+        if fresh && state.placement == Placement::OnDemand {
+            INF
+        } else {
+            self.table
+                .start_spot(m, if fresh { m.hb } else { m.h }, rem, sigma)
+        }
+    }
+
+    /// What [`migrate::decide`] weighs for a move of a running spot job from `cur` to `best`.
+    fn move_candidate(
+        &self,
+        job: &Job,
+        state: &JobState,
+        obs: &Observation<'_>,
+        cur: usize,
+        best: usize,
+        sigma: i64,
+    ) -> MoveCandidate {
+        let k = f64::from(job.nodes) * obs.tick_hours;
+        let egress = match state.checkpoint_region {
+            Some(g) if g != obs.zones[best].region => obs.egress_cost,
+            _ => 0.0,
+        };
+        MoveCandidate {
+            remaining_work_hours: f64::from(job.ticks_left(state.done)) * obs.tick_hours,
+            current_rate: self.zone_score(job, obs, cur) / obs.tick_hours,
+            candidate_rate: self.zone_score(job, obs, best) / obs.tick_hours,
+            restart_hours: f64::from(job.restart) * obs.tick_hours,
+            held_rate: obs.zones[best].spot_price * k / obs.tick_hours,
+            lost_progress_cost: 0.0,
+            egress,
+            slack_hours: sigma as f64 * obs.tick_hours,
+            hours_since_last_move: state
+                .last_move
+                .map(|l| f64::from(obs.tick.saturating_sub(l)) * obs.tick_hours),
+        }
+    }
+}
+
+/// The zones one decision looks at.
+#[derive(Debug, Clone, Copy)]
+struct Zones {
+    /// Some zone has capacity for the job now.
+    any_up: bool,
+    /// The best-scoring zone with capacity now, and the best-scoring zone overall.
+    best_up: Option<usize>,
+    best_any: usize,
+    /// The job's current spot zone, if it is still up.
+    here: Option<usize>,
+}
+
+impl DeadlinePolicy for Tern {
+    fn name(&self) -> &'static str {
+        "tern"
+    }
+
+    fn reset(&mut self) {
+        self.counts.clear();
+        self.seen = 0;
+        self.solved_at = None;
+        self.rule = None;
+    }
+
+    fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement {
+        self.learn(job, obs);
+        let rule = *self.rule.get_or_insert_with(|| {
+            MoveRule::for_job(
+                f64::from(job.restart) * obs.tick_hours,
+                obs.on_demand_price * f64::from(job.nodes),
+            )
+        });
+        // A booting instance is committed: abandoning it only wastes what was paid.
+        if state.booting > 0 {
+            return state.placement;
+        }
+        let zones = self.zones(job, state, obs);
+        let model_zone = zones.here.or(zones.best_up).unwrap_or(zones.best_any);
+        let raw = self.pooled_model(job, obs, model_zone);
+        let rem = i64::from(job.deadline) - i64::from(obs.tick);
+        let sigma = rem - i64::from(job.ticks_left(state.done));
+        let m = self.refresh_table(job, obs, raw, rem, sigma);
+        let choice = self.choose(job, state, &zones, &m, rem, sigma);
+        // A running spot job may still move to a better zone; the migrate rule decides.
+        if let (Placement::Spot(cur), Some(best)) = (choice, zones.best_up)
+            && state.placement == Placement::Spot(cur)
+            && best != cur
+        {
+            let candidate = self.move_candidate(job, state, obs, cur, best, sigma);
+            if migrate::decide(&rule, &candidate).is_move() {
+                return Placement::Spot(best);
+            }
+        }
+        choice
+    }
+}
