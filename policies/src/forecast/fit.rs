@@ -308,6 +308,22 @@ impl Gradient for Objective<'_> {
     }
 }
 
+/// The MAP objective [`fit`] minimises, at θ, for tests that hold a fit against known
+/// parameters: a fit that scores worse than the truth is an optimiser failure.
+#[cfg(test)]
+pub(super) fn objective(
+    samples: &[Sample],
+    opts: &FitOptions,
+    theta: &[f64; N_PARAMS],
+) -> Result<f64, ForecastError> {
+    let (_, prior) = initial(samples, opts)?;
+    Ok(Objective {
+        samples,
+        prior: &prior,
+    }
+    .value(theta))
+}
+
 fn minimise(obj: &Objective<'_>, start: &[f64], max_iters: u64) -> (Vec<f64>, f64) {
     let fallback = (start.to_vec(), obj.value(start));
     let run = || -> Result<(Vec<f64>, f64), ArgminError> {

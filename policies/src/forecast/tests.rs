@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 use tern_cloud::Observation;
 
-use super::fit::{FitOptions, fit};
+use super::fit::{FitOptions, fit, objective};
 use super::model::{Params, Sample, Shape};
 use super::{Basis, ForecastError, Forecaster, GradientNoise, Query};
 
@@ -56,12 +56,89 @@ fn samples(p: &Params, noise_sd: f64, seed: u64) -> Vec<Sample> {
         .collect()
 }
 
+/// Known parameters as the property draws them: α_n = α_r·`cross`, β_n = α_n / e^`ln_growth`.
+fn known(p: [f64; 7]) -> Params {
+    let [alpha_c, beta_c, alpha_r, beta_r, cross, ln_growth, gamma] = p;
+    let alpha_n = alpha_r * cross;
+    Params {
+        alpha_c,
+        beta_c,
+        alpha_r,
+        beta_r,
+        alpha_n,
+        beta_n: alpha_n / ln_growth.exp(),
+        gamma,
+    }
+}
+
+/// Data generated from known parameters with 2 % noise is refitted so that every prediction is
+/// within 3σ = 6 % of the truth beyond the fit's bias (below), and the identified compute terms
+/// within 15 % (β_c where its slope is visible in the data, see below).
+///
+/// The bias: the fit is a MAP estimate that weighs its prior as if every row had
+/// fit::OBS_NOISE = 10 % noise, five times the 2 % here, so a combination of parameters that
+/// only a row or two can see is settled partly by the prior, and the prediction at those rows
+/// is pulled toward it even when the data are exact. In this grid:
+/// * 32 GPUs on 8 nodes at m = 16 is the only shape with K − 2 = 30 and a batch small enough
+///   for the cross-node sync to show through overlap: when overlap hides it at larger batches,
+///   that one row is all that sees γ and the growth β_n, against the prior's γ ≈ 1.5 and
+///   β_n ≈ α_n / 32 (fit::RING_REF_REPLICAS).
+/// * A few GPUs on one node at the smallest batches are the only rows where the intra-node
+///   sync α_r shows through overlap, and the 1-GPU rows the only ones that see α_c without it.
+///   The prior ties α_r to α_n / 2 (FitOptions::cross_ratio), while the drawn α_n / α_r
+///   reaches 20.
+///
+/// Noisy data cannot pin a prediction closer than the same fit gets from exact data, so the
+/// bias is measured shape by shape by refitting the grid with exact step times:
+/// up to ≈ 5 % at those shapes, under 1 % at nine shapes in ten, and 0 where the rows pin the
+/// prediction, which keep the full 6 % bound. That the bias is the prior's doing and not the
+/// optimiser's is checked too: neither fit may score worse on its own objective than the truth.
+fn check_refit(truth: &Params, seed: u64) -> Result<(), TestCaseError> {
+    let opts = FitOptions::default();
+    let (noisy, exact) = (samples(truth, 0.02, seed), samples(truth, 0.0, seed));
+    let f = fit(&noisy, &opts, None).expect("fit");
+    let e = fit(&exact, &opts, None).expect("fit exact");
+    for (data, fitted) in [(&noisy, &f), (&exact, &e)] {
+        let at_fit = objective(data, &opts, &fitted.theta).expect("objective");
+        let at_truth = objective(data, &opts, &truth.to_theta()).expect("objective");
+        prop_assert!(
+            at_fit <= at_truth * (1.0 + 1e-6),
+            "optimiser stopped above the truth: {at_fit} vs {at_truth}; fitted {:?}",
+            fitted.params
+        );
+    }
+    for shape in grid() {
+        let want = truth.step_s(&shape);
+        let got = f.params.step_s(&shape);
+        let bias = (e.params.step_s(&shape) / want - 1.0).abs();
+        prop_assert!(
+            (got / want - 1.0).abs() < 0.06 + bias,
+            "{shape:?}: {got} vs {want} (bias without noise {bias:.4}); fitted {:?}",
+            f.params
+        );
+    }
+    let one = Shape::new(1, 1, 64.0);
+    prop_assert!((f.params.step_s(&one) / truth.step_s(&one) - 1.0).abs() < 0.15);
+    // β_c is only as identifiable as its slope is visible over the batch sizes (16..256)
+    // against α_c and 2 % noise: demand 15 % where the slope spans at least α_c, and only
+    // the right magnitude where it is a small correction (the predictions above still
+    // have to be within their bound everywhere).
+    let (alpha_c, beta_c) = (truth.alpha_c, truth.beta_c);
+    let visible = beta_c * 240.0 >= alpha_c;
+    let tolerance = if visible { 0.15 } else { 0.5 };
+    prop_assert!(
+        (f.params.beta_c / beta_c - 1.0).abs() < tolerance,
+        "beta_c {} vs {beta_c} (visible: {visible})",
+        f.params.beta_c
+    );
+    prop_assert!(f.identified.compute && f.identified.intra_node && f.identified.cross_node);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Data generated from known parameters with 2 % noise is refitted so that every
-    /// prediction is within 3σ = 6 % of the truth, and the identified compute terms within 15 %
-    /// (β_c where its slope is visible in the data, see below).
+    /// See [`check_refit`].
     /// Cross-node growth β_n = α_n / g is drawn with g in [4, 256], the prior's ~95 % range
     /// around 32 (fit::RING_REF_REPLICAS): far outside it, a weakly identified β_n is pulled
     /// toward the prior by design.
@@ -76,23 +153,85 @@ proptest! {
         gamma in 1.0f64..4.0,
         seed in any::<u64>(),
     ) {
-        let alpha_n = alpha_r * cross;
-        let truth = Params { alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n: alpha_n / ln_growth.exp(), gamma };
-        let f = fit(&samples(&truth, 0.02, seed), &FitOptions::default(), None).expect("fit");
-        for shape in grid() {
-            let (got, want) = (f.params.step_s(&shape), truth.step_s(&shape));
-            prop_assert!((got / want - 1.0).abs() < 0.06, "{shape:?}: {got} vs {want}; fitted {:?}", f.params);
+        let truth = known([alpha_c, beta_c, alpha_r, beta_r, cross, ln_growth, gamma]);
+        check_refit(&truth, seed)?;
+    }
+}
+
+/// Draws (as proptest shrank them) on which a flat 6 % bound failed: the fit is biased there
+/// by its prior, as [`check_refit`] explains, and must stay within 6 % beyond that bias.
+#[test]
+fn refit_cases_that_a_flat_bound_failed() {
+    for (p, seed) in [
+        // 32 GPUs on 8 nodes, m = 16, sync hidden by overlap γ = 2.7 (PROPTEST_RNG_SEED=9).
+        (
+            [
+                0.1402933331389945,
+                0.002601582252615881,
+                0.005049911865977332,
+                1e-5,
+                11.509320932895795,
+                2.7214919102113964,
+                2.725693738245542,
+            ],
+            12078116545322383792,
+        ),
+        // The same shape at γ = 3.0 (seed 2).
+        (
+            [
+                0.10671829679264948,
+                0.004845824589381443,
+                0.024884091271774496,
+                1e-5,
+                1.2028099013831206,
+                1.9216972910302514,
+                2.9861944067761765,
+            ],
+            681818177142736806,
+        ),
+        // 2 GPUs on one node, m = 16, cross-node / intra-node ratio 19 (seed 3).
+        (
+            [
+                0.018495084216212907,
+                0.0001,
+                0.008029572656718373,
+                0.004989996712159867,
+                19.26915151143934,
+                1.3862943611198906,
+                3.294864929581277,
+            ],
+            762912010615646998,
+        ),
+        // 1 GPU, m = 16, ratio 20 (seed 10).
+        (
+            [
+                0.01995740554956802,
+                0.004235002649101617,
+                0.0725416274571351,
+                1e-5,
+                19.653261514049586,
+                1.3862943611198906,
+                1.0,
+            ],
+            1504010730978470142,
+        ),
+        // 1 GPU, m = 16, ratio 18.5 (no seed).
+        (
+            [
+                0.11938593068232456,
+                0.004898315279296933,
+                0.023165158466013355,
+                1e-5,
+                18.5007232540268,
+                1.3862943611198906,
+                1.0,
+            ],
+            987640293352751784,
+        ),
+    ] {
+        if let Err(e) = check_refit(&known(p), seed) {
+            panic!("{p:?}, seed {seed}: {e}");
         }
-        let one = Shape::new(1, 1, 64.0);
-        prop_assert!((f.params.step_s(&one) / truth.step_s(&one) - 1.0).abs() < 0.15);
-        // β_c is only as identifiable as its slope is visible over the batch sizes (16..256)
-        // against α_c and 2 % noise: demand 15 % where the slope spans at least α_c, and only
-        // the right magnitude where it is a small correction (the predictions above still
-        // have to be within 6 % everywhere).
-        let visible = beta_c * 240.0 >= alpha_c;
-        let tolerance = if visible { 0.15 } else { 0.5 };
-        prop_assert!((f.params.beta_c / beta_c - 1.0).abs() < tolerance, "beta_c {} vs {beta_c} (visible: {visible})", f.params.beta_c);
-        prop_assert!(f.identified.compute && f.identified.intra_node && f.identified.cross_node);
     }
 }
 
