@@ -14,17 +14,17 @@
 //! `"accelerator"`, `"gpus"`, `"nodes"`, `"local_batch"` make an observation that refits the
 //! forecast.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use crate::api::client::{request, request_with};
-use crate::api::{Progress, ProgressReply};
+use crate::api::client::{Client, ClientError};
+use crate::api::wire::{Progress, ProgressReply};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Where the cloud announces this VM's reclaim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoticeSource {
     /// AWS EC2 instance metadata `spot/instance-action` (IMDSv2).
     Aws,
@@ -34,40 +34,65 @@ pub enum NoticeSource {
     None,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
+impl NoticeSource {
+    /// The cloud's metadata server (link-local).
+    pub fn default_metadata_url(self) -> &'static str {
+        match self {
+            NoticeSource::Gcp => "http://metadata.google.internal",
+            _ => "http://169.254.169.254",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("starting {program}: {source}")]
+    Start {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("running checkpoint command {command}: {source}")]
+    Checkpoint {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("watching the training process: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("training exited with {0}")]
+    TrainingFailed(std::process::ExitStatus),
+    #[error(transparent)]
+    Report(#[from] ClientError),
+}
+
+/// What one agent does.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
     /// The job this VM works for.
-    #[arg(long)]
-    job: String,
-    #[arg(long, env = "TERN_SERVER", default_value = "http://127.0.0.1:8470")]
-    server: String,
-    #[arg(long, env = "TERN_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// JSON file the training script keeps up to date (see the module docs / README).
-    #[arg(long, value_name = "FILE")]
-    progress_file: PathBuf,
+    pub job: String,
+    /// JSON file the training script keeps up to date (see the module docs).
+    pub progress_file: PathBuf,
     /// Shell command that writes a checkpoint now and exits when it is safe.
-    #[arg(long)]
-    checkpoint_command: Option<String>,
-    #[arg(long, value_enum, default_value = "aws")]
-    notice: NoticeSource,
-    /// Metadata server (default: the cloud's link-local address).
-    #[arg(long)]
-    metadata_url: Option<String>,
-    /// Seconds between progress reports and notice polls (AWS suggests 5 s).
-    #[arg(long, default_value_t = 5.0)]
-    interval: f64,
-    /// Elastic node range for torchrun, `MIN:MAX`.
-    #[arg(long, default_value = "1:1")]
-    nnodes: String,
+    pub checkpoint_command: Option<String>,
+    pub notice: NoticeSource,
+    /// Metadata server base URL.
+    pub metadata_url: String,
+    /// Between progress reports and notice polls.
+    pub interval: Duration,
+    /// The training command line (already wrapped by [`torchrun`]), if any.
+    pub command: Vec<String>,
+}
+
+/// The torchrun elastic launcher's settings.
+#[derive(Debug, Clone)]
+pub struct Torchrun {
+    pub job: String,
+    /// Elastic node range, `MIN:MAX`.
+    pub nnodes: String,
+    pub nproc_per_node: u32,
     /// Rendezvous endpoint `HOST:PORT` (c10d store on one of the nodes).
-    #[arg(long)]
-    rdzv_endpoint: Option<String>,
-    #[arg(long, default_value_t = 1)]
-    nproc_per_node: u32,
-    /// The training command, after `--`; run under torchrun.
-    #[arg(last = true)]
-    command: Vec<String>,
+    pub rdzv_endpoint: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,67 +107,78 @@ struct ProgressFile {
     local_batch: Option<u32>,
 }
 
-/// The torchrun command line for `args.command`.
-fn torchrun(args: &Args) -> Vec<String> {
+/// The torchrun command line for `command`.
+pub fn torchrun(t: &Torchrun, command: &[String]) -> Vec<String> {
     let mut v = vec![
         "torchrun".to_string(),
-        format!("--nnodes={}", args.nnodes),
-        format!("--nproc-per-node={}", args.nproc_per_node),
+        format!("--nnodes={}", t.nnodes),
+        format!("--nproc-per-node={}", t.nproc_per_node),
         "--rdzv-backend=c10d".to_string(),
-        format!("--rdzv-id={}", args.job),
+        format!("--rdzv-id={}", t.job),
     ];
-    if let Some(e) = &args.rdzv_endpoint {
+    if let Some(e) = &t.rdzv_endpoint {
         v.push(format!("--rdzv-endpoint={e}"));
     }
     v.push("--max-restarts=100".to_string());
-    v.extend(args.command.iter().cloned());
+    v.extend(command.iter().cloned());
     v
 }
 
-/// Whether the cloud has announced this VM's reclaim.
-fn noticed(source: NoticeSource, url: &str) -> bool {
+/// Whether the cloud has announced this VM's reclaim. Metadata servers answer fast or not at
+/// all, so each poll has a short timeout of its own.
+async fn noticed(http: &reqwest::Client, source: NoticeSource, base: &str) -> bool {
+    const POLL: Duration = Duration::from_secs(2);
+    let base = base.trim_end_matches('/');
     match source {
         NoticeSource::None => false,
         NoticeSource::Aws => {
-            let token = request_with(
-                url,
-                &[("X-aws-ec2-metadata-token-ttl-seconds", "60")],
-                "PUT",
-                "/latest/api/token",
-                "text/plain",
-                "",
-            );
+            let token = http
+                .put(format!("{base}/latest/api/token"))
+                .header("X-aws-ec2-metadata-token-ttl-seconds", "60")
+                .timeout(POLL)
+                .send()
+                .await;
             let Ok(token) = token else { return false };
-            let mut headers = Vec::new();
-            if token.status == 200 {
-                headers.push(("X-aws-ec2-metadata-token", token.body.trim()));
+            let mut request = http
+                .get(format!("{base}/latest/meta-data/spot/instance-action"))
+                .timeout(POLL);
+            if token.status().is_success()
+                && let Ok(t) = token.text().await
+            {
+                request = request.header("X-aws-ec2-metadata-token", t.trim());
             }
-            request_with(
-                url,
-                &headers,
-                "GET",
-                "/latest/meta-data/spot/instance-action",
-                "text/plain",
-                "",
-            )
-            .is_ok_and(|r| r.status == 200)
+            request
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
         }
-        NoticeSource::Gcp => request_with(
-            url,
-            &[("Metadata-Flavor", "Google")],
-            "GET",
-            "/computeMetadata/v1/instance/preempted",
-            "text/plain",
-            "",
-        )
-        .is_ok_and(|r| r.status == 200 && r.body.trim().eq_ignore_ascii_case("TRUE")),
+        NoticeSource::Gcp => {
+            let reply = http
+                .get(format!("{base}/computeMetadata/v1/instance/preempted"))
+                .header("Metadata-Flavor", "Google")
+                .timeout(POLL)
+                .send()
+                .await;
+            match reply {
+                Ok(r) if r.status() == reqwest::StatusCode::OK => r
+                    .text()
+                    .await
+                    .is_ok_and(|b| b.trim().eq_ignore_ascii_case("TRUE")),
+                _ => false,
+            }
+        }
     }
 }
 
-fn report(args: &Args, file: &ProgressFile, checkpointed: bool) -> anyhow::Result<ProgressReply> {
+async fn report(
+    client: &Client,
+    job: &str,
+    file: &ProgressFile,
+    checkpointed: bool,
+) -> Result<ProgressReply, ClientError> {
     let observation = match (file.step_seconds, &file.accelerator, file.local_batch) {
         (Some(step), Some(acc), Some(lb)) if step > 0.0 => Some(tern_cloud::Observation {
-            job: args.job.clone(),
+            job: job.to_string(),
             accelerator: acc.clone(),
             gpus: file.gpus.unwrap_or(1),
             nodes: file.nodes.unwrap_or(1),
@@ -153,31 +189,16 @@ fn report(args: &Args, file: &ProgressFile, checkpointed: bool) -> anyhow::Resul
         }),
         _ => None,
     };
-    let body = serde_json::to_string(&Progress {
+    let progress = Progress {
         done_samples: file.samples,
         checkpoint_samples: file.checkpoint_samples,
         checkpointed,
         observation,
-    })?;
-    let reply = request(
-        &args.server,
-        args.token.as_deref(),
-        "POST",
-        &format!("/v1/jobs/{}/progress", args.job),
-        "application/json",
-        &body,
-    )?;
-    if reply.status != 200 {
-        bail!(
-            "controller answered {}: {}",
-            reply.status,
-            reply.body.trim()
-        );
-    }
-    Ok(serde_json::from_str(&reply.body)?)
+    };
+    client.progress(job, &progress).await
 }
 
-fn read_progress(path: &PathBuf) -> Option<ProgressFile> {
+fn read_progress(path: &Path) -> Option<ProgressFile> {
     let text = std::fs::read_to_string(path).ok()?;
     serde_json::from_str(&text).ok()
 }
@@ -189,112 +210,109 @@ fn stop(child: &mut Option<Child>) {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let metadata = args
-        .metadata_url
-        .clone()
-        .unwrap_or_else(|| match args.notice {
-            NoticeSource::Gcp => "http://metadata.google.internal".into(),
-            _ => "http://169.254.169.254".into(),
-        });
-    let mut child = if args.command.is_empty() {
-        None
-    } else {
-        let cmd = torchrun(&args);
-        eprintln!("tern agent: starting {}", cmd.join(" "));
-        Some(
-            Command::new(&cmd[0])
-                .args(&cmd[1..])
-                .spawn()
-                .with_context(|| format!("starting {}", cmd[0]))?,
-        )
+fn start(command: &[String]) -> Result<Option<Child>, AgentError> {
+    let Some((program, args)) = command.split_first() else {
+        return Ok(None);
     };
-    let interval = Duration::from_secs_f64(args.interval.max(0.1));
+    eprintln!("tern agent: starting {}", command.join(" "));
+    Command::new(program)
+        .args(args)
+        .spawn()
+        .map(Some)
+        .map_err(|source| AgentError::Start {
+            program: program.clone(),
+            source,
+        })
+}
+
+/// Checkpoint (the job's command), stop training, and report the checkpoint.
+async fn drain(
+    config: &AgentConfig,
+    client: &Client,
+    child: &mut Option<Child>,
+    why: &str,
+) -> Result<(), AgentError> {
+    eprintln!("tern agent: {why}: checkpointing and stopping");
+    if let Some(cmd) = &config.checkpoint_command {
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .status()
+            .map_err(|source| AgentError::Checkpoint {
+                command: cmd.clone(),
+                source,
+            })?;
+        if !status.success() {
+            eprintln!("tern agent: checkpoint command failed: {status}");
+        }
+    }
+    stop(child);
+    if let Some(f) = read_progress(&config.progress_file) {
+        report(client, &config.job, &f, true).await?;
+    }
+    Ok(())
+}
+
+/// Run the agent until training ends, the controller asks for a drain, or the cloud gives
+/// notice.
+pub async fn run(
+    config: AgentConfig,
+    client: Client,
+    http: reqwest::Client,
+) -> Result<(), AgentError> {
+    let mut child = start(&config.command)?;
     loop {
-        let file = read_progress(&args.progress_file);
-        let drain_by_controller = match &file {
-            Some(f) => match report(&args, f, false) {
+        let drain_by_controller = match read_progress(&config.progress_file) {
+            Some(f) => match report(&client, &config.job, &f, false).await {
                 Ok(r) => r.drain || r.state == "cancelled",
                 Err(e) => {
-                    eprintln!("tern agent: progress report failed: {e:#}");
+                    eprintln!("tern agent: progress report failed: {e}");
                     false
                 }
             },
             None => false,
         };
-        let notice = noticed(args.notice, &metadata);
+        let notice = noticed(&http, config.notice, &config.metadata_url).await;
         if drain_by_controller || notice {
-            eprintln!(
-                "tern agent: {}: checkpointing and stopping",
-                if notice {
-                    "interruption notice"
-                } else {
-                    "drain requested"
-                }
-            );
-            if let Some(cmd) = &args.checkpoint_command {
-                let status = Command::new("sh")
-                    .arg("-c")
-                    .arg(cmd)
-                    .status()
-                    .with_context(|| format!("running checkpoint command {cmd}"))?;
-                if !status.success() {
-                    eprintln!("tern agent: checkpoint command failed: {status}");
-                }
-            }
-            stop(&mut child);
-            if let Some(f) = read_progress(&args.progress_file) {
-                report(&args, &f, true)?;
-            }
-            return Ok(());
+            let why = if notice {
+                "interruption notice"
+            } else {
+                "drain requested"
+            };
+            return drain(&config, &client, &mut child, why).await;
         }
         if let Some(c) = child.as_mut()
-            && let Some(status) = c.try_wait()?
+            && let Some(status) = c.try_wait().map_err(AgentError::Wait)?
         {
-            if let Some(f) = read_progress(&args.progress_file) {
-                report(&args, &f, false)?;
+            if let Some(f) = read_progress(&config.progress_file) {
+                report(&client, &config.job, &f, false).await?;
             }
             if status.success() {
                 return Ok(());
             }
-            bail!("training exited with {status}");
+            return Err(AgentError::TrainingFailed(status));
         }
-        std::thread::sleep(interval);
+        tokio::time::sleep(config.interval).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
 
     #[test]
     fn torchrun_gets_the_elastic_rendezvous_settings() {
-        let cli = Cli::parse_from([
-            "agent",
-            "--job",
-            "bert",
-            "--progress-file",
-            "/tmp/p.json",
-            "--nnodes",
-            "2:8",
-            "--rdzv-endpoint",
-            "10.0.0.5:29400",
-            "--nproc-per-node",
-            "4",
-            "--",
-            "python",
-            "train.py",
-            "--lr",
-            "0.1",
-        ]);
-        let cmd = torchrun(&cli.args);
+        let t = Torchrun {
+            job: "bert".into(),
+            nnodes: "2:8".into(),
+            nproc_per_node: 4,
+            rdzv_endpoint: Some("10.0.0.5:29400".into()),
+        };
+        let train: Vec<String> = ["python", "train.py", "--lr", "0.1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let cmd = torchrun(&t, &train);
         assert_eq!(cmd[0], "torchrun");
         assert!(cmd.contains(&"--nnodes=2:8".to_string()));
         assert!(cmd.contains(&"--rdzv-id=bert".to_string()));

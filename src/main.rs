@@ -1,12 +1,7 @@
-//! `tern`: the single binary. This file only wires subcommands; each lives in `cmd/`.
+//! `tern`: the single binary. This file only wires subcommands; each lives in `cmd/` and calls
+//! the `tern` library.
 
-mod agent;
-mod api;
 mod cmd;
-mod controller;
-mod http;
-mod jobs;
-mod store;
 
 use clap::{Parser, Subcommand};
 
@@ -35,7 +30,7 @@ enum Command {
     /// Cancel a job on a running controller.
     Cancel(cmd::submit::CancelArgs),
     /// Worker agent for a training VM: progress reports, notices, drain, torchrun.
-    Agent(agent::Args),
+    Agent(cmd::agent::Args),
     /// The simulated cloud as a process (`serve`) and what it holds and bills (`report`).
     #[command(subcommand)]
     Sim(cmd::sim::Command),
@@ -65,7 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::Submit(args) => cmd::submit::submit(args),
         Command::Status(args) => cmd::submit::status(args),
         Command::Cancel(args) => cmd::submit::cancel(args),
-        Command::Agent(args) => agent::run(args),
+        Command::Agent(args) => cmd::agent::run(args),
         Command::Sim(command) => cmd::sim::run(command),
         Command::Prices(command) => cmd::prices::run(command),
         Command::Plan(args) => cmd::plan::run(args),

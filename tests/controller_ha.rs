@@ -8,9 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-#[path = "../src/store/pg_cluster.rs"]
-#[allow(dead_code)]
-mod pg_cluster;
+use tern::store::pg_cluster;
 
 use common::{
     Reaper, free_port, sim_controller, sim_report_when_empty, submit, tern_json, wait_for,

@@ -3,5 +3,6 @@
 //! replayable on traces.
 
 pub mod deadline;
+pub mod fleet;
 pub mod forecast;
 pub mod migrate;

@@ -1,120 +1,189 @@
-//! A small blocking HTTP/1.1 client for `tern submit/status/cancel`: one request per
-//! connection, plain `http://` only (put TLS in front of the controller with a proxy).
-//! Enough for the CLI without pulling a full HTTP client stack into the binary.
+//! The controller's API from the outside: `tern submit/status/cancel`, `tern agent` and the
+//! Terraform provider. One [`reqwest::Client`] (from [`crate::http`]) per process, so
+//! connections are reused; every error names the URL it is about.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use serde::de::DeserializeOwned;
+
+use super::wire::{ErrorBody, EventView, JobStatus, Progress, ProgressReply};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("server URL {0} is not of the form http://HOST:PORT")]
+    #[error("server URL {0} is not of the form http(s)://HOST[:PORT]")]
     Url(String),
     #[error("cannot reach the controller at {url}: {source}")]
-    Io {
+    Transport {
         url: String,
         #[source]
-        source: std::io::Error,
+        source: reqwest::Error,
     },
-    #[error("malformed HTTP response from {0}")]
-    Response(String),
+    #[error("controller answered {status}: {message}")]
+    Status {
+        url: String,
+        status: u16,
+        message: String,
+    },
+    #[error("unexpected answer from {url}: {reason}")]
+    Decode { url: String, reason: String },
 }
 
 impl ClientError {
+    /// The controller may answer later: it was unreachable, or failed on its side.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ClientError::Io { .. })
-    }
-}
-
-/// A response: status code and body text.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub status: u16,
-    pub body: String,
-}
-
-/// `method` `path` on `server` (e.g. `http://127.0.0.1:8470`) with a bearer token.
-pub fn request(
-    server: &str,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-) -> Result<Reply, ClientError> {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = auth
-        .as_deref()
-        .map(|a| vec![("Authorization", a)])
-        .unwrap_or_default();
-    request_with(server, &headers, method, path, content_type, body)
-}
-
-/// Like [`request`], with arbitrary extra headers (cloud metadata servers want their own).
-pub fn request_with(
-    server: &str,
-    headers: &[(&str, &str)],
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &str,
-) -> Result<Reply, ClientError> {
-    let host = server
-        .strip_prefix("http://")
-        .map(|h| h.trim_end_matches('/'))
-        .filter(|h| !h.is_empty() && !h.contains('/'))
-        .ok_or_else(|| ClientError::Url(server.to_string()))?;
-    let io = |source| ClientError::Io {
-        url: server.to_string(),
-        source,
-    };
-    let mut stream = TcpStream::connect(host).map_err(io)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(io)?;
-    let auth: String = headers
-        .iter()
-        .map(|(k, v)| format!("{k}: {v}\r\n"))
-        .collect();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).map_err(io)?;
-    stream.write_all(body.as_bytes()).map_err(io)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).map_err(io)?;
-    let text = String::from_utf8_lossy(&raw);
-    let bad = || ClientError::Response(server.to_string());
-    let (head, rest) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(bad)?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(rest).ok_or_else(bad)?
-    } else {
-        rest.to_string()
-    };
-    Ok(Reply { status, body })
-}
-
-fn dechunk(mut s: &str) -> Option<String> {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = s.split_once("\r\n")?;
-        let n = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        if n == 0 {
-            return Some(out);
+        match self {
+            ClientError::Transport { .. } => true,
+            ClientError::Status { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
         }
-        out.push_str(rest.get(..n)?);
-        s = rest.get(n + 2..)?;
     }
+
+    /// The HTTP status the controller answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A controller's `/v1` API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// `base` is the controller's URL (`http://127.0.0.1:8470` or `https://…`).
+    pub fn new(
+        base: &str,
+        token: Option<String>,
+        http: reqwest::Client,
+    ) -> Result<Client, ClientError> {
+        let trimmed = base.trim_end_matches('/');
+        let ok = reqwest::Url::parse(trimmed).is_ok_and(|u| {
+            matches!(u.scheme(), "http" | "https") && u.has_host() && u.path() == "/"
+        });
+        if !ok {
+            return Err(ClientError::Url(base.to_string()));
+        }
+        Ok(Client {
+            base: trimmed.to_string(),
+            token,
+            http,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: String,
+    ) -> Result<T, ClientError> {
+        let request = match &self.token {
+            Some(t) => request.bearer_auth(t),
+            None => request,
+        };
+        let transport = |source| ClientError::Transport {
+            url: url.clone(),
+            source,
+        };
+        let reply = request.send().await.map_err(transport)?;
+        let status = reply.status();
+        let body = reply.text().await.map_err(transport)?;
+        if !status.is_success() {
+            let message = serde_json::from_str::<ErrorBody>(&body)
+                .map(|e| e.error)
+                .unwrap_or_else(|_| body.trim().to_string());
+            return Err(ClientError::Status {
+                url,
+                status: status.as_u16(),
+                message,
+            });
+        }
+        serde_json::from_str(&body).map_err(|e| ClientError::Decode {
+            url,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Submit a job spec (TOML text); the controller answers with the job's name.
+    pub async fn submit(&self, spec_toml: &str) -> Result<String, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Created {
+            name: String,
+        }
+        let url = self.url("/v1/jobs");
+        let request = self
+            .http
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/toml")
+            .body(spec_toml.to_string());
+        let created: Created = self.send(request, url).await?;
+        Ok(created.name)
+    }
+
+    pub async fn jobs(&self) -> Result<Vec<JobStatus>, ClientError> {
+        let url = self.url("/v1/jobs");
+        self.send(self.http.get(&url), url).await
+    }
+
+    pub async fn job(&self, name: &str) -> Result<JobStatus, ClientError> {
+        let url = self.url(&format!("/v1/jobs/{}", path_segment(name)));
+        self.send(self.http.get(&url), url).await
+    }
+
+    /// Cancel a job; the answer is its status after the cancel.
+    pub async fn cancel(&self, name: &str) -> Result<Option<JobStatus>, ClientError> {
+        let url = self.url(&format!("/v1/jobs/{}", path_segment(name)));
+        self.send(self.http.delete(&url), url).await
+    }
+
+    /// A worker's progress report; the answer says whether to checkpoint now.
+    pub async fn progress(
+        &self,
+        name: &str,
+        progress: &Progress,
+    ) -> Result<ProgressReply, ClientError> {
+        let url = self.url(&format!("/v1/jobs/{}/progress", path_segment(name)));
+        self.send(self.http.post(&url).json(progress), url).await
+    }
+
+    /// Events after id `after`, of one job or all.
+    pub async fn events(
+        &self,
+        after: i64,
+        job: Option<&str>,
+    ) -> Result<Vec<EventView>, ClientError> {
+        let url = self.url("/v1/events");
+        let mut query = vec![("after", after.to_string())];
+        if let Some(j) = job {
+            query.push(("job", j.to_string()));
+        }
+        self.send(self.http.get(&url).query(&query), url).await
+    }
+}
+
+/// A job name as one URL path segment (names are validated on submit, but a name typed on the
+/// command line may hold anything).
+fn path_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(b));
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -122,15 +191,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunked_bodies_are_joined_and_bad_urls_rejected() {
-        assert_eq!(
-            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").as_deref(),
-            Some("hello world")
-        );
-        assert!(dechunk("zz\r\n").is_none());
-        assert!(matches!(
-            request("https://x:1", None, "GET", "/", "text/plain", ""),
-            Err(ClientError::Url(_))
-        ));
+    fn urls_are_checked_and_names_escaped() {
+        let http = crate::http::client().expect("client");
+        assert!(Client::new("http://127.0.0.1:8470/", None, http.clone()).is_ok());
+        assert!(Client::new("https://tern.example:443", None, http.clone()).is_ok());
+        for bad in ["127.0.0.1:8470", "ftp://x", "http://x/api", ""] {
+            assert!(
+                matches!(
+                    Client::new(bad, None, http.clone()),
+                    Err(ClientError::Url(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(path_segment("bert-v100_2"), "bert-v100_2");
+        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_controller_names_its_url() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("port")
+            .port();
+        let base = format!("http://127.0.0.1:{port}");
+        let c = Client::new(&base, None, crate::http::client().expect("client")).expect("url");
+        let err = c.jobs().await.expect_err("nothing listens");
+        assert!(err.is_retryable());
+        assert!(err.to_string().contains(&base), "{err}");
     }
 }

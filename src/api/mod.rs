@@ -3,10 +3,15 @@
 //!
 //! Every `/v1` route needs `Authorization: Bearer <token>`; `/metrics` and `/healthz` are open
 //! so scrapers and probes need no secret. A request that is rejected (bad token, malformed
-//! spec, unknown job) writes nothing to the store: validation happens before `submit`.
+//! spec, unknown job, an observation that cannot be fitted) writes nothing to the store.
+//!
+//! No handler waits on the cloud or on a reconcile pass: reads come from the view the pass
+//! publishes, writes go to the store and the service's inbox
+//! ([`crate::controller::service`]), and store calls and forecaster fits run on blocking
+//! threads.
 
 pub mod client;
-pub mod metrics;
+pub mod wire;
 
 use std::sync::Arc;
 
@@ -16,92 +21,29 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use tokio::sync::{Mutex, Notify};
+use serde::Deserialize;
 
-use crate::controller::{Controller, ControllerError};
-use crate::store::{JobRecord, StoreError};
-use metrics::Metrics;
+use crate::controller::inputs::{Request as Change, admit, refit_with};
+use crate::controller::metrics::Metrics;
+use crate::controller::service::{Clock, Shared};
+use crate::controller::{ControllerError, inputs};
+use crate::store::{Store, StoreError};
+use wire::{EventView, Progress, ProgressReply};
 
-/// Reads the controller's clock (wall time, or the simulated cloud's virtual time).
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
-/// What the handlers share with the reconcile loop.
+/// What the handlers share.
 #[derive(Clone)]
 pub struct ApiState {
-    pub controller: Arc<Mutex<Controller>>,
+    pub shared: Arc<Shared>,
+    pub store: Arc<Store>,
     pub token: Arc<str>,
-    /// Wakes the reconcile loop: a submit or cancel is reconciled at once, not at the period.
-    pub wake: Arc<Notify>,
     pub metrics: Arc<Metrics>,
-    pub clock: Clock,
+    pub clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for ApiState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiState").finish_non_exhaustive()
     }
-}
-
-/// A job as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobStatus {
-    pub name: String,
-    pub team: String,
-    pub state: String,
-    pub reason: Option<String>,
-    pub progress: f64,
-    pub done_samples: f64,
-    pub checkpoint_samples: f64,
-    pub total_samples: f64,
-    pub submitted_at: DateTime<Utc>,
-    pub deadline_at: Option<DateTime<Utc>>,
-    pub instances: usize,
-    pub spot_instances: usize,
-    pub dollars_per_hour: f64,
-}
-
-fn status_of(ctl: &Controller, j: &JobRecord) -> JobStatus {
-    let mine: Vec<_> = ctl.instances().filter(|i| i.job == j.name()).collect();
-    JobStatus {
-        name: j.name().to_string(),
-        team: j.spec.team.clone(),
-        state: j.state.as_str().to_string(),
-        reason: j.reason.clone(),
-        progress: j.done_samples / j.total_samples.max(1.0),
-        done_samples: j.done_samples,
-        checkpoint_samples: j.checkpoint_samples,
-        total_samples: j.total_samples,
-        submitted_at: j.submitted_at,
-        deadline_at: j.deadline_at,
-        instances: mine.len(),
-        spot_instances: mine
-            .iter()
-            .filter(|i| i.offer.capacity.is_preemptible())
-            .count(),
-        dollars_per_hour: mine.iter().map(|i| i.offer.price_per_hour).sum::<f64>() + 0.0,
-    }
-}
-
-/// Progress reported by a worker agent.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Progress {
-    pub done_samples: f64,
-    pub checkpoint_samples: f64,
-    /// True when this report follows a checkpoint the controller asked for (drain).
-    #[serde(default)]
-    pub checkpointed: bool,
-    /// A measured step (step time at a shape): refits the job's throughput forecast.
-    #[serde(default)]
-    pub observation: Option<tern_cloud::Observation>,
-}
-
-/// What the controller answers a progress report with: whether to checkpoint now.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProgressReply {
-    pub drain: bool,
-    pub state: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,13 +56,37 @@ struct EventQuery {
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (
         status,
-        axum::Json(serde_json::json!({ "error": message.into() })),
+        axum::Json(wire::ErrorBody {
+            error: message.into(),
+        }),
     )
         .into_response()
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {
     error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+/// A controller error as an HTTP answer.
+fn refused(e: ControllerError) -> Response {
+    match e {
+        ControllerError::Store(StoreError::Duplicate(n)) => {
+            error(StatusCode::CONFLICT, format!("job {n} already exists"))
+        }
+        ControllerError::UnknownJob(n) => error(StatusCode::NOT_FOUND, format!("unknown job {n}")),
+        e @ ControllerError::Job { .. } => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        e => internal(e),
+    }
+}
+
+/// Run synchronous work (store calls, fits) on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ControllerError> + Send + 'static,
+) -> Result<T, Response> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(refused),
+        Err(e) => Err(internal(e)),
+    }
 }
 
 async fn auth(State(state): State<ApiState>, request: Request, next: Next) -> Response {
@@ -149,56 +115,84 @@ async fn submit(State(state): State<ApiState>, body: String) -> Response {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let name = spec.name.clone();
-    let mut ctl = state.controller.lock().await;
-    match ctl.submit(spec, (state.clock)()) {
-        Ok(()) => {
-            drop(ctl);
-            state.wake.notify_one();
+    let now = state.clock.last();
+    let store = state.store.clone();
+    let admitted = blocking(move || {
+        let admitted = admit(spec, now)?;
+        store.insert_job(&admitted.record, now)?;
+        Ok(admitted)
+    })
+    .await;
+    match admitted {
+        Ok(a) => {
+            let name = a.record.name().to_string();
+            state.shared.send(Change::Submitted(Box::new(a)), true);
             (
                 StatusCode::CREATED,
                 axum::Json(serde_json::json!({ "name": name })),
             )
                 .into_response()
         }
-        Err(ControllerError::Store(StoreError::Duplicate(n))) => {
-            error(StatusCode::CONFLICT, format!("job {n} already exists"))
-        }
-        Err(e @ ControllerError::Job { .. }) => {
-            error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
-        }
-        Err(e) => internal(e),
+        Err(r) => r,
     }
 }
 
 async fn list(State(state): State<ApiState>) -> Response {
-    let ctl = state.controller.lock().await;
-    let jobs: Vec<JobStatus> = ctl.jobs().map(|j| status_of(&ctl, j)).collect();
+    let view = state.shared.view();
+    let jobs: Vec<&wire::JobStatus> = view.jobs.values().map(|v| &v.status).collect();
     axum::Json(jobs).into_response()
 }
 
 async fn status(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
-    let ctl = state.controller.lock().await;
-    match ctl.job(&name) {
-        Some(j) => axum::Json(status_of(&ctl, j)).into_response(),
+    match state.shared.view().jobs.get(&name) {
+        Some(v) => axum::Json(&v.status).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("unknown job {name}")),
     }
 }
 
 async fn cancel(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
-    let mut ctl = state.controller.lock().await;
-    match ctl.cancel(&name, (state.clock)()) {
-        Ok(()) => {
-            let body = ctl.job(&name).map(|j| status_of(&ctl, j));
-            drop(ctl);
-            state.wake.notify_one();
-            axum::Json(body).into_response()
-        }
-        Err(ControllerError::UnknownJob(n)) => {
-            error(StatusCode::NOT_FOUND, format!("unknown job {n}"))
-        }
-        Err(e) => internal(e),
+    if !state.shared.view().jobs.contains_key(&name) {
+        return error(StatusCode::NOT_FOUND, format!("unknown job {name}"));
     }
+    let now = state.clock.last();
+    let (store, job) = (state.store.clone(), name.clone());
+    let cancelled =
+        blocking(move || Ok(store.cancel_job(&job, inputs::CANCELLED_BY_USER, now)?)).await;
+    match cancelled {
+        Ok(true) => state.shared.send(
+            Change::Cancelled {
+                job: name.clone(),
+                at: now,
+            },
+            true,
+        ),
+        Ok(false) => {}
+        Err(r) => return r,
+    }
+    let body = state
+        .shared
+        .view()
+        .jobs
+        .get(&name)
+        .map(|v| v.status.clone());
+    axum::Json(body).into_response()
+}
+
+/// Why a progress report is malformed, if it is (answered 400).
+fn invalid_progress(p: &Progress, name: &str) -> Option<&'static str> {
+    if !(p.done_samples.is_finite()
+        && p.checkpoint_samples.is_finite()
+        && p.done_samples >= 0.0
+        && p.checkpoint_samples >= 0.0)
+    {
+        return Some("done_samples and checkpoint_samples must be finite and >= 0");
+    }
+    if let Some(o) = &p.observation
+        && (o.job != name || !(o.step_seconds.is_finite() && o.step_seconds > 0.0))
+    {
+        return Some("observation: job must match the URL and step_seconds must be > 0");
+    }
+    None
 }
 
 async fn progress(
@@ -206,79 +200,75 @@ async fn progress(
     Path(name): Path<String>,
     axum::Json(p): axum::Json<Progress>,
 ) -> Response {
-    if !(p.done_samples.is_finite()
-        && p.checkpoint_samples.is_finite()
-        && p.done_samples >= 0.0
-        && p.checkpoint_samples >= 0.0)
-    {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "done_samples and checkpoint_samples must be finite and >= 0",
-        );
+    if let Some(why) = invalid_progress(&p, &name) {
+        return error(StatusCode::BAD_REQUEST, why);
     }
-    let mut ctl = state.controller.lock().await;
-    let now = (state.clock)();
-    if let Some(o) = &p.observation {
-        if o.job != name || !(o.step_seconds.is_finite() && o.step_seconds > 0.0) {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "observation: job must match the URL and step_seconds must be > 0",
+    let now = state.clock.last();
+    let (store, shared) = (state.store.clone(), state.shared.clone());
+    let reply = blocking(move || {
+        let record = store
+            .job(&name)?
+            .ok_or_else(|| ControllerError::UnknownJob(name.clone()))?;
+        if let Some(o) = &p.observation {
+            // Fitted before it is stored: an observation the model rejects writes nothing.
+            let loaded = refit_with(&store, &record, o)?;
+            store.add_observation(o)?;
+            shared.send(
+                Change::Observed {
+                    job: name.clone(),
+                    loaded,
+                },
+                false,
             );
         }
-        match ctl.observe(o) {
-            Ok(()) => {}
-            Err(ControllerError::UnknownJob(n)) => {
-                return error(StatusCode::NOT_FOUND, format!("unknown job {n}"));
-            }
-            Err(e @ ControllerError::Job { .. }) => {
-                return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
-            }
-            Err(e) => return internal(e),
+        if record.state.is_final() {
+            return Ok((record.drain_requested, record.state));
         }
-    }
-    match ctl.report_progress(
-        &name,
-        p.done_samples,
-        p.checkpoint_samples,
-        p.checkpointed,
-        now,
-    ) {
-        Ok(()) => {
-            let job = ctl.job(&name);
-            // A finished job or a taken checkpoint is an event: release or move on now.
-            let event = p.checkpointed || job.is_some_and(|j| j.done_samples >= j.total_samples);
-            let reply = job.map(|j| ProgressReply {
-                drain: j.drain_requested,
-                state: j.state.as_str().to_string(),
-            });
-            drop(ctl);
-            if event {
-                state.wake.notify_one();
-            }
-            axum::Json(reply).into_response()
-        }
-        Err(ControllerError::UnknownJob(n)) => {
-            error(StatusCode::NOT_FOUND, format!("unknown job {n}"))
-        }
-        Err(e) => internal(e),
+        let _one_writer = shared.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let current = store.job(&name)?.unwrap_or(record);
+        let merged =
+            current.progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now);
+        store.set_progress(&name, &merged, now)?;
+        let finished = merged.done_samples >= current.total_samples;
+        // A finished job or a taken checkpoint is an event: release or move on now.
+        shared.send(
+            Change::Progress {
+                job: name.clone(),
+                progress: merged,
+            },
+            finished || p.checkpointed,
+        );
+        Ok((current.drain_requested && !p.checkpointed, current.state))
+    })
+    .await;
+    match reply {
+        Ok((drain, job_state)) => axum::Json(ProgressReply {
+            drain,
+            state: job_state.as_str().to_string(),
+        })
+        .into_response(),
+        Err(r) => r,
     }
 }
 
 async fn events(State(state): State<ApiState>, Query(q): Query<EventQuery>) -> Response {
-    let ctl = state.controller.lock().await;
-    match ctl.store().events(q.after, q.job.as_deref()) {
+    let store = state.store.clone();
+    let listed = blocking(move || Ok(store.events(q.after, q.job.as_deref())?)).await;
+    match listed {
         Ok(ev) => {
-            let out: Vec<_> = ev
+            let out: Vec<EventView> = ev
                 .into_iter()
-                .map(|e| {
-                    serde_json::json!({
-                        "id": e.id, "at": e.at, "job": e.job, "kind": e.kind, "message": e.message
-                    })
+                .map(|e| EventView {
+                    id: e.id,
+                    at: e.at,
+                    job: e.job,
+                    kind: e.kind,
+                    message: e.message,
                 })
                 .collect();
             axum::Json(out).into_response()
         }
-        Err(e) => internal(e),
+        Err(r) => r,
     }
 }
 
@@ -311,3 +301,6 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(healthz))
         .with_state(state)
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,15 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use chrono::{DateTime, TimeDelta, Utc};
-use tern_sim::Delayed;
-use tokio::sync::{Mutex, Notify};
+use tern::api::{ApiState, router};
+use tern::controller::metrics::Metrics;
+use tern::controller::service::{Clock, Service, ServiceConfig, Shared};
+use tern::sim::clock::LocalSimClock;
 
 use super::bench_reconcile::bench_fleet;
 use super::output::print_json_line;
-use crate::api::metrics::Metrics;
-use crate::api::{ApiState, Clock, router};
-use crate::controller::Controller;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -79,7 +77,7 @@ fn load(
             .enable_all()
             .build()?;
         rt.block_on(async move {
-            let client = crate::http::client()?;
+            let client = tern::http::client()?;
             let (mut gets, mut posts) = (Vec::new(), Vec::new());
             let t_end = Instant::now() + Duration::from_secs(seconds);
             let mut k: u64 = 0;
@@ -123,56 +121,47 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(instances > 0, "the benchmark fleet did not launch");
     cloud.set_delay(Duration::from_millis(args.cloud_delay_ms));
 
-    let controller = Arc::new(Mutex::new(ctl));
-    let start = sim.now();
-    let wall0 = Instant::now();
-    // Virtual time runs 60× wall time, as `tern controller` on the simulated cloud.
-    let clock: Clock = Arc::new(move || -> DateTime<Utc> {
-        start + TimeDelta::milliseconds((wall0.elapsed().as_secs_f64() * 60_000.0) as i64)
-    });
+    let store = ctl.store().clone();
+    let clock: Arc<dyn Clock> = Arc::new(LocalSimClock::new(sim.clone(), 60.0));
+    let shared = Shared::new();
+    let metrics = Arc::new(Metrics::new());
+    let config = ServiceConfig {
+        period: Duration::ZERO,
+        simulated_workers: false,
+    };
+    let service = Service::new(
+        ctl,
+        shared.clone(),
+        clock.clone(),
+        metrics.clone(),
+        None,
+        &config,
+    );
     let token = "bench-token".to_string();
     let state = ApiState {
-        controller: controller.clone(),
+        shared,
+        store,
         token: token.clone().into(),
-        wake: Arc::new(Notify::new()),
-        metrics: Arc::new(Metrics::new()),
-        clock: clock.clone(),
+        metrics: metrics.clone(),
+        clock,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router(state)).await });
-
     let client = load(base, token, args.jobs, args.seconds);
-    let passes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let looping = {
-        let passes = passes.clone();
-        tokio::spawn(async move {
-            loop {
-                let now = clock();
-                if let Ok(d) = (now - sim.now()).to_std() {
-                    sim.advance(d);
-                }
-                let mut ctl = controller.lock().await;
-                if let Err(e) = ctl.pass(now).await {
-                    tracing::warn!("pass: {e}");
-                }
-                drop(ctl);
-                passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tokio::task::yield_now().await;
-            }
-        })
-    };
+    let running = service.spawn()?;
     let (mut gets, mut posts) = tokio::task::spawn_blocking(move || client.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
-    looping.abort();
+    running.stop()?;
+    let passes = metrics.passes();
     gets.sort_by(f64::total_cmp);
     posts.sort_by(f64::total_cmp);
     let figure = Figure {
         jobs: args.jobs,
         instances,
         cloud_delay_ms: args.cloud_delay_ms,
-        passes: passes.load(std::sync::atomic::Ordering::Relaxed),
+        passes,
         get_jobs_requests: gets.len(),
         get_jobs_p50_ms: percentile(&gets, 0.5),
         get_jobs_p99_ms: percentile(&gets, 0.99),

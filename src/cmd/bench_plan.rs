@@ -10,7 +10,7 @@ use tern_plan::{PlanOptions, plan};
 
 use super::bench::Timings;
 use super::output::print_json_line;
-use crate::jobs::LoadedJob;
+use tern::jobs::LoadedJob;
 
 /// The example specs, compiled in so the benchmark runs from any folder.
 const SPECS: [(&str, &str); 4] = [
@@ -62,7 +62,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|(name, text)| {
             let spec = parse_job_spec(text, name)?;
-            LoadedJob::from_spec(spec, Path::new("examples/jobs"), name, now)
+            Ok(LoadedJob::from_spec(
+                spec,
+                Path::new("examples/jobs"),
+                name,
+                now,
+            )?)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let jobs: Vec<_> = (0..args.jobs)

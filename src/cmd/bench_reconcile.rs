@@ -18,8 +18,8 @@ use tern_sim::cloud::SimConfig;
 use tern_sim::{Delayed, SimCloud, Trace};
 
 use super::output::print_json_line;
-use crate::controller::{Controller, ControllerConfig};
-use crate::store::Store;
+use tern::controller::{Controller, ControllerConfig};
+use tern::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

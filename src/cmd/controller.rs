@@ -1,28 +1,26 @@
-//! `tern controller`: the long-running service. Reconcile loop + HTTP API + metrics.
-//!
-//! Today's provider is the simulated cloud, in process, on a clock running `--speed` times
-//! faster than wall time; its workers are simulated too (progress follows the throughput
-//! forecast), unless agents report progress over the API.
+//! `tern controller`: the long-running service (reconcile loop, HTTP API, metrics) on the
+//! simulated cloud (in process, or a `tern sim serve` process) or on AWS. The loop and the API
+//! are the library's ([`tern::controller::service`], [`tern::api`]); this file turns flags into
+//! a store, a lease, a provider and a clock.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::Utc;
+use tern::api::{ApiState, router};
+use tern::controller::lease::{Leadership, default_holder, lock_state_file};
+use tern::controller::metrics::Metrics;
+use tern::controller::service::{Clock, Service, ServiceConfig, Shared, WallClock};
+use tern::controller::{Controller, ControllerConfig};
+use tern::sim::RemoteSim;
+use tern::sim::clock::{LocalSimClock, RemoteSimClock};
+use tern::store::{Store, StoreUrl};
 use tern_cloud::Provider;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{FaultSchedule, SimCloud};
-use tokio::sync::{Mutex, Notify};
-
-use crate::api::metrics::Metrics;
-use crate::api::{ApiState, Clock, router};
-use crate::controller::lease::{Leadership, default_holder, lock_state_file};
-use crate::controller::remote::RemoteSim;
-use crate::controller::workload::Workload;
-use crate::controller::{Controller, ControllerConfig, Requeue};
-use crate::store::{Store, StoreUrl};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProviderKind {
@@ -258,166 +256,106 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     }
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
-    let (provider, regions, local, remote): (Arc<dyn Provider>, _, _, _) =
-        match (args.provider, &args.sim_endpoint) {
-            (ProviderKind::Aws, _) => {
-                let (provider, regions) = aws_provider(&args).await?;
-                (provider, regions, None, None)
-            }
-            (ProviderKind::Sim, sim_endpoint) => match sim_endpoint {
-                Some(url) => {
-                    let remote = RemoteSim::new(url.clone());
-                    let regions = remote.regions().await.with_context(|| {
-                        format!("asking the simulated cloud at {url} for its regions")
-                    })?;
-                    (Arc::new(remote.clone()), regions, None, Some(remote))
-                }
-                None => {
-                    let config = SimConfig {
-                        start: Utc::now(),
-                        boot: Duration::from_secs(90),
-                        faults: FaultSchedule {
-                            seed: args.seed,
-                            ..FaultSchedule::default()
-                        },
-                        ..SimConfig::default()
-                    };
-                    let traces = super::demo::sim_traces(
-                        &args.traces,
-                        args.seed,
-                        &config.instance_type.name,
-                    )?;
-                    let regions = super::demo::regions_of(&traces);
-                    let sim = Arc::new(SimCloud::new(traces, config));
-                    (sim.clone() as Arc<dyn Provider>, regions, Some(sim), None)
-                }
-            },
-        };
+    let (provider, regions, clock) = cloud(&args).await?;
     // A real cloud's workers are real: only agents' reports move jobs forward.
     let simulated_workers = args.provider == ProviderKind::Sim && !args.no_simulated_workers;
     let controller = Controller::open(
-        store,
+        store.clone(),
         provider,
         ControllerConfig::new(args.owner.clone(), regions),
     )?;
-    let controller = Arc::new(Mutex::new(controller));
-    let wake = Arc::new(Notify::new());
+    let shared = Shared::new();
     let metrics = Arc::new(Metrics::new());
-    // Virtual time: the in-process sim runs `speed` × wall time from its start; a remote sim
-    // keeps its own clock, read once per pass and shared with the API handlers.
-    let wall0 = Instant::now();
-    let speed = args.speed;
-    let remote_now = Arc::new(std::sync::Mutex::new(match &remote {
-        Some(r) => r
-            .now()
-            .await
-            .context("reading the simulated cloud's clock")?,
-        None => Utc::now(),
-    }));
-    let clock: Clock = match &local {
-        Some(sim) => {
-            let start = sim.now();
-            Arc::new(move || -> DateTime<Utc> {
-                start
-                    + TimeDelta::milliseconds(
-                        (wall0.elapsed().as_secs_f64() * speed * 1000.0) as i64,
-                    )
-            })
-        }
-        None => {
-            let shared = remote_now.clone();
-            Arc::new(move || *shared.lock().unwrap_or_else(|e| e.into_inner()))
-        }
+    let config = ServiceConfig {
+        period: Duration::from_secs_f64(args.period.max(0.05)),
+        simulated_workers,
     };
+    let service = Service::new(
+        controller,
+        shared.clone(),
+        clock.clone(),
+        metrics.clone(),
+        leadership,
+        &config,
+    );
     let state = ApiState {
-        controller: controller.clone(),
+        shared,
+        store,
         token: args.token.clone().into(),
-        wake: wake.clone(),
-        metrics: metrics.clone(),
-        clock: clock.clone(),
+        metrics,
+        clock,
     };
-    let period = Duration::from_secs_f64(args.period.max(0.05));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(
-        "leading as {}; listening on http://{} (state {}, simulated cloud {})",
+        "leading as {}; listening on http://{} (state {}, {})",
         holder,
         listener.local_addr()?,
         shown,
-        match &args.sim_endpoint {
-            Some(url) => format!("at {url}"),
-            None => format!("in process at {speed}× speed"),
+        match (&args.provider, &args.sim_endpoint) {
+            (ProviderKind::Aws, _) => "AWS".to_string(),
+            (ProviderKind::Sim, Some(url)) => format!("simulated cloud at {url}"),
+            (ProviderKind::Sim, None) =>
+                format!("simulated cloud in process at {}× speed", args.speed),
         }
     );
     let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
-
-    let mut workload = Workload::new();
-    let mut last = clock();
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        // Fail-stop: never act without a valid lease (a standby may already lead).
-        if let Some(lease) = &mut leadership {
-            lease.renew_if_due()?;
+    let mut running = service.spawn()?;
+    tokio::select! {
+        ended = running.finished() => {
+            ended?;
+            bail!("the reconcile loop stopped");
         }
-        let now = match (&local, &remote) {
-            (Some(sim), _) => {
-                let now = clock();
-                if let Ok(d) = (now - sim.now()).to_std() {
-                    sim.advance(d);
-                }
-                now
-            }
-            (None, Some(r)) => match r.now().await {
-                Ok(t) => {
-                    *remote_now.lock().unwrap_or_else(|e| e.into_inner()) = t;
-                    t
-                }
-                Err(e) => {
-                    tracing::warn!("simulated cloud unreachable: {e}");
-                    tokio::time::sleep(period).await;
-                    continue;
-                }
-            },
-            (None, None) => Utc::now(),
-        };
-        let wait = {
-            let mut ctl = controller.lock().await;
-            let started = Instant::now();
-            let outcome = ctl.pass(now).await;
-            let dt = (now - last).to_std().unwrap_or_default();
-            last = now;
-            if !simulated_workers {
-                // Progress comes from agents over the API.
-            } else if let Err(e) = workload.step(&mut ctl, dt, now) {
-                tracing::error!("simulated progress: {e}");
-            }
-            if let Err(e) = metrics.update(&ctl, started.elapsed(), now) {
-                tracing::error!("metrics: {e}");
-            }
-            match outcome {
-                Ok(Requeue::After(d)) => d.min(period),
-                Ok(Requeue::Periodic) => period,
-                Err(e) => {
-                    tracing::error!(retryable = e.is_retryable(), "reconcile pass failed: {e}");
-                    if e.is_retryable() { period } else { period * 5 }
-                }
-            }
-        };
-        if server.is_finished() {
+        served = server => {
+            served??;
             bail!("the HTTP server stopped");
         }
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = wake.notified() => {}
-            _ = &mut shutdown => {
-                tracing::info!("shutting down");
-                if let Some(lease) = &leadership {
-                    lease.release();
-                }
-                return Ok(());
-            }
+        () = shutdown_signal() => {
+            tracing::info!("shutting down");
+            running.stop()?;
+            Ok(())
+        }
+    }
+}
+
+/// The provider, the regions whose offers the planner sees, and the clock of the loop.
+async fn cloud(
+    args: &Args,
+) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>, Arc<dyn Clock>)> {
+    match (args.provider, &args.sim_endpoint) {
+        (ProviderKind::Aws, _) => {
+            let (provider, regions) = aws_provider(args).await?;
+            Ok((provider, regions, Arc::new(WallClock)))
+        }
+        (ProviderKind::Sim, Some(url)) => {
+            let remote = RemoteSim::new(url.clone(), tern::http::client()?);
+            let regions = remote
+                .regions()
+                .await
+                .with_context(|| format!("asking the simulated cloud at {url} for its regions"))?;
+            let clock = RemoteSimClock::new(remote.clone())
+                .await
+                .context("reading the simulated cloud's clock")?;
+            Ok((Arc::new(remote), regions, Arc::new(clock)))
+        }
+        (ProviderKind::Sim, None) => {
+            let config = SimConfig {
+                start: Utc::now(),
+                boot: Duration::from_secs(90),
+                faults: FaultSchedule {
+                    seed: args.seed,
+                    ..FaultSchedule::default()
+                },
+                ..SimConfig::default()
+            };
+            let traces =
+                tern::sim::sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
+            super::demo::print_trace_note(&traces);
+            let regions = tern::sim::regions_of(&traces.traces);
+            let sim = Arc::new(SimCloud::new(traces.traces, config));
+            let clock = LocalSimClock::new(sim.clone(), args.speed);
+            Ok((sim, regions, Arc::new(clock)))
         }
     }
 }

@@ -7,16 +7,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Serialize;
-use tern_cloud::{Capacity, Region, parse_job_spec};
+use tern::sim::{SimTraces, regions_of, sim_traces};
+use tern_cloud::{Capacity, parse_job_spec};
 use tern_sim::cloud::SimConfig;
-use tern_sim::{FaultSchedule, SimCloud, Trace};
+use tern_sim::{FaultSchedule, SimCloud};
 
-use crate::controller::workload::Workload;
-use crate::controller::{Controller, ControllerConfig};
-use crate::store::{JobState, Store};
+use tern::controller::workload::Workload;
+use tern::controller::{Controller, ControllerConfig};
+use tern::store::{JobState, Store};
 
 /// The example jobs, embedded so `tern demo` runs from any directory.
 const EXAMPLE_JOBS: &[(&str, &str)] = &[
@@ -37,9 +38,6 @@ const EXAMPLE_JOBS: &[(&str, &str)] = &[
         include_str!("../../examples/jobs/llm-finetune-a100.toml"),
     ),
 ];
-
-/// Traces used when `--trace` is not given: AWS V100 availability, 16 nodes, three zones.
-const DEFAULT_TRACES: &str = "catalog/aws/spot-traces/availability/16-node/aws-08-27-2023";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -99,139 +97,13 @@ struct Summary {
     instances_left: usize,
 }
 
-fn data_root() -> PathBuf {
-    if let Some(d) = std::env::var_os("TERN_DATA") {
-        return PathBuf::from(d);
+/// Say on stderr when seeded synthetic availability stands in for the real traces.
+pub fn print_trace_note(traces: &SimTraces) {
+    if let Some(why) = &traces.synthetic_because {
+        eprintln!(
+            "note: {why}; using seeded synthetic spot availability instead (pass --trace FILE or set TERN_DATA for real traces)"
+        );
     }
-    let local = PathBuf::from("../shared/data");
-    if local.is_dir() {
-        return local;
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
-}
-
-pub(crate) fn default_traces() -> anyhow::Result<Vec<PathBuf>> {
-    let dir = data_root().join(DEFAULT_TRACES);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| {
-            format!(
-                "reading {} (set TERN_DATA or pass --trace FILE)",
-                dir.display()
-            )
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        bail!("no trace files in {}", dir.display());
-    }
-    Ok(files)
-}
-
-/// The spot traces a simulated cloud replays: `files`; else the default real traces; else, with
-/// a note, seeded synthetic ones. Priced from the bundled catalog for `instance_type`.
-pub(crate) fn sim_traces(
-    files: &[PathBuf],
-    seed: u64,
-    instance_type: &str,
-) -> anyhow::Result<Vec<Trace>> {
-    let files = if files.is_empty() {
-        match default_traces() {
-            Ok(files) => files,
-            Err(e) => {
-                eprintln!(
-                    "note: {e:#}; using seeded synthetic spot availability instead (pass --trace FILE or set TERN_DATA for real traces)"
-                );
-                Vec::new()
-            }
-        }
-    } else {
-        files.to_vec()
-    };
-    let mut traces = if files.is_empty() {
-        synthetic_traces(seed)?
-    } else {
-        files
-            .iter()
-            .map(|f| Trace::load(f))
-            .collect::<Result<Vec<_>, _>>()?
-    };
-    price_traces(&mut traces, instance_type)?;
-    Ok(traces)
-}
-
-/// The distinct regions of `traces`, sorted.
-pub(crate) fn regions_of(traces: &[Trace]) -> Vec<Region> {
-    let mut regions: Vec<Region> = traces.iter().map(|t| Region::new(&t.region)).collect();
-    regions.sort();
-    regions.dedup();
-    regions
-}
-
-/// Three zones of 16-instance spot availability from a seeded up/down process, for machines
-/// without the real traces (they are not shipped in the binary: their upstream has no licence).
-/// Capacity stays for about 50 ticks of 5 minutes and is gone for about 10.
-fn synthetic_traces(seed: u64) -> anyhow::Result<Vec<Trace>> {
-    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    ["us-east-2b", "us-west-2a", "us-west-2c"]
-        .iter()
-        .map(|zone| {
-            let mut up = true;
-            let data: Vec<String> = (0..4000)
-                .map(|_| {
-                    up = if up { next() > 0.02 } else { next() > 0.9 };
-                    let count = if up { 16 - (next() * 4.0) as u32 } else { 0 };
-                    count.to_string()
-                })
-                .collect();
-            let json = format!(
-                "{{\"metadata\": {{\"gap_seconds\": 300, \"zone\": \"{zone}\"}}, \"data\": [{}]}}",
-                data.join(",")
-            );
-            Trace::parse(
-                Path::new(&format!("synthetic/{zone}_v100_1.json")),
-                json.as_bytes(),
-            )
-            .map_err(anyhow::Error::from)
-        })
-        .collect()
-}
-
-/// Price the simulated zones from the bundled catalog: on-demand and mean spot $/h of the
-/// instance type in each trace's region.
-fn price_traces(traces: &mut [Trace], instance_type: &str) -> anyhow::Result<()> {
-    let catalog = tern_pricing::bundled().context("loading the bundled catalog")?;
-    for t in traces.iter_mut() {
-        let in_region = |c: Capacity| -> Vec<f64> {
-            catalog
-                .offers
-                .iter()
-                .filter(|o| {
-                    o.instance_type.name == instance_type
-                        && o.region.as_str() == t.region
-                        && o.capacity == c
-                })
-                .map(|o| o.price_per_hour)
-                .collect()
-        };
-        let od = in_region(Capacity::OnDemand);
-        let spot = in_region(Capacity::Spot);
-        if let Some(p) = od.first() {
-            t.on_demand_price.get_or_insert(*p);
-        }
-        if !spot.is_empty() && t.prices.is_none() {
-            t.spot_price
-                .get_or_insert(spot.iter().sum::<f64>() / spot.len() as f64);
-        }
-    }
-    Ok(())
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -257,6 +129,8 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         ..SimConfig::default()
     };
     let traces = sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
+    print_trace_note(&traces);
+    let traces = traces.traces;
     let regions = regions_of(&traces);
     let zones: Vec<String> = traces.iter().map(|t| t.zone.clone()).collect();
     let start = config.start;

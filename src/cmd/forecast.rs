@@ -3,15 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde::Serialize;
 use tern_cloud::JobSpec;
 use tern_policies::forecast::{
-    Basis, BootstrapMethod, Evaluation, FitOn, FitOptions, Forecaster, Interconnect, ProfileRow,
-    Shape, evaluate, evaluate_bootstrap, parse_profile, speed,
+    Basis, BootstrapMethod, Evaluation, FitOn, FitOptions, Forecaster, Interconnect, Shape,
+    evaluate, evaluate_bootstrap, speed,
 };
 
-use crate::jobs::LoadedJob;
+use tern::jobs::{LoadedJob, load_profile};
 
 use super::output::{print_json_line, table};
 
@@ -114,35 +114,6 @@ fn fit_options(node_type: Option<&str>, accelerator: Option<&str>) -> FitOptions
         cross_ratio,
         ..FitOptions::default()
     }
-}
-
-/// Reads the profile files of a directory (the binary does the IO; parsing is pure).
-pub fn load_profile(dir: &Path, node_type: Option<&str>) -> anyhow::Result<Vec<ProfileRow>> {
-    let suffix = node_type.map(|g| format!("-{g}")).unwrap_or_default();
-    let mut rows = Vec::new();
-    let mut found = Vec::new();
-    for stem in ["placements", "scalability"] {
-        let path = dir.join(format!("{stem}{suffix}.csv"));
-        if !path.exists() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        rows.extend(parse_profile(&text, &path.display().to_string())?);
-        found.push(path);
-    }
-    if found.is_empty() {
-        bail!(
-            "{}: no placements{suffix}.csv or scalability{suffix}.csv{}",
-            dir.display(),
-            if node_type.is_none() {
-                " (Sia-layout profiles need --gpu TYPE)"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok(rows)
 }
 
 #[derive(Debug, Serialize)]

@@ -1,5 +1,6 @@
 //! One module per subcommand. Each exposes `Args` (or `Command`) and `run`.
 
+pub mod agent;
 pub mod bench;
 pub mod bench_api;
 pub mod bench_forecast;

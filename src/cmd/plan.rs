@@ -13,7 +13,7 @@ use tern_plan::{Objective, PlanOptions, PlanReport, Quota, hazard_per_hour, plan
 
 use super::catalog_source::CatalogArgs;
 use super::output::print_json_line;
-use crate::jobs::LoadedJob;
+use tern::jobs::LoadedJob;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -121,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .jobs
         .iter()
         .map(|p| LoadedJob::load(p, now))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let mut names = std::collections::HashSet::new();
     for j in &loaded {
         anyhow::ensure!(

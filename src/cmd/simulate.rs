@@ -12,7 +12,7 @@ use tern_policies::forecast::speed;
 use tern_sim::{Elasticity, PolicyKind, Scenario, Summary, Trace};
 
 use super::output::{print_json_line, table};
-use crate::jobs::LoadedJob;
+use tern::jobs::LoadedJob;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -390,5 +390,10 @@ fn profile_job(
             node_type: node_type.map(str::to_owned),
         }),
     };
-    LoadedJob::from_spec(spec, Path::new("."), &dir.display().to_string(), now)
+    Ok(LoadedJob::from_spec(
+        spec,
+        Path::new("."),
+        &dir.display().to_string(),
+        now,
+    )?)
 }

@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
-
-use crate::api::JobStatus;
-use crate::api::client::{Reply, request};
+use anyhow::Context;
+use tern::api::client::{Client, ClientError};
+use tern::api::wire::JobStatus;
 
 /// Where the controller is and how to authenticate.
 #[derive(Debug, clap::Args)]
@@ -43,29 +42,32 @@ pub struct CancelArgs {
     server: Server,
 }
 
-fn call(server: &Server, method: &str, path: &str, body: &str) -> anyhow::Result<Reply> {
-    let reply = match request(
-        &server.server,
-        server.token.as_deref(),
-        method,
-        path,
-        "application/toml",
-        body,
-    ) {
-        Ok(r) => r,
-        Err(e) if e.is_retryable() => {
-            bail!("{e} (is `tern controller` running there? set --server or TERN_SERVER)")
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if !(200..300).contains(&reply.status) {
-        let message = serde_json::from_str::<serde_json::Value>(&reply.body)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
-            .unwrap_or_else(|| reply.body.clone());
-        bail!("controller answered {}: {message}", reply.status);
+impl Server {
+    fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::new(
+            &self.server,
+            self.token.clone(),
+            tern::http::client()?,
+        )?)
     }
-    Ok(reply)
+}
+
+/// Run one API call on a small runtime; an unreachable controller gets a hint.
+fn call<T>(
+    server: &Server,
+    f: impl AsyncFnOnce(&Client) -> Result<T, ClientError>,
+) -> anyhow::Result<T> {
+    let client = server.client()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match runtime.block_on(f(&client)) {
+        Ok(v) => Ok(v),
+        Err(e @ ClientError::Transport { .. }) => Err(anyhow::anyhow!(
+            "{e} (is `tern controller` running there? set --server or TERN_SERVER)"
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
@@ -73,22 +75,21 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.job.display()))?;
     // Validate locally first: errors name the file, not "request body".
     let spec = tern_cloud::parse_job_spec(&text, &args.job.display().to_string())?;
-    call(&args.server, "POST", "/v1/jobs", &text)?;
-    println!("submitted {}", spec.name);
+    let name = call(&args.server, async |c| c.submit(&text).await)?;
+    debug_assert_eq!(name, spec.name);
+    println!("submitted {name}");
     Ok(())
 }
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let jobs: Vec<JobStatus> = match &args.name {
-        Some(n) => vec![serde_json::from_str(
-            &call(&args.server, "GET", &format!("/v1/jobs/{n}"), "")?.body,
-        )?],
-        None => serde_json::from_str(&call(&args.server, "GET", "/v1/jobs", "")?.body)?,
+        Some(n) => vec![call(&args.server, async |c| c.job(n).await)?],
+        None => call(&args.server, async |c| c.jobs().await)?,
     };
     if args.json {
-        return crate::cmd::output::print_json_line(&serde_json::json!({ "jobs": jobs }));
+        return super::output::print_json_line(&serde_json::json!({ "jobs": jobs }));
     }
-    let mut t = crate::cmd::output::table(&[
+    let mut t = super::output::table(&[
         "JOB",
         "STATE",
         "PROGRESS",
@@ -113,12 +114,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {
-    call(
-        &args.server,
-        "DELETE",
-        &format!("/v1/jobs/{}", args.name),
-        "",
-    )?;
+    call(&args.server, async |c| c.cancel(&args.name).await)?;
     println!("cancelled {}", args.name);
     Ok(())
 }

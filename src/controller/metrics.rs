@@ -13,7 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::controller::Controller;
+use super::Controller;
 use crate::store::StoreError;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,8 +42,11 @@ pub struct Metrics {
     reconcile: Histogram,
     open_intents: Gauge,
     cloud_errors: Family<KindLabel, Counter>,
-    /// Error counts already added to the counters (the controller keeps totals).
+    events: Family<KindLabel, Counter>,
+    /// Counts already added to the counters (the controller keeps totals).
     seen_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    seen_events: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    passes: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -93,6 +96,12 @@ impl Metrics {
             "Cloud API errors by kind",
             cloud_errors.clone(),
         );
+        let events = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "tern_events",
+            "Controller decisions by kind (the event log's kinds)",
+            events.clone(),
+        );
         Metrics {
             registry,
             jobs,
@@ -102,7 +111,10 @@ impl Metrics {
             reconcile,
             open_intents,
             cloud_errors,
+            events,
             seen_errors: Mutex::new(Default::default()),
+            seen_events: Mutex::new(Default::default()),
+            passes: AtomicU64::new(0),
         }
     }
 
@@ -146,16 +158,20 @@ impl Metrics {
             .sum::<f64>()
             + 0.0;
         self.savings.set(saved);
-        let mut seen = self.seen_errors.lock().unwrap_or_else(|e| e.into_inner());
-        for (kind, total) in &ctl.stats().cloud_errors {
-            let before = seen.insert(kind, *total).unwrap_or(0);
-            self.cloud_errors
-                .get_or_create(&KindLabel {
-                    kind: (*kind).into(),
-                })
-                .inc_by(total.saturating_sub(before));
-        }
+        add_totals(
+            &self.cloud_errors,
+            &self.seen_errors,
+            &ctl.stats().cloud_errors,
+        );
+        add_totals(&self.events, &self.seen_events, &ctl.event_counts());
+        self.passes
+            .store(ctl.stats().passes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Reconcile passes run so far (as of the last update).
+    pub fn passes(&self) -> u64 {
+        self.passes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The text exposition format.
@@ -164,5 +180,22 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// Add what `totals` grew by since the last call to a counter family.
+fn add_totals(
+    family: &Family<KindLabel, Counter>,
+    seen: &Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    totals: &std::collections::BTreeMap<&'static str, u64>,
+) {
+    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+    for (kind, total) in totals {
+        let before = seen.insert(kind, *total).unwrap_or(0);
+        family
+            .get_or_create(&KindLabel {
+                kind: (*kind).into(),
+            })
+            .inc_by(total.saturating_sub(before));
     }
 }

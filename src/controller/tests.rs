@@ -11,6 +11,8 @@ use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
 use super::*;
+use crate::store::JobState;
+use tern_cloud::{Capacity, IntentKind, IntentState, LaunchRequest, Tags, tag};
 
 fn trace(zone: &str, data: Vec<u32>) -> Trace {
     Trace {
@@ -90,9 +92,6 @@ impl Provider for Forgetful {
     }
     async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
         self.inner.terminate(id).await
-    }
-    async fn get(&self, id: &InstanceId) -> std::result::Result<Option<Instance>, ProviderError> {
-        self.inner.get(id).await
     }
     async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
         self.inner.list(owner).await
@@ -330,9 +329,6 @@ impl Provider for Killer {
     async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
         let out = self.inner.terminate(id).await;
         if self.tick() { Err(Self::dead()) } else { out }
-    }
-    async fn get(&self, id: &InstanceId) -> std::result::Result<Option<Instance>, ProviderError> {
-        self.inner.get(id).await
     }
     async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
         let out = self.inner.list(owner).await;

@@ -1,16 +1,55 @@
-//! Loading job specs for the commands that plan or forecast them: parse and validate the TOML,
-//! seed a forecaster from the spec's observations and profile, and expose it to the planner.
+//! Loading job specs for the controller and the commands that plan or forecast them: parse and
+//! validate the TOML, seed a forecaster from the spec's observations and profile, and expose it
+//! to the planner.
+
+mod profile;
+
+pub use profile::load_profile;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
-use tern_cloud::{JobSpec, Observation, parse_job_spec};
+use tern_cloud::{JobSpec, Observation, SpecError, parse_job_spec};
 use tern_plan::{PlanJob, Throughput, ThroughputModel};
-use tern_policies::forecast::{Basis, Forecaster, Shape, speed};
+use tern_policies::forecast::{Basis, ForecastError, Forecaster, Shape, speed};
 
-use crate::cmd::forecast::load_profile;
+/// Why a job spec cannot be loaded or forecast; each names the file (or request) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("{shown}: {source}")]
+    Forecast {
+        shown: String,
+        #[source]
+        source: ForecastError,
+    },
+    #[error("{dir}: no placements{suffix}.csv or scalability{suffix}.csv{hint}")]
+    NoProfile {
+        dir: String,
+        suffix: String,
+        /// What to try instead, or empty.
+        hint: &'static str,
+    },
+    #[error("{shown}: `local_batch` is needed when there are no observations")]
+    NoBatch { shown: String },
+}
+
+impl JobError {
+    fn forecast(shown: &str) -> impl FnOnce(ForecastError) -> JobError + '_ {
+        move |source| JobError::Forecast {
+            shown: shown.to_string(),
+            source,
+        }
+    }
+}
 
 /// A validated job spec with a fitted forecaster.
 #[derive(Debug, Clone)]
@@ -25,9 +64,12 @@ pub struct LoadedJob {
 
 impl LoadedJob {
     /// Read and validate `path`; profile paths in the spec are relative to its folder.
-    pub fn load(path: &Path, now: DateTime<Utc>) -> anyhow::Result<LoadedJob> {
+    pub fn load(path: &Path, now: DateTime<Utc>) -> Result<LoadedJob, JobError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
+        let text = std::fs::read_to_string(path).map_err(|source| JobError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         let spec = parse_job_spec(&text, &shown)?;
         Self::from_spec(spec, path.parent().unwrap_or(Path::new(".")), &shown, now)
     }
@@ -38,11 +80,12 @@ impl LoadedJob {
         base: &Path,
         shown: &str,
         now: DateTime<Utc>,
-    ) -> anyhow::Result<LoadedJob> {
+    ) -> Result<LoadedJob, JobError> {
         let mut f = Forecaster::new();
         let mut batches: Vec<u32> = Vec::new();
         for o in &spec.observations {
-            f.observe(&o.to_observation(&spec.name, now))?;
+            f.observe(&o.to_observation(&spec.name, now))
+                .map_err(JobError::forecast(shown))?;
             batches.push(o.local_batch);
         }
         let mut node_gpus: Vec<(String, u32)> = spec
@@ -68,7 +111,8 @@ impl LoadedJob {
                     step_seconds: r.step_s,
                     sync_seconds: r.sync_s,
                     at: now,
-                })?;
+                })
+                .map_err(JobError::forecast(shown))?;
                 batches.push(lb);
                 if r.shape.nodes == 1 {
                     node_gpus.push((p.accelerator.clone(), r.shape.gpus));
@@ -82,12 +126,14 @@ impl LoadedJob {
                 match batches.get(batches.len() / 2) {
                     Some(b) => f64::from(*b),
                     None => {
-                        bail!("{shown}: `local_batch` is needed when there are no observations")
+                        return Err(JobError::NoBatch {
+                            shown: shown.to_string(),
+                        });
                     }
                 }
             }
         };
-        f.refit()?;
+        f.refit().map_err(JobError::forecast(shown))?;
         Ok(LoadedJob {
             spec,
             forecaster: f,

@@ -8,7 +8,7 @@
 //! ([`Store::load`]). Intents are inserted *before* the cloud is called; an instance and its
 //! usage interval are recorded in the same transaction that marks its launch intent done.
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-util"))]
 pub mod pg_cluster;
 mod postgres;
 pub mod sql;
@@ -168,6 +168,53 @@ impl JobRecord {
 
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+}
+
+/// A job's progress as the store keeps it (absolute values, already checked and clamped).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    pub done_samples: f64,
+    pub checkpoint_samples: f64,
+    pub checkpoint_at: Option<DateTime<Utc>>,
+    /// The report follows the checkpoint a drain asked for: the drain is over.
+    pub clear_drain: bool,
+}
+
+impl JobRecord {
+    /// The job's progress after a worker's report: done work is capped at the job's total; a
+    /// checkpoint counts when it moves forward or was asked for, and never exceeds the done
+    /// work.
+    pub fn progress_after(
+        &self,
+        done: f64,
+        checkpoint: f64,
+        checkpointed: bool,
+        now: DateTime<Utc>,
+    ) -> Progress {
+        let done_samples = done.min(self.total_samples);
+        let (checkpoint_samples, checkpoint_at) =
+            if checkpoint > self.checkpoint_samples || checkpointed {
+                (checkpoint.min(done_samples), Some(now))
+            } else {
+                (self.checkpoint_samples, self.checkpoint_at)
+            };
+        Progress {
+            done_samples,
+            checkpoint_samples,
+            checkpoint_at,
+            clear_drain: checkpointed,
+        }
+    }
+
+    /// Take `p` into this in-memory record.
+    pub fn apply_progress(&mut self, p: &Progress) {
+        self.done_samples = p.done_samples;
+        self.checkpoint_samples = p.checkpoint_samples;
+        self.checkpoint_at = p.checkpoint_at;
+        if p.clear_drain {
+            self.drain_requested = false;
+        }
     }
 }
 
@@ -370,13 +417,6 @@ impl Store {
         Ok(self.run(vec![Stmt::query(sql, params)])?.remove(0).rows())
     }
 
-    #[cfg_attr(
-        not(test),
-        allow(
-            dead_code,
-            reason = "store API; the tests and the coming cost report read it"
-        )
-    )]
     pub fn schema_version(&self) -> Result<i64> {
         match &self.backend {
             Backend::Sqlite(db) => db.schema_version(),
@@ -471,21 +511,20 @@ impl Store {
         Ok(())
     }
 
-    /// Write the mutable fields of a job (state, progress, target, drain flag).
+    /// Write what the reconcile pass decides about a job: state, reason, target, moves. Progress
+    /// and the drain flag have statements of their own ([`Store::set_progress`],
+    /// [`Store::set_drain`]), since agents write them through the API while a pass runs. A
+    /// cancelled job stays cancelled: the cancel is written by the API and no pass that has not
+    /// seen it yet may overwrite it.
     pub fn update_job(&self, job: &JobRecord, now: DateTime<Utc>) -> Result<()> {
         let n = self.exec(
-            "UPDATE jobs SET state = ?2, reason = ?3, done_samples = ?4, checkpoint_samples = ?5,
-                checkpoint_at = ?6, drain_requested = ?7, target_offer = ?8, target_count = ?9,
-                last_move_at = ?10, finished_at = ?11, updated_at = ?12, planned_count = ?13
-             WHERE name = ?1",
+            "UPDATE jobs SET state = ?2, reason = ?3, target_offer = ?4, target_count = ?5,
+                last_move_at = ?6, finished_at = ?7, updated_at = ?8, planned_count = ?9
+             WHERE name = ?1 AND (state <> 'cancelled' OR ?2 = 'cancelled')",
             params![
                 job.name(),
                 job.state.as_str(),
                 job.reason.clone(),
-                job.done_samples,
-                job.checkpoint_samples,
-                job.checkpoint_at.map(ms),
-                job.drain_requested,
                 job.target_offer.clone(),
                 job.target_count,
                 job.last_move_at.map(ms),
@@ -494,19 +533,63 @@ impl Store {
                 job.planned_count,
             ],
         )?;
-        if n == 0 {
-            return Err(StoreError::Invalid(format!("no job {}", job.name())));
+        self.changed_job(n, job.name())
+    }
+
+    /// A statement that changed no row of an existing job is fine (it was cancelled meanwhile);
+    /// one for a job that does not exist is a bug or a swapped store.
+    fn changed_job(&self, rows: u64, name: &str) -> Result<()> {
+        if rows == 0 && !self.job_exists(name)? {
+            return Err(StoreError::Invalid(format!("no job {name}")));
         }
         Ok(())
     }
 
-    #[cfg_attr(
-        not(test),
-        allow(
-            dead_code,
-            reason = "store API; the tests and the coming cost report read it"
-        )
-    )]
+    fn job_exists(&self, name: &str) -> Result<bool> {
+        Ok(!self
+            .query("SELECT 1 FROM jobs WHERE name = ?1", params![name])?
+            .is_empty())
+    }
+
+    /// Progress as the workers report it; `clear_drain` when the report follows the
+    /// checkpoint a drain asked for.
+    pub fn set_progress(&self, name: &str, p: &Progress, now: DateTime<Utc>) -> Result<()> {
+        let n = self.exec(
+            "UPDATE jobs SET done_samples = ?2, checkpoint_samples = ?3, checkpoint_at = ?4,
+                drain_requested = CASE WHEN ?5 <> 0 THEN 0 ELSE drain_requested END, updated_at = ?6
+             WHERE name = ?1",
+            params![
+                name,
+                p.done_samples,
+                p.checkpoint_samples,
+                p.checkpoint_at.map(ms),
+                p.clear_drain,
+                ms(now),
+            ],
+        )?;
+        self.changed_job(n, name)
+    }
+
+    /// Ask the job's workers to checkpoint now (a notice or a migration).
+    pub fn set_drain(&self, name: &str, drain: bool, now: DateTime<Utc>) -> Result<()> {
+        let n = self.exec(
+            "UPDATE jobs SET drain_requested = ?2, updated_at = ?3 WHERE name = ?1",
+            params![name, drain, ms(now)],
+        )?;
+        self.changed_job(n, name)
+    }
+
+    /// Cancel a job that has not ended. Returns false when it had already ended.
+    pub fn cancel_job(&self, name: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        let n = self.exec(
+            "UPDATE jobs SET state = 'cancelled', reason = ?2, finished_at = ?3, updated_at = ?3
+             WHERE name = ?1 AND state NOT IN ('finished', 'cancelled')",
+            params![name, reason, ms(now)],
+        )?;
+        self.changed_job(n, name)?;
+        Ok(n > 0)
+    }
+
     pub fn job(&self, name: &str) -> Result<Option<JobRecord>> {
         self.query(&format!("{JOB_SELECT} WHERE name = ?1"), params![name])?
             .first()
@@ -547,13 +630,6 @@ impl Store {
         Ok(())
     }
 
-    #[cfg_attr(
-        not(test),
-        allow(
-            dead_code,
-            reason = "store API; the tests and the coming cost report read it"
-        )
-    )]
     /// State of any intent, open or closed (the leak collector asks about instance tags).
     pub fn intent_state(&self, id: IntentId) -> Result<Option<IntentState>> {
         self.query(
@@ -565,13 +641,6 @@ impl Store {
         .transpose()
     }
 
-    #[cfg_attr(
-        not(test),
-        allow(
-            dead_code,
-            reason = "store API; the tests and the coming cost report read it"
-        )
-    )]
     /// One intent, open or closed.
     pub fn intent(&self, id: IntentId) -> Result<Option<Intent>> {
         self.query(

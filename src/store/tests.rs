@@ -112,11 +112,42 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
 
     let mut job = store.job("j1").expect("job").expect("exists");
     job.state = JobState::Running;
-    job.done_samples = 500.0;
-    job.checkpoint_samples = 400.0;
     store.update_job(&job, t1).expect("update");
-    assert_eq!(store.job("j1").expect("job"), Some(job));
+    // Progress and the drain flag have statements of their own (agents write them through
+    // the API while a pass runs).
+    store.set_drain("j1", true, t1).expect("drain");
+    let progress = job.progress_after(500.0, 400.0, false, t1);
+    store.set_progress("j1", &progress, t1).expect("progress");
+    job.drain_requested = true;
+    job.apply_progress(&progress);
+    assert_eq!(store.job("j1").expect("job"), Some(job.clone()));
     assert!(store.job("nope").expect("query").is_none());
+    assert!(store.set_progress("nope", &progress, t1).is_err());
+    // The checkpoint it asked for clears the drain.
+    let checkpointed = job.progress_after(600.0, 600.0, true, t1);
+    store
+        .set_progress("j1", &checkpointed, t1)
+        .expect("progress");
+    assert!(
+        !store
+            .job("j1")
+            .expect("job")
+            .expect("exists")
+            .drain_requested
+    );
+    // A cancel is final: a pass that has not seen it yet cannot write the job back to running.
+    assert!(
+        store
+            .cancel_job("j1", "cancelled by the user", t1)
+            .expect("cancel")
+    );
+    assert!(!store.cancel_job("j1", "again", t1).expect("cancel twice"));
+    store
+        .update_job(&job, t1)
+        .expect("a stale update is not an error");
+    let after = store.job("j1").expect("job").expect("exists");
+    assert_eq!(after.state, JobState::Cancelled);
+    assert_eq!(after.reason.as_deref(), Some("cancelled by the user"));
 
     let first = store
         .add_event(t1, Some("j1"), "launch", "two V100")

@@ -514,6 +514,13 @@ fn stale<T>(
     }
 }
 
+impl AwsProvider {
+    /// One instance by id, or `None` when EC2 does not know it.
+    pub async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError> {
+        Ok(self.find(id).await?.map(|(_, i)| i))
+    }
+}
+
 #[async_trait]
 impl Provider for AwsProvider {
     fn cloud(&self) -> Cloud {
@@ -685,10 +692,6 @@ impl Provider for AwsProvider {
             Err(e) if code_of(&e) == Some("InvalidInstanceID.NotFound") => Ok(()),
             Err(e) => Err(from_sdk(e)),
         }
-    }
-
-    async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError> {
-        Ok(self.find(id).await?.map(|(_, i)| i))
     }
 
     async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {

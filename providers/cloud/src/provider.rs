@@ -58,8 +58,6 @@ pub trait Provider: Send + Sync {
     /// Terminate one instance. An instance that no longer exists counts as terminated (`Ok`).
     async fn terminate(&self, id: &InstanceId) -> Result<(), ProviderError>;
 
-    async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError>;
-
     /// Instances tagged with `owner` (any state but terminated).
     async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError>;
 

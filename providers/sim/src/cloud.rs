@@ -469,6 +469,15 @@ impl SimCloud {
     }
 }
 
+impl SimCloud {
+    /// One instance by id, as the cloud sees it (goes through the fault schedule like any call).
+    pub async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "get", id.to_string())?;
+        Ok(w.instances.get(id).map(|i| i.instance.clone()))
+    }
+}
+
 #[async_trait]
 impl Provider for SimCloud {
     fn cloud(&self) -> Cloud {
@@ -514,12 +523,6 @@ impl Provider for SimCloud {
             i.instance.state = InstanceState::Terminated;
         }
         Ok(())
-    }
-
-    async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError> {
-        let mut w = self.world();
-        self.enter(&mut w, "get", id.to_string())?;
-        Ok(w.instances.get(id).map(|i| i.instance.clone()))
     }
 
     async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {

@@ -76,11 +76,6 @@ impl Provider for Delayed {
         self.inner.terminate(id).await
     }
 
-    async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError> {
-        self.wait().await;
-        self.inner.get(id).await
-    }
-
     async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {
         self.wait().await;
         self.inner.list(owner).await

@@ -1,0 +1,130 @@
+//! The API against a running service whose cloud is slow: no request waits for a pass.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use tern_cloud::{Cloud, ProviderError, Region};
+use tern_sim::cloud::SimConfig;
+use tern_sim::{Delayed, SimCloud, Trace};
+
+use super::*;
+use crate::controller::service::{Service, ServiceConfig};
+use crate::controller::{Controller, ControllerConfig};
+
+fn start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
+        .single()
+        .expect("time")
+}
+
+/// Time stands still: the test is about waiting, not about what the passes decide.
+struct Fixed;
+
+#[async_trait]
+impl Clock for Fixed {
+    async fn read(&self) -> Result<DateTime<Utc>, ProviderError> {
+        Ok(start())
+    }
+    fn last(&self) -> DateTime<Utc> {
+        start()
+    }
+}
+
+fn spec(name: &str) -> String {
+    format!(
+        "name = \"{name}\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 2\n\
+         deadline = \"48h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_answered_while_a_pass_waits_on_the_cloud() {
+    let zone = Trace {
+        source: PathBuf::from("a.json"),
+        cloud: Cloud::Aws,
+        region: "us-west-2".into(),
+        zone: "us-west-2a".into(),
+        gap_seconds: 300,
+        available: vec![8; 100],
+        prices: None,
+        spot_price: Some(0.9),
+        on_demand_price: Some(3.06),
+    };
+    let sim = Arc::new(SimCloud::new(
+        vec![zone],
+        SimConfig {
+            start: start(),
+            ..SimConfig::default()
+        },
+    ));
+    // Every cloud call takes a second: a pass takes several.
+    let slow = Delayed::new(sim, Duration::from_secs(1));
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let config = ControllerConfig::new("t", vec![Region::new("us-west-2")]);
+    let ctl = Controller::open(store.clone(), Arc::new(slow), config).expect("open");
+    let shared = Shared::new();
+    let metrics = Arc::new(Metrics::new());
+    let service = Service::new(
+        ctl,
+        shared.clone(),
+        Arc::new(Fixed),
+        metrics.clone(),
+        None,
+        &ServiceConfig {
+            period: Duration::from_millis(10),
+            simulated_workers: false,
+        },
+    );
+    let state = ApiState {
+        shared: shared.clone(),
+        store: store.clone(),
+        token: "t0k".into(),
+        metrics,
+        clock: Arc::new(Fixed),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let running = service.spawn().expect("service");
+    let http = crate::http::client().expect("http");
+    let c = client::Client::new(&base, Some("t0k".into()), http).expect("client");
+
+    // A pass is under way (its first cloud call alone takes a second).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    assert_eq!(c.submit(&spec("a")).await.expect("submit"), "a");
+    let jobs = c.jobs().await.expect("list");
+    assert_eq!(jobs.len(), 1, "a client reads its own write at once");
+    assert_eq!(jobs[0].state, "pending");
+    let p = wire::Progress {
+        done_samples: 10.0,
+        checkpoint_samples: 5.0,
+        checkpointed: false,
+        observation: None,
+    };
+    let reply = c.progress("a", &p).await.expect("progress");
+    assert!(!reply.drain);
+    assert_eq!(c.job("a").await.expect("status").done_samples, 10.0);
+    let cancelled = c.cancel("a").await.expect("cancel").expect("a status");
+    assert_eq!(cancelled.state, "cancelled");
+    let waited = t0.elapsed();
+    assert!(
+        waited < Duration::from_millis(900),
+        "five requests took {waited:?} while the pass waited on the cloud"
+    );
+    // Durable whether or not a pass has taken it yet.
+    let stored = store.job("a").expect("read").expect("stored");
+    assert_eq!(stored.state, crate::store::JobState::Cancelled);
+    assert_eq!(stored.done_samples, 10.0);
+    assert_eq!(stored.checkpoint_samples, 5.0);
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}

@@ -1,0 +1,398 @@
+//! Phase 5: jobs that run and need a change. Lost nodes are replaced (spot of the same shape
+//! first; on-demand only when the deadline needs it; a gang only in its zone, else it is
+//! released and placed anew), elastic jobs shrink to their survivors and grow back, and nodes
+//! move to cheaper spot when the saving beats the cost of moving. The decisions are
+//! `tern_policies::fleet`'s; this module gathers their inputs and acts on the answer.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer};
+use tern_policies::fleet::{self, Deadline, MoveInput, Node, SpotWait, Target};
+
+use super::events::{Event, ResizeWhy, WaitReason};
+use super::{Controller, Result, fallbacks, hours};
+use crate::store::InstanceRecord;
+
+/// Offers of `shape` and `capacity` that are not known to be unavailable, cheapest first;
+/// `zone` pins a gang to where its nodes run.
+fn pool<'a>(
+    offers: &'a [Offer],
+    shape: &str,
+    capacity: Capacity,
+    zone: Option<&tern_cloud::Zone>,
+) -> Vec<&'a Offer> {
+    let mut v: Vec<&Offer> = offers
+        .iter()
+        .filter(|o| {
+            o.instance_type.name == shape
+                && o.capacity == capacity
+                && !matches!(o.availability, Availability::Unavailable)
+                && zone.is_none_or(|z| &o.zone == z)
+        })
+        .collect();
+    v.sort_by(|a, b| a.price_per_hour.total_cmp(&b.price_per_hour));
+    v
+}
+
+/// The running nodes as the move rule sees them, against the target pool `best`.
+fn nodes_of(running: &[(InstanceRecord, f64)], best: Option<&Offer>) -> Vec<Node> {
+    running
+        .iter()
+        .map(|(i, price)| Node {
+            price: *price,
+            on_demand: i.offer.capacity == Capacity::OnDemand,
+            in_target: best.is_some_and(|b| i.offer.key() == b.key()),
+            other_region: best.is_some_and(|b| i.offer.region != b.region),
+        })
+        .collect()
+}
+
+impl Controller {
+    /// Hours one restart takes the job: checkpoint save, provisioning, restore.
+    fn restart_hours(&self, name: &str) -> f64 {
+        self.fleet.jobs.get(name).map_or(0.0, |e| {
+            let c = &e.record.spec.checkpoint;
+            (c.save_s + self.config.plan.provision_s + c.restore_s) / 3600.0
+        })
+    }
+
+    /// Samples per second of the job on `nodes` nodes of `offer`'s shape, if it can be
+    /// forecast: (expected, pessimistic).
+    fn throughput(&self, name: &str, offer: &Offer, nodes: u32) -> Option<(f64, f64)> {
+        let acc = offer.accelerator()?.name.clone();
+        let t = self
+            .model(name)?
+            .throughput(&acc, offer.accelerator_units().max(1), nodes)?;
+        Some((t.expected, t.pessimistic))
+    }
+
+    /// Hours of work left after the last checkpoint at `samples_per_s`.
+    fn work_hours(&self, name: &str, samples_per_s: f64) -> f64 {
+        self.fleet.jobs.get(name).map_or(0.0, |e| {
+            fleet::work_hours(
+                e.record.total_samples - e.record.checkpoint_samples,
+                samples_per_s,
+            )
+        })
+    }
+
+    /// Why the job should wait for spot instead of paying for on-demand, or `None` when its
+    /// deadline needs on-demand now ([`fleet::spot_wait`]).
+    pub(super) fn spot_wait(
+        &self,
+        name: &str,
+        work_h: f64,
+        now: DateTime<Utc>,
+    ) -> Option<WaitReason> {
+        let r = &self.fleet.jobs.get(name)?.record;
+        let deadline = r.deadline_at.map(|d| Deadline {
+            left_h: hours(d - now),
+            window_h: hours(d - r.submitted_at),
+        });
+        match fleet::spot_wait(deadline, work_h, self.restart_hours(name)) {
+            SpotWait::NoDeadline => Some(WaitReason::NoDeadline),
+            SpotWait::Wait {
+                slack_h,
+                left_h,
+                work_h,
+                reserve_h,
+            } => Some(WaitReason::Slack {
+                slack_h,
+                left_h,
+                work_h,
+                reserve_h,
+            }),
+            SpotWait::OnDemandNow => None,
+        }
+    }
+
+    /// Replace lost nodes of a running job: same shape, spot first; on-demand only when the
+    /// deadline needs it. A gang stays in its zone.
+    pub(super) async fn replace(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let live = self.live_of(name);
+        let n_live = live.len() as u32;
+        let Some(first) = live.first().map(|i| i.offer.clone()) else {
+            return Ok(());
+        };
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        e.last_plan = Some(now);
+        e.dirty = false;
+        let gang = e.record.spec.gang;
+        let target = e.record.target_count;
+        let missing = target.saturating_sub(n_live);
+        if missing == 0 {
+            return Ok(());
+        }
+        let zone = gang.then_some(&first.zone);
+        let shape = first.instance_type.name.as_str();
+        let mut list: Vec<Offer> = pool(offers, shape, Capacity::Spot, zone)
+            .into_iter()
+            .cloned()
+            .collect();
+        let mut on_demand = false;
+        if list.is_empty() {
+            let pessimistic = self.throughput(name, &first, target).map_or(0.0, |t| t.1);
+            let work_h = self.work_hours(name, pessimistic);
+            if let Some(wait) = self.spot_wait(name, work_h, now) {
+                return self
+                    .without_spot(name, &first, n_live, missing, wait, now)
+                    .await;
+            }
+            list = pool(offers, shape, Capacity::OnDemand, zone)
+                .into_iter()
+                .cloned()
+                .collect();
+            on_demand = true;
+        }
+        if list.is_empty() {
+            return self.wait(name, WaitReason::NoCapacity, now);
+        }
+        if let Some(e) = self.fleet.jobs.get_mut(name) {
+            e.waiting = None;
+        }
+        self.emit(
+            now,
+            Event::Replacing {
+                job: name.to_string(),
+                missing,
+                on_demand,
+            },
+        )?;
+        let kind = IntentKind::Launch {
+            offers: list,
+            count: missing,
+        };
+        self.act(name, kind, now).await
+    }
+
+    /// No spot of the shape and the deadline allows waiting. A gang cannot run short: it gives
+    /// its zone back to be placed anew. An elastic job goes on with its survivors when they are
+    /// at least its minimum (the agents' torchrun re-rendezvous at the smaller size) and grows
+    /// back when spot returns ([`Self::grow`]).
+    async fn without_spot(
+        &mut self,
+        name: &str,
+        first: &Offer,
+        n_live: u32,
+        missing: u32,
+        wait: WaitReason,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        if e.record.spec.gang {
+            e.record.target_offer = None;
+            e.record.target_count = 0;
+            self.store.update_job(&e.record, now)?;
+            let ids = self.held_by(name);
+            self.emit(
+                now,
+                Event::Regrouped {
+                    job: name.to_string(),
+                    zone: first.zone.clone(),
+                    released: ids.len(),
+                },
+            )?;
+            return self
+                .act(name, IntentKind::Terminate { instances: ids }, now)
+                .await;
+        }
+        let min_nodes = e
+            .record
+            .spec
+            .workers
+            .min
+            .div_ceil(first.accelerator_units().max(1));
+        if n_live >= min_nodes.max(1) {
+            self.emit(
+                now,
+                Event::Resized {
+                    job: name.to_string(),
+                    from: n_live + missing,
+                    to: n_live,
+                    why: ResizeWhy::SpotOut(wait.clone()),
+                },
+            )?;
+            self.act(name, IntentKind::Resize { count: n_live }, now)
+                .await?;
+        }
+        let surviving = WaitReason::OnSurvivors {
+            why: Box::new(wait),
+            survivors: n_live,
+        };
+        self.wait(name, surviving, now)
+    }
+
+    /// An elastic job resized below its planned size grows back once spot capacity of its
+    /// shape is offered again: a `Resize` to the planned size, then `replace` launches the rest.
+    pub(super) async fn grow(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(first) = self.live_of(name).first().map(|i| i.offer.clone()) else {
+            return Ok(());
+        };
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        e.last_plan = Some(now);
+        e.dirty = false;
+        let (from, to) = (e.record.target_count, e.record.planned_count);
+        let back = !pool(offers, &first.instance_type.name, Capacity::Spot, None).is_empty();
+        if !back || to <= from {
+            return Ok(());
+        }
+        self.emit(
+            now,
+            Event::Resized {
+                job: name.to_string(),
+                from,
+                to,
+                why: ResizeWhy::SpotBack,
+            },
+        )?;
+        self.act(name, IntentKind::Resize { count: to }, now)
+            .await?;
+        self.replace(name, offers, now).await
+    }
+
+    /// Check running jobs for a cheaper place, with one walk over the fleet for all of them
+    /// (the pass stays linear).
+    pub(super) async fn check_moves(
+        &mut self,
+        names: &[String],
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let checked: HashSet<&str> = names.iter().map(String::as_str).collect();
+        let mut fleets: HashMap<String, Vec<InstanceRecord>> = HashMap::new();
+        for i in self.fleet.instances.values() {
+            if !i.draining && checked.contains(i.job.as_str()) {
+                fleets.entry(i.job.clone()).or_default().push(i.clone());
+            }
+        }
+        let price_now: HashMap<String, f64> =
+            offers.iter().map(|o| (o.key(), o.price_per_hour)).collect();
+        for name in names {
+            let mut fleet = fleets.remove(name).unwrap_or_default();
+            fleet.sort_by(|a, b| a.id.cmp(&b.id));
+            self.consider_move(name, fleet, offers, &price_now, now)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Move nodes to cheaper spot capacity when [`fleet::plan_move`] says the saving beats the
+    /// cost of moving: on-demand nodes to spot once spot is back, and spot nodes to another
+    /// zone's spot when prices there have fallen well below (a price change triggers the
+    /// check). Never onto on-demand: replacing spot with dearer capacity happens only through
+    /// `replace`, when the deadline needs it.
+    async fn consider_move(
+        &mut self,
+        name: &str,
+        fleet: Vec<InstanceRecord>,
+        offers: &[Offer],
+        price_now: &HashMap<String, f64>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let n = fleet.len() as u32;
+        let mut running: Vec<(InstanceRecord, f64)> = fleet
+            .into_iter()
+            .filter(|i| i.state == InstanceState::Running)
+            .map(|i| {
+                let p = price_now
+                    .get(&i.offer.key())
+                    .copied()
+                    .unwrap_or(i.offer.price_per_hour);
+                (i, p)
+            })
+            .collect();
+        // Dearest first (the order the move rule considers them in): the first one names the
+        // shape, the gang's zone and the on-demand price to compare with.
+        let order = fleet::dearest_first(&nodes_of(&running, None));
+        running = order.into_iter().map(|k| running[k].clone()).collect();
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        e.last_migrate_check = Some(now);
+        let r = e.record.clone();
+        let Some(first) = running.first().map(|(i, _)| i.offer.clone()) else {
+            return Ok(());
+        };
+        let zone = r.spec.gang.then_some(&first.zone);
+        let Some(best) = pool(offers, &first.instance_type.name, Capacity::Spot, zone)
+            .first()
+            .map(|o| (*o).clone())
+        else {
+            return Ok(());
+        };
+        let Some((expected, _)) = self.throughput(name, &first, n) else {
+            return Ok(());
+        };
+        let work_h = self.work_hours(name, expected);
+        let nodes = nodes_of(&running, Some(&best));
+        let input = MoveInput {
+            nodes: &nodes,
+            fleet_nodes: n,
+            target: Target {
+                price: best.price_per_hour,
+                room: match best.availability {
+                    Availability::Available(Some(k)) => Some(k),
+                    _ => None,
+                },
+            },
+            gang: r.spec.gang,
+            budget_fraction: self.config.disruption_budget,
+            work_h,
+            restart_h: self.restart_hours(name),
+            slack_h: r
+                .deadline_at
+                .map_or(f64::INFINITY, |d| hours(d - now) - work_h),
+            hours_since_last_move: r.last_move_at.map(|t| hours(now - t)),
+            checkpoint_gb: r.spec.checkpoint.size_gb,
+            on_demand_rate: self.on_demand_price(&first).unwrap_or(first.price_per_hour),
+        };
+        let Ok(plan) = fleet::plan_move(&input) else {
+            return Ok(());
+        };
+        let movers: Vec<&InstanceRecord> = plan.movers.iter().map(|&k| &running[k].0).collect();
+        let k = movers.len() as u32;
+        self.emit(
+            now,
+            Event::Migrating {
+                job: name.to_string(),
+                moved: k,
+                of: n,
+                from_capacity: movers[0].offer.capacity,
+                from_price: plan.current_rate / f64::from(k),
+                from_zone: movers[0].offer.zone.clone(),
+                to_price: best.price_per_hour,
+                to_zone: best.zone.clone(),
+                net_saving: plan.net_saving,
+                work_h,
+                budget: self.config.disruption_budget,
+            },
+        )?;
+        let from = movers.iter().map(|i| i.id.clone()).collect();
+        let mut to = vec![best.clone()];
+        if !r.spec.gang {
+            to.extend(fallbacks(offers, &best));
+        }
+        self.act(name, IntentKind::Migrate { from, to, count: k }, now)
+            .await
+    }
+}

@@ -1,0 +1,196 @@
+//! What comes into the controller from outside a pass: submitted and cancelled jobs, workers'
+//! progress and measured steps. Each is checked and written to the store by its sender
+//! first, then applied to the controller's memory as a [`Request`]: directly
+//! (`tern demo`, tests), or through the service's inbox at the start of the next pass, so an
+//! API call never waits for a pass.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use tern_cloud::{JobSpec, Observation};
+
+use super::events::Event;
+use super::{
+    Controller, ControllerError, JobEntry, Result, fmt_workers, hours, model_for, observed,
+};
+use crate::jobs::LoadedJob;
+use crate::store::{JobRecord, JobState, Progress, Store};
+
+/// Why a cancel happened, as the job's reason says.
+pub const CANCELLED_BY_USER: &str = "cancelled by the user";
+
+/// A job that passed validation and forecasting, not yet written.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    pub record: JobRecord,
+    pub loaded: Arc<LoadedJob>,
+}
+
+/// Check that `spec` can be forecast. CPU-bound (a forecaster fit): callers on an async
+/// runtime run it on a blocking thread. Writes nothing.
+pub fn admit(spec: JobSpec, now: DateTime<Utc>) -> Result<Admitted> {
+    let loaded = model_for(&spec, now).map_err(|reason| ControllerError::Job {
+        job: spec.name.clone(),
+        reason,
+    })?;
+    Ok(Admitted {
+        record: JobRecord::new(spec, now),
+        loaded,
+    })
+}
+
+/// Refit `record`'s forecast with the stored observations plus `o`; fails (writing nothing)
+/// when the observation makes the job impossible to forecast.
+pub fn refit_with(store: &Store, record: &JobRecord, o: &Observation) -> Result<Arc<LoadedJob>> {
+    let mut spec = record.spec.clone();
+    spec.observations
+        .extend(store.observations(&o.job)?.iter().map(observed));
+    spec.observations.push(observed(o));
+    model_for(&spec, record.submitted_at).map_err(|reason| ControllerError::Job {
+        job: o.job.clone(),
+        reason,
+    })
+}
+
+/// A change already durable in the store, for the controller's memory.
+#[derive(Debug, Clone)]
+pub enum Request {
+    Submitted(Box<Admitted>),
+    Cancelled { job: String, at: DateTime<Utc> },
+    Progress { job: String, progress: Progress },
+    Observed { job: String, loaded: Arc<LoadedJob> },
+}
+
+impl Request {
+    pub fn job(&self) -> &str {
+        match self {
+            Request::Submitted(a) => a.record.name(),
+            Request::Cancelled { job, .. }
+            | Request::Progress { job, .. }
+            | Request::Observed { job, .. } => job,
+        }
+    }
+}
+
+impl Controller {
+    /// Accept a job. Validates that it can be forecast; writes nothing when it cannot.
+    pub fn submit(&mut self, spec: JobSpec, now: DateTime<Utc>) -> Result<()> {
+        let admitted = admit(spec, now)?;
+        self.store.insert_job(&admitted.record, now)?;
+        self.apply(Request::Submitted(Box::new(admitted)))
+    }
+
+    /// Stop a job: its instances are terminated on the next pass.
+    pub fn cancel(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
+        self.known(name)?;
+        if self.store.cancel_job(name, CANCELLED_BY_USER, now)? {
+            self.apply(Request::Cancelled {
+                job: name.to_string(),
+                at: now,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A measured step from an agent: the job's forecast refitted with it, then stored.
+    pub fn observe(&mut self, o: &Observation) -> Result<()> {
+        let record = self.known(&o.job)?.clone();
+        let loaded = refit_with(&self.store, &record, o)?;
+        self.store.add_observation(o)?;
+        self.apply(Request::Observed {
+            job: o.job.clone(),
+            loaded,
+        })
+    }
+
+    /// Progress as the workers (agent) report it: samples done and safe in a checkpoint.
+    /// `checkpointed` clears a drain request (the checkpoint it asked for is taken).
+    pub fn report_progress(
+        &mut self,
+        job: &str,
+        done: f64,
+        checkpoint: f64,
+        checkpointed: bool,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let record = self.known(job)?;
+        if record.state.is_final() {
+            return Ok(());
+        }
+        let progress = record.progress_after(done, checkpoint, checkpointed, now);
+        self.store.set_progress(job, &progress, now)?;
+        self.apply(Request::Progress {
+            job: job.to_string(),
+            progress,
+        })
+    }
+
+    fn known(&self, name: &str) -> Result<&JobRecord> {
+        self.job(name)
+            .ok_or_else(|| ControllerError::UnknownJob(name.to_string()))
+    }
+
+    /// Take a change that is already in the store into memory.
+    pub fn apply(&mut self, request: Request) -> Result<()> {
+        match request {
+            Request::Submitted(a) => self.adopt_job(*a),
+            Request::Cancelled { job, at } => self.cancelled(&job, at),
+            Request::Progress { job, progress } => {
+                if let Some(e) = self.fleet.jobs.get_mut(&job)
+                    && !e.record.state.is_final()
+                {
+                    e.record.apply_progress(&progress);
+                    if e.record.done_samples >= e.record.total_samples {
+                        e.dirty = true;
+                    }
+                }
+                Ok(())
+            }
+            Request::Observed { job, loaded } => {
+                if let Some(e) = self.fleet.jobs.get_mut(&job) {
+                    e.loaded = Some(loaded);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn adopt_job(&mut self, a: Admitted) -> Result<()> {
+        let r = &a.record;
+        let now = r.submitted_at;
+        self.emit(
+            now,
+            Event::Submitted {
+                job: r.name().to_string(),
+                samples: r.total_samples,
+                workers: fmt_workers(&r.spec),
+                accelerators: r.spec.accelerators.clone(),
+                due_in_h: r.deadline_at.map(|d| hours(d - now)),
+            },
+        )?;
+        self.fleet.jobs.insert(
+            r.name().to_string(),
+            JobEntry::new(a.record, Some(a.loaded)),
+        );
+        Ok(())
+    }
+
+    fn cancelled(&mut self, name: &str, at: DateTime<Utc>) -> Result<()> {
+        let Some(entry) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        if entry.record.state.is_final() {
+            return Ok(());
+        }
+        entry.record.state = JobState::Cancelled;
+        entry.record.reason = Some(CANCELLED_BY_USER.into());
+        entry.record.finished_at = Some(at);
+        entry.dirty = true;
+        self.emit(
+            at,
+            Event::Cancelled {
+                job: name.to_string(),
+            },
+        )
+    }
+}

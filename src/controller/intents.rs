@@ -1,0 +1,405 @@
+//! Phase 3, and the one way anything is done: intents. Each action is an [`Intent`] written to
+//! the store before the cloud is called; a launch carries the key derived from it. Open
+//! intents are resumed at every pass, so a crash anywhere repeats the same requests.
+
+use chrono::{DateTime, Utc};
+use tern_cloud::{
+    InstanceId, InstanceState, Intent, IntentId, IntentKind, IntentState, LaunchRequest, Offer,
+    Tags, tag,
+};
+
+use super::events::Event;
+use super::{Controller, Requeue, Result};
+use crate::store::JobState;
+
+/// Come back this soon when an intent must be retried (throttled, or waiting on the cloud).
+const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Controller {
+    /// Resume every open intent, oldest first, ties by job: intent ids are random, so their
+    /// order must not decide which job gets scarce capacity first (runs with the same seed stay
+    /// identical).
+    pub(super) async fn resume_intents(&mut self, now: DateTime<Utc>) -> Result<Requeue> {
+        let mut open: Vec<Intent> = self.fleet.intents.values().cloned().collect();
+        open.sort_by(|a, b| (a.created_at, &a.job).cmp(&(b.created_at, &b.job)));
+        let mut requeue = Requeue::Periodic;
+        for intent in open {
+            if !self.execute(intent, now).await? {
+                requeue = Requeue::After(RETRY);
+            }
+        }
+        Ok(requeue)
+    }
+
+    pub(super) fn new_intent(
+        &mut self,
+        job: &str,
+        kind: IntentKind,
+        now: DateTime<Utc>,
+    ) -> Result<Intent> {
+        self.ids.seq += 1;
+        let name = format!(
+            "{}/{job}/{}/{}/{}",
+            self.config.owner,
+            now.timestamp_millis(),
+            self.ids.salt,
+            self.ids.seq
+        );
+        let intent = Intent {
+            id: IntentId::from_uuid(uuid::Uuid::new_v5(
+                &uuid::Uuid::NAMESPACE_OID,
+                name.as_bytes(),
+            )),
+            job: job.to_string(),
+            kind,
+            state: IntentState::Pending,
+            attempt: 0,
+            created_at: now,
+        };
+        // Persisted before anything is asked of the cloud: the crash-safety anchor.
+        self.store.insert_intent(&intent)?;
+        self.fleet.intents.insert(intent.id, intent.clone());
+        Ok(intent)
+    }
+
+    /// Write a new intent and carry it out at once.
+    pub(super) async fn act(
+        &mut self,
+        job: &str,
+        kind: IntentKind,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let intent = self.new_intent(job, kind, now)?;
+        self.execute(intent, now).await?;
+        Ok(())
+    }
+
+    fn close_intent(
+        &mut self,
+        id: IntentId,
+        state: IntentState,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.store.set_intent_state(id, state, reason, now)?;
+        self.fleet.intents.remove(&id);
+        Ok(())
+    }
+
+    /// Carry out (or resume) one open intent. Returns false when it must be retried later.
+    async fn execute(&mut self, intent: Intent, now: DateTime<Utc>) -> Result<bool> {
+        let job_live = self
+            .fleet
+            .jobs
+            .get(&intent.job)
+            .is_some_and(|e| !e.record.state.is_final());
+        let starts_capacity = matches!(
+            intent.kind,
+            IntentKind::Launch { .. } | IntentKind::Migrate { .. }
+        );
+        if starts_capacity && !job_live {
+            // Re-validation: the job ended while the launch or move was open. Anything it may
+            // have started is collected as a leak.
+            self.close_intent(
+                intent.id,
+                IntentState::Cancelled,
+                Some("job no longer active"),
+                now,
+            )?;
+            return Ok(true);
+        }
+        match intent.kind.clone() {
+            IntentKind::Launch { offers, count } => {
+                self.launch(&intent, offers, count, true, now).await
+            }
+            IntentKind::Migrate { from, to, count } => {
+                self.migrate(&intent, &from, to, count, now).await
+            }
+            IntentKind::Terminate { instances } => {
+                let done = self.terminate_all(&instances, now).await?;
+                if done {
+                    self.close_intent(intent.id, IntentState::Done, None, now)?;
+                }
+                Ok(done)
+            }
+            IntentKind::Resize { count } => {
+                // The fleet size the job aims for; launches and terminations follow from it
+                // (`replace` tops a job up to its target). Repeating it after a crash is harmless.
+                if let Some(e) = self.fleet.jobs.get_mut(&intent.job) {
+                    e.record.target_count = count;
+                    self.store.update_job(&e.record, now)?;
+                }
+                self.close_intent(intent.id, IntentState::Done, None, now)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// A migration in steps, one per pass: launch the new nodes; once they run, drain the old
+    /// ones (the job checkpoints); once the checkpoint is reported, release the old nodes.
+    async fn migrate(
+        &mut self,
+        intent: &Intent,
+        from: &[InstanceId],
+        to: Vec<Offer>,
+        count: u32,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let launched: Vec<InstanceState> = self
+            .fleet
+            .instances
+            .values()
+            .filter(|i| i.intent == intent.id)
+            .map(|i| i.state)
+            .collect();
+        if launched.is_empty() {
+            return self.launch(intent, to, count, false, now).await;
+        }
+        if launched.iter().any(|s| *s != InstanceState::Running) {
+            return Ok(true);
+        }
+        if self.drain_leaving(&intent.job, from, now)? {
+            return Ok(true);
+        }
+        let Some(entry) = self.fleet.jobs.get_mut(&intent.job) else {
+            return Ok(true);
+        };
+        if entry.record.drain_requested {
+            return Ok(true);
+        }
+        entry.record.last_move_at = Some(now);
+        self.store.update_job(&entry.record, now)?;
+        if !self.terminate_all(from, now).await? {
+            return Ok(false);
+        }
+        self.close_intent(intent.id, IntentState::Done, None, now)?;
+        self.stats.migrations += 1;
+        self.emit(
+            now,
+            Event::Migrated {
+                job: intent.job.clone(),
+                released: from.len(),
+            },
+        )?;
+        Ok(true)
+    }
+
+    /// New nodes are up: mark the old ones draining and ask the job to checkpoint. Returns
+    /// true when it did so now (the next step waits for the checkpoint).
+    fn drain_leaving(
+        &mut self,
+        job: &str,
+        from: &[InstanceId],
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let leaving: Vec<InstanceId> = from
+            .iter()
+            .filter(|id| self.fleet.instances.get(*id).is_some_and(|i| !i.draining))
+            .cloned()
+            .collect();
+        if leaving.is_empty() {
+            return Ok(false);
+        }
+        if let Some(entry) = self.fleet.jobs.get_mut(job) {
+            entry.record.drain_requested = true;
+            self.store.set_drain(job, true, now)?;
+        }
+        for id in &leaving {
+            if let Some(i) = self.fleet.instances.get_mut(id) {
+                i.draining = true;
+                self.store.set_instance_state(id, i.state, true)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Terminate every tracked instance of `ids`; false when the cloud refused some.
+    pub(super) async fn terminate_all(
+        &mut self,
+        ids: &[InstanceId],
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut all = true;
+        for id in ids {
+            if !self.fleet.instances.contains_key(id) {
+                continue;
+            }
+            match self.provider.terminate(id).await {
+                Ok(()) => {
+                    self.store.end_instance(id, now)?;
+                    self.fleet.instances.remove(id);
+                    self.stats.terminations += 1;
+                }
+                Err(e) if e.is_not_found() => {
+                    self.store.end_instance(id, now)?;
+                    self.fleet.instances.remove(id);
+                }
+                Err(e) => {
+                    self.cloud_error(&e);
+                    all = false;
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    fn tags(&self, intent: IntentId, job: &str) -> Tags {
+        let mut tags = Tags::new();
+        tags.insert(tag::OWNER.into(), self.config.owner.clone());
+        tags.insert(tag::INTENT.into(), intent.to_string());
+        tags.insert(tag::JOB.into(), job.to_string());
+        tags
+    }
+
+    /// Send the launch of `intent`. `close` marks the intent done with its instances (a plain
+    /// launch); a migration stays open until the old nodes are released.
+    async fn launch(
+        &mut self,
+        intent: &Intent,
+        offers: Vec<Offer>,
+        count: u32,
+        close: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let gang = self
+            .fleet
+            .jobs
+            .get(&intent.job)
+            .is_some_and(|e| e.record.spec.gang);
+        let request = LaunchRequest {
+            key: intent.idempotency_key(),
+            intent: intent.id,
+            job: intent.job.clone(),
+            offers,
+            count,
+            min_count: if gang { count } else { 1 },
+            single_zone: gang,
+            tags: self.tags(intent.id, &intent.job),
+            template: None,
+        };
+        let outcome = match self.provider.launch(&request).await {
+            Ok(o) => o,
+            Err(e) => return self.launch_refused(intent, &e, now),
+        };
+        for (key, err) in &outcome.errors {
+            self.cloud_error(err);
+            if err.is_capacity() || err.is_quota() {
+                self.avoid(key.clone(), now);
+                self.emit(
+                    now,
+                    Event::CapacityError {
+                        job: intent.job.clone(),
+                        offer: key.clone(),
+                        error: err.to_string(),
+                    },
+                )?;
+            }
+        }
+        if outcome.instances.is_empty() {
+            self.close_intent(
+                intent.id,
+                IntentState::Failed,
+                Some("no offer had capacity"),
+                now,
+            )?;
+            self.mark_dirty(&intent.job);
+            return Ok(true);
+        }
+        self.launched(intent, outcome.instances, count, close, now)?;
+        Ok(true)
+    }
+
+    /// The whole launch call failed: retry the same key later, or give the intent up.
+    fn launch_refused(
+        &mut self,
+        intent: &Intent,
+        e: &tern_cloud::ProviderError,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        self.cloud_error(e);
+        if e.is_retryable() {
+            // Same intent, same attempt, same key next time.
+            return Ok(false);
+        }
+        self.close_intent(intent.id, IntentState::Failed, Some(&e.to_string()), now)?;
+        self.emit(
+            now,
+            Event::LaunchFailed {
+                job: intent.job.clone(),
+                error: e.to_string(),
+            },
+        )?;
+        self.mark_dirty(&intent.job);
+        Ok(true)
+    }
+
+    /// Record what a launch started, in one transaction with the intent's state.
+    fn launched(
+        &mut self,
+        intent: &Intent,
+        instances: Vec<tern_cloud::Instance>,
+        count: u32,
+        close: bool,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let od = instances
+            .first()
+            .and_then(|i| self.on_demand_price(&i.offer));
+        self.store
+            .record_instances(intent.id, &intent.job, &instances, od, close, now)?;
+        if close {
+            self.fleet.intents.remove(&intent.id);
+        }
+        self.stats.launches += instances.len() as u64;
+        let first = instances[0].offer.clone();
+        self.emit(
+            now,
+            Event::Launched {
+                job: intent.job.clone(),
+                count: instances.len(),
+                instance_type: first.instance_type.name.clone(),
+                capacity: first.capacity,
+                zone: first.zone.clone(),
+                price: first.price_per_hour,
+            },
+        )?;
+        for inst in instances {
+            // A replayed launch returns instances we may already track (and may have marked
+            // as draining since): keep what we know.
+            if !self.fleet.instances.contains_key(&inst.id) {
+                self.adopt(intent.id, inst);
+            }
+        }
+        self.start_running(&intent.job, &first, count, now)
+    }
+
+    /// A job's first launch makes it running; an intent resumed after a crash that came before
+    /// its plan was recorded makes what it launched the fleet to keep.
+    fn start_running(
+        &mut self,
+        job: &str,
+        first: &Offer,
+        count: u32,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(job) else {
+            return Ok(());
+        };
+        let mut changed = false;
+        if e.record.state == JobState::Pending {
+            e.record.state = JobState::Running;
+            e.record.reason = None;
+            changed = true;
+        }
+        if e.record.target_offer.is_none() {
+            e.record.target_offer = Some(first.key());
+            e.record.target_count = count;
+            e.record.planned_count = count;
+            changed = true;
+        }
+        if changed {
+            self.store.update_job(&e.record, now)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,377 @@
+//! Phase 4: triage every job, release what finished or cancelled jobs hold, and place jobs
+//! that hold nothing, all in one MILP so they share the available capacity. The jobs that
+//! already run go on to [`super::disruption`].
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
+use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
+
+use super::events::{Event, Placement, WaitReason};
+use super::{Controller, Result, delta, fallbacks, hours};
+use crate::store::{InstanceRecord, JobState};
+
+/// What each job needs this pass.
+#[derive(Debug, Default)]
+struct Triage {
+    release: Vec<String>,
+    place: Vec<String>,
+    replace: Vec<String>,
+    grow: Vec<String>,
+    check_move: Vec<String>,
+}
+
+impl Triage {
+    fn needs_offers(&self) -> bool {
+        !(self.place.is_empty()
+            && self.replace.is_empty()
+            && self.check_move.is_empty()
+            && self.grow.is_empty())
+    }
+}
+
+impl Controller {
+    pub(super) async fn reconcile_jobs(&mut self, now: DateTime<Utc>) -> Result<()> {
+        let triage = self.triage(now);
+        for name in &triage.release {
+            self.release(name, now).await?;
+        }
+        if !triage.needs_offers() {
+            return Ok(());
+        }
+        let Some(offers) = self.offers(now).await else {
+            return Ok(());
+        };
+        if !triage.place.is_empty() {
+            self.place(&triage.place, &offers, now).await?;
+        }
+        for name in &triage.replace {
+            self.replace(name, &offers, now).await?;
+        }
+        for name in &triage.grow {
+            self.grow(name, &offers, now).await?;
+        }
+        self.check_moves(&triage.check_move, &offers, now).await
+    }
+
+    /// Sort the jobs by what they need; one walk over the fleet (the pass stays linear).
+    fn triage(&self, now: DateTime<Utc>) -> Triage {
+        let mut live: HashMap<&str, u32> = HashMap::new();
+        let mut held: HashMap<&str, u32> = HashMap::new();
+        for i in self.fleet.instances.values() {
+            *held.entry(i.job.as_str()).or_default() += 1;
+            if !i.draining {
+                *live.entry(i.job.as_str()).or_default() += 1;
+            }
+        }
+        let busy: HashSet<&str> = self
+            .fleet
+            .intents
+            .values()
+            .map(|i| i.job.as_str())
+            .collect();
+        let mut t = Triage::default();
+        for (name, e) in &self.fleet.jobs {
+            if busy.contains(name.as_str()) {
+                continue;
+            }
+            let r = &e.record;
+            let n_live = live.get(name.as_str()).copied().unwrap_or(0);
+            let n_held = held.get(name.as_str()).copied().unwrap_or(0);
+            let finished = r.done_samples >= r.total_samples;
+            if r.state.is_final() || finished {
+                if n_held > 0 || (finished && r.state != JobState::Finished) {
+                    t.release.push(name.clone());
+                }
+                continue;
+            }
+            let due = e.dirty
+                || e.last_plan
+                    .is_none_or(|t| now - t >= delta(self.config.replan));
+            let list = if r.target_offer.is_none() || n_live == 0 {
+                due.then_some(&mut t.place)
+            } else if n_live < r.target_count {
+                due.then_some(&mut t.replace)
+            } else if r.target_count < r.planned_count && due {
+                Some(&mut t.grow)
+            } else {
+                e.last_migrate_check
+                    .is_none_or(|t| now - t >= delta(self.config.migrate_check))
+                    .then_some(&mut t.check_move)
+            };
+            if let Some(list) = list {
+                list.push(name.clone());
+            }
+        }
+        t
+    }
+
+    /// Fresh offers from every configured region, with remembered capacity errors marked
+    /// unavailable (re-validation of the plan against what the cloud says now). A spot price
+    /// that moved more than 1 % re-checks every running job for a cheaper place.
+    async fn offers(&mut self, now: DateTime<Utc>) -> Option<Vec<Offer>> {
+        let mut all = Vec::new();
+        for region in self.config.regions.clone() {
+            match self.provider.offers(&region).await {
+                Ok(o) => all.extend(o),
+                Err(e) => {
+                    self.cloud_error(&e);
+                    return None;
+                }
+            }
+        }
+        let mut price_moved = false;
+        for o in &mut all {
+            if o.capacity == Capacity::Spot {
+                let old = self.cloud.spot_prices.insert(o.key(), o.price_per_hour);
+                price_moved |= old.is_some_and(|p| (p - o.price_per_hour).abs() > 0.01 * p);
+            }
+            if o.capacity == Capacity::OnDemand {
+                self.cloud.on_demand.insert(
+                    (o.zone.to_string(), o.instance_type.name.clone()),
+                    o.price_per_hour,
+                );
+            }
+            if self
+                .cloud
+                .capacity_errors
+                .get(&o.key())
+                .is_some_and(|t| *t > now)
+            {
+                o.availability = Availability::Unavailable;
+            }
+        }
+        if price_moved {
+            for e in self.fleet.jobs.values_mut() {
+                e.last_migrate_check = None;
+            }
+        }
+        Some(all)
+    }
+
+    /// The job's instances that count toward its fleet, in id order (deterministic).
+    pub(super) fn live_of(&self, job: &str) -> Vec<&InstanceRecord> {
+        let mut v: Vec<&InstanceRecord> = self
+            .fleet
+            .instances
+            .values()
+            .filter(|i| i.job == job && !i.draining)
+            .collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// Every instance the job holds, draining or not, in id order.
+    pub(super) fn held_by(&self, job: &str) -> Vec<InstanceId> {
+        self.fleet
+            .instances
+            .values()
+            .filter(|i| i.job == job)
+            .map(|i| i.id.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// Terminate what a finished or cancelled job holds; mark it finished.
+    async fn release(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
+        let ids = self.held_by(name);
+        if let Some(e) = self.fleet.jobs.get_mut(name)
+            && !e.record.state.is_final()
+        {
+            let late_h = e
+                .record
+                .deadline_at
+                .filter(|d| now > *d)
+                .map(|d| hours(now - d));
+            e.record.state = JobState::Finished;
+            e.record.finished_at = Some(now);
+            e.record.reason = late_h.map(|h| format!("finished {h:.1} h after its deadline"));
+            self.store.update_job(&e.record, now)?;
+            let took_h = hours(now - e.record.submitted_at);
+            self.emit(
+                now,
+                Event::Finished {
+                    job: name.to_string(),
+                    late_h,
+                    took_h,
+                },
+            )?;
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.act(name, IntentKind::Terminate { instances: ids }, now)
+            .await
+    }
+
+    fn plan_job(&self, name: &str, now: DateTime<Utc>) -> Option<PlanJob> {
+        let e = self.fleet.jobs.get(name)?;
+        let loaded = e.loaded.as_ref()?;
+        let remaining = (e.record.total_samples - e.record.checkpoint_samples).max(0.0);
+        let mut job = loaded.plan_job(e.record.submitted_at, now, remaining);
+        if let Some(d) = e.record.deadline_at {
+            job.deadline_s = Some(((d - now).num_milliseconds() as f64 / 1e3).max(0.0));
+        }
+        Some(job)
+    }
+
+    /// Place jobs that hold nothing, all in one MILP so they share the available capacity.
+    async fn place(
+        &mut self,
+        names: &[String],
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut jobs = Vec::new();
+        for name in names {
+            if let Some(e) = self.fleet.jobs.get_mut(name) {
+                e.last_plan = Some(now);
+                e.dirty = false;
+            }
+            match self.plan_job(name, now) {
+                Some(j) => jobs.push(j),
+                None => self.mark_unplaceable(
+                    name,
+                    "its spec cannot be forecast (no observations or local_batch)",
+                    now,
+                )?,
+            }
+        }
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let report = solve(jobs, offers.to_vec(), self.config.plan.clone()).await;
+        for jp in report.jobs {
+            self.take_plan(jp, report.solver_family, offers, now)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Act on the planner's answer for one job: launch it, let it wait for spot, or say why
+    /// it cannot be placed.
+    async fn take_plan(
+        &mut self,
+        jp: JobPlan,
+        solver: &str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(choice) = jp.choice.filter(|_| jp.placed) else {
+            let reason = jp
+                .reason
+                .unwrap_or_else(|| "no feasible configuration".into());
+            return self.mark_unplaceable(&jp.job, &reason, now);
+        };
+        let Some(offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
+            return Ok(());
+        };
+        if offer.capacity != Capacity::Spot
+            && let Some(wait) = self.spot_wait(&jp.job, choice.finish_high_h, now)
+        {
+            return self.wait(&jp.job, wait, now);
+        }
+        let gang = self
+            .fleet
+            .jobs
+            .get(&jp.job)
+            .is_some_and(|e| e.record.spec.gang);
+        let mut list = vec![offer.clone()];
+        if !gang {
+            list.extend(fallbacks(offers, &offer));
+        }
+        if let Some(e) = self.fleet.jobs.get_mut(&jp.job) {
+            e.record.target_offer = Some(choice.offer.clone());
+            e.record.target_count = choice.nodes;
+            e.record.planned_count = choice.nodes;
+            e.waiting = None;
+            self.store.update_job(&e.record, now)?;
+        }
+        let placement = Placement {
+            solver: solver.to_string(),
+            nodes: choice.nodes,
+            instance_type: choice.instance_type.clone(),
+            capacity: choice.capacity,
+            zone: choice.zone.clone(),
+            expected_cost: choice.expected_cost,
+            finish_h: choice.finish_h,
+            deadline_h: jp.deadline_h,
+            versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),
+        };
+        self.emit(
+            now,
+            Event::Planned {
+                job: jp.job.clone(),
+                placement,
+            },
+        )?;
+        let kind = IntentKind::Launch {
+            offers: list,
+            count: choice.nodes,
+        };
+        self.act(&jp.job, kind, now).await
+    }
+
+    pub(super) fn mark_unplaceable(
+        &mut self,
+        name: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        if e.record.state == JobState::Unplaceable && e.record.reason.as_deref() == Some(reason) {
+            return Ok(());
+        }
+        e.record.state = JobState::Unplaceable;
+        e.record.reason = Some(reason.to_string());
+        self.store.update_job(&e.record, now)?;
+        self.emit(
+            now,
+            Event::Unplaceable {
+                job: name.to_string(),
+                reason: reason.to_string(),
+            },
+        )
+    }
+
+    /// Report that a job waits, once per distinct reason (not at every pass).
+    pub(super) fn wait(
+        &mut self,
+        name: &str,
+        reason: WaitReason,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        let shown = reason.to_string();
+        if e.waiting.as_deref() == Some(shown.as_str()) {
+            return Ok(());
+        }
+        e.waiting = Some(shown);
+        self.emit(
+            now,
+            Event::Waiting {
+                job: name.to_string(),
+                reason,
+            },
+        )
+    }
+}
+
+/// The MILP runs on a blocking thread: a solve can take seconds, and the async workers serve
+/// the API meanwhile.
+async fn solve(jobs: Vec<PlanJob>, offers: Vec<Offer>, options: PlanOptions) -> PlanReport {
+    let run = move || tern_plan::plan(&jobs, &offers, &options);
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => match tokio::task::spawn_blocking(run).await {
+            Ok(report) => report,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        },
+        Err(_) => run(),
+    }
+}

@@ -1,0 +1,376 @@
+//! The controller as a long-running service: the reconcile loop on a thread of its own, and
+//! what it shares with the API.
+//!
+//! The API never waits on the cloud. A pass can take minutes when cloud calls are slow, so:
+//! - reads (`GET /v1/jobs`) come from the [`View`] the loop publishes after each pass;
+//! - writes (submit, cancel, progress) are made durable in the store by the API handler, then
+//!   queued as a [`Request`] that the next pass takes into the controller's memory (and that
+//!   patches the published view at once, so a client reads its own write);
+//! - the loop, its store calls and the MILP run on their own thread and runtime, never on the
+//!   API's async workers.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tern_cloud::ProviderError;
+use tokio::sync::{Notify, oneshot, watch};
+
+use super::inputs::Request;
+use super::lease::{Leadership, LeaseError};
+use super::metrics::Metrics;
+use super::workload::Workload;
+use super::{Controller, Requeue};
+use crate::api::wire::JobStatus;
+use crate::store::{InstanceRecord, JobRecord, JobState};
+
+/// Where the loop reads the time: the wall clock, or a simulated cloud's virtual clock.
+#[async_trait]
+pub trait Clock: Send + Sync {
+    /// The time now, asking the clock's source if it has one (a remote simulated cloud).
+    async fn read(&self) -> Result<DateTime<Utc>, ProviderError>;
+    /// The last time read, without waiting (for API handlers).
+    fn last(&self) -> DateTime<Utc>;
+}
+
+/// Real time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WallClock;
+
+#[async_trait]
+impl Clock for WallClock {
+    async fn read(&self) -> Result<DateTime<Utc>, ProviderError> {
+        Ok(Utc::now())
+    }
+    fn last(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// One job as the API shows it, plus what a progress reply needs.
+#[derive(Debug, Clone)]
+pub struct JobView {
+    pub status: JobStatus,
+    pub drain: bool,
+}
+
+/// What the API reads: the jobs as of the last published pass, with the writes queued since.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    pub jobs: BTreeMap<String, JobView>,
+}
+
+fn status_of(j: &JobRecord, mine: &[&InstanceRecord]) -> JobStatus {
+    JobStatus {
+        name: j.name().to_string(),
+        team: j.spec.team.clone(),
+        state: j.state.as_str().to_string(),
+        reason: j.reason.clone(),
+        progress: j.done_samples / j.total_samples.max(1.0),
+        done_samples: j.done_samples,
+        checkpoint_samples: j.checkpoint_samples,
+        total_samples: j.total_samples,
+        submitted_at: j.submitted_at,
+        deadline_at: j.deadline_at,
+        instances: mine.len(),
+        spot_instances: mine
+            .iter()
+            .filter(|i| i.offer.capacity.is_preemptible())
+            .count(),
+        dollars_per_hour: mine.iter().map(|i| i.offer.price_per_hour).sum::<f64>() + 0.0,
+    }
+}
+
+impl View {
+    /// The controller's jobs and instances now; one walk over the fleet.
+    pub fn of(ctl: &Controller) -> View {
+        let mut by_job: BTreeMap<&str, Vec<&InstanceRecord>> = BTreeMap::new();
+        for i in ctl.instances() {
+            by_job.entry(i.job.as_str()).or_default().push(i);
+        }
+        let jobs = ctl
+            .jobs()
+            .map(|j| {
+                let mine = by_job.get(j.name()).map(Vec::as_slice).unwrap_or(&[]);
+                let view = JobView {
+                    status: status_of(j, mine),
+                    drain: j.drain_requested,
+                };
+                (j.name().to_string(), view)
+            })
+            .collect();
+        View { jobs }
+    }
+
+    /// Show a queued request before the pass has taken it.
+    fn patch(&mut self, request: &Request) {
+        match request {
+            Request::Submitted(a) => {
+                let view = JobView {
+                    status: status_of(&a.record, &[]),
+                    drain: false,
+                };
+                self.jobs.insert(a.record.name().to_string(), view);
+            }
+            Request::Cancelled { job, .. } => {
+                if let Some(v) = self.jobs.get_mut(job) {
+                    v.status.state = JobState::Cancelled.as_str().to_string();
+                    v.status.reason = Some(super::inputs::CANCELLED_BY_USER.to_string());
+                }
+            }
+            Request::Progress { job, progress } => {
+                if let Some(v) = self.jobs.get_mut(job) {
+                    v.status.done_samples = progress.done_samples;
+                    v.status.checkpoint_samples = progress.checkpoint_samples;
+                    v.status.progress = progress.done_samples / v.status.total_samples.max(1.0);
+                    v.drain &= !progress.clear_drain;
+                }
+            }
+            Request::Observed { .. } => {}
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    requests: Vec<Request>,
+    view: Arc<View>,
+}
+
+/// What the loop shares with the API handlers. Its lock is held for microseconds: a push, a
+/// swap, or an `Arc` clone.
+#[derive(Debug, Default)]
+pub struct Shared {
+    inbox: Mutex<Inbox>,
+    wake: Notify,
+    /// Serialises progress writes (read the job, merge, write) among API handlers.
+    pub progress: Mutex<()>,
+}
+
+impl Shared {
+    pub fn new() -> Arc<Shared> {
+        Arc::new(Shared::default())
+    }
+
+    fn inbox(&self) -> std::sync::MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The jobs as the API shows them now.
+    pub fn view(&self) -> Arc<View> {
+        self.inbox().view.clone()
+    }
+
+    /// Queue a request already written to the store and show it; `wake` runs a pass now
+    /// (a submit, a cancel, a checkpoint taken, work done) instead of at the next period.
+    pub fn send(&self, request: Request, wake: bool) {
+        {
+            let mut inbox = self.inbox();
+            Arc::make_mut(&mut inbox.view).patch(&request);
+            inbox.requests.push(request);
+        }
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Wake the loop without a request (a checkpoint or a finished job needs a pass now).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> Vec<Request> {
+        std::mem::take(&mut self.inbox().requests)
+    }
+
+    /// Publish a view built from the controller, with the requests queued meanwhile on top.
+    fn publish(&self, mut view: View) {
+        let mut inbox = self.inbox();
+        for r in &inbox.requests {
+            view.patch(r);
+        }
+        inbox.view = Arc::new(view);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("the reconcile thread stopped unexpectedly")]
+    Thread,
+    #[error("starting the reconcile thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// How the loop runs.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Between periodic passes (a request or a retry comes sooner).
+    pub period: Duration,
+    /// Advance jobs' progress from the forecast (the simulated cloud's workers).
+    pub simulated_workers: bool,
+}
+
+/// The reconcile loop and what it owns.
+pub struct Service {
+    controller: Controller,
+    shared: Arc<Shared>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    leadership: Option<Leadership>,
+    workload: Option<Workload>,
+    period: Duration,
+    last: Option<DateTime<Utc>>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("controller", &self.controller)
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    pub fn new(
+        controller: Controller,
+        shared: Arc<Shared>,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        leadership: Option<Leadership>,
+        config: &ServiceConfig,
+    ) -> Service {
+        shared.publish(View::of(&controller));
+        Service {
+            controller,
+            shared,
+            clock,
+            metrics,
+            leadership,
+            workload: config.simulated_workers.then(Workload::new),
+            period: config.period,
+            last: None,
+        }
+    }
+
+    /// One turn of the loop: renew the lease, take the queued requests, run a pass, move the
+    /// simulated workers, refresh metrics and publish. Returns how long to wait for the next.
+    pub async fn turn(&mut self) -> Result<Duration, ServiceError> {
+        // Fail-stop: never act without a valid lease (a standby may already lead).
+        if let Some(lease) = &mut self.leadership {
+            lease.renew_if_due()?;
+        }
+        let now = match self.clock.read().await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("clock unreachable: {e}");
+                return Ok(self.period);
+            }
+        };
+        self.take_requests();
+        let started = Instant::now();
+        let outcome = self.controller.pass(now).await;
+        let dt = self
+            .last
+            .and_then(|l| (now - l).to_std().ok())
+            .unwrap_or_default();
+        self.last = Some(now);
+        if let Some(w) = &mut self.workload
+            && let Err(e) = w.step(&mut self.controller, dt, now)
+        {
+            tracing::error!("simulated progress: {e}");
+        }
+        if let Err(e) = self
+            .metrics
+            .update(&self.controller, started.elapsed(), now)
+        {
+            tracing::error!("metrics: {e}");
+        }
+        self.take_requests();
+        self.shared.publish(View::of(&self.controller));
+        Ok(match outcome {
+            Ok(Requeue::After(d)) => d.min(self.period),
+            Ok(Requeue::Periodic) => self.period,
+            Err(e) => {
+                tracing::error!(retryable = e.is_retryable(), "reconcile pass failed: {e}");
+                if e.is_retryable() {
+                    self.period
+                } else {
+                    self.period * 5
+                }
+            }
+        })
+    }
+
+    fn take_requests(&mut self) {
+        for request in self.shared.take() {
+            let job = request.job().to_string();
+            if let Err(e) = self.controller.apply(request) {
+                tracing::error!(job, "applying a request: {e}");
+            }
+        }
+    }
+
+    /// Turn until `stop` says so (or the lease is lost), waking early on requests.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<(), ServiceError> {
+        let shared = self.shared.clone();
+        loop {
+            let wait = self.turn().await?;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shared.wake.notified() => {}
+                _ = stop.changed() => {
+                    if let Some(lease) = &self.leadership {
+                        lease.release();
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Run on a thread of its own with a single-threaded runtime: store calls and the MILP
+    /// never occupy the API's workers.
+    pub fn spawn(self) -> Result<Running, ServiceError> {
+        let (stop, stop_rx) = watch::channel(false);
+        let (done_tx, done) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("tern-reconcile".into())
+            .spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(ServiceError::Spawn)
+                    .and_then(|rt| rt.block_on(self.run(stop_rx)));
+                let _ = done_tx.send(result);
+            })
+            .map_err(ServiceError::Spawn)?;
+        Ok(Running { stop, done, thread })
+    }
+}
+
+/// A service running on its thread.
+#[derive(Debug)]
+pub struct Running {
+    stop: watch::Sender<bool>,
+    done: oneshot::Receiver<Result<(), ServiceError>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Running {
+    /// Resolves when the loop ends by itself (the lease was lost, or the thread died).
+    pub async fn finished(&mut self) -> Result<(), ServiceError> {
+        (&mut self.done).await.unwrap_or(Err(ServiceError::Thread))
+    }
+
+    /// Ask the loop to stop after its current turn, and wait for it.
+    pub fn stop(self) -> Result<(), ServiceError> {
+        let _ = self.stop.send(true);
+        self.thread.join().map_err(|_| ServiceError::Thread)?;
+        Ok(())
+    }
+}

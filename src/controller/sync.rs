@@ -1,0 +1,183 @@
+//! Phase 2: the cloud's list of our instances against the store's. Adopts instances of open
+//! intents (a crash between the cloud call and the store write), ends what the cloud no longer
+//! lists, terminates launches that never came up, and collects leaks.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, IntentId, Offer};
+
+use super::events::Event;
+use super::{Controller, Result, delta};
+use crate::store::InstanceRecord;
+
+impl Controller {
+    /// Returns false when the cloud could not be listed (then nothing else is done this pass).
+    pub(super) async fn sync_fleet(&mut self, now: DateTime<Utc>) -> Result<bool> {
+        let cloud = match self.provider.list(&self.config.owner).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.cloud_error(&e);
+                return Ok(false);
+            }
+        };
+        let mut seen: HashSet<InstanceId> = HashSet::with_capacity(cloud.len());
+        for inst in cloud {
+            seen.insert(inst.id.clone());
+            self.sync_one(inst, now).await?;
+        }
+        self.cloud.unaccounted.retain(|id, _| seen.contains(id));
+        self.end_gone(&seen, now)?;
+        self.time_out_launches(now).await?;
+        Ok(true)
+    }
+
+    /// One instance the cloud lists: a state change of ours, an adoption, or a leak.
+    async fn sync_one(&mut self, inst: Instance, now: DateTime<Utc>) -> Result<()> {
+        if let Some(known) = self.fleet.instances.get_mut(&inst.id) {
+            if known.state != inst.state {
+                known.state = inst.state;
+                self.store
+                    .set_instance_state(&known.id, known.state, known.draining)?;
+            }
+            return Ok(());
+        }
+        if let Some(intent) = inst
+            .intent_id()
+            .filter(|id| self.fleet.intents.contains_key(id))
+        {
+            let od = self.on_demand_price(&inst.offer);
+            let job = inst.job().unwrap_or_default().to_string();
+            self.store.record_instances(
+                intent,
+                &job,
+                std::slice::from_ref(&inst),
+                od,
+                false,
+                now,
+            )?;
+            self.adopt(intent, inst);
+            return Ok(());
+        }
+        self.collect_leak(inst, now).await
+    }
+
+    /// An owned instance that no open intent or live record accounts for is terminated once it
+    /// has stayed so for the grace period.
+    async fn collect_leak(&mut self, inst: Instance, now: DateTime<Utc>) -> Result<()> {
+        let first = *self.cloud.unaccounted.entry(inst.id.clone()).or_insert(now);
+        if now - first < delta(self.config.leak_grace) {
+            return Ok(());
+        }
+        match self.provider.terminate(&inst.id).await {
+            Ok(()) => {
+                self.cloud.unaccounted.remove(&inst.id);
+                self.stats.leaks_collected += 1;
+                self.stats.terminations += 1;
+                self.emit(
+                    now,
+                    Event::LeakCollected {
+                        job: inst.job().map(String::from),
+                        id: inst.id,
+                    },
+                )
+            }
+            Err(e) => {
+                self.cloud_error(&e);
+                Ok(())
+            }
+        }
+    }
+
+    /// Tracked instances the cloud no longer lists are gone (preempted, terminated).
+    fn end_gone(&mut self, seen: &HashSet<InstanceId>, now: DateTime<Utc>) -> Result<()> {
+        let gone: Vec<InstanceId> = self
+            .fleet
+            .instances
+            .keys()
+            .filter(|id| !seen.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.store.end_instance(&id, now)?;
+            if let Some(i) = self.fleet.instances.remove(&id) {
+                self.mark_dirty(&i.job);
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches not running after the timeout are terminated and their offer avoided.
+    async fn time_out_launches(&mut self, now: DateTime<Utc>) -> Result<()> {
+        let timeout = delta(self.config.launch_timeout);
+        let mut stuck: Vec<InstanceRecord> = self
+            .fleet
+            .instances
+            .values()
+            .filter(|i| i.state == InstanceState::Pending && now - i.launched_at > timeout)
+            .cloned()
+            .collect();
+        stuck.sort_by(|a, b| a.id.cmp(&b.id));
+        for i in stuck {
+            if let Err(e) = self.provider.terminate(&i.id).await {
+                self.cloud_error(&e);
+                continue;
+            }
+            self.store.end_instance(&i.id, now)?;
+            self.fleet.instances.remove(&i.id);
+            self.avoid(i.offer.key(), now);
+            self.emit(
+                now,
+                Event::LaunchTimedOut {
+                    job: i.job.clone(),
+                    id: i.id.clone(),
+                    after: self.config.launch_timeout,
+                    offer: i.offer.key(),
+                },
+            )?;
+            self.mark_dirty(&i.job);
+        }
+        Ok(())
+    }
+
+    pub(super) fn adopt(&mut self, intent: IntentId, inst: Instance) {
+        let job = inst.job().unwrap_or_default().to_string();
+        self.fleet.instances.insert(
+            inst.id.clone(),
+            InstanceRecord {
+                id: inst.id,
+                job,
+                intent,
+                offer: inst.offer,
+                state: inst.state,
+                draining: false,
+                launched_at: inst.launched_at,
+                ended_at: None,
+            },
+        );
+    }
+
+    pub(super) fn on_demand_price(&self, offer: &Offer) -> Option<f64> {
+        if offer.capacity == Capacity::OnDemand {
+            return Some(offer.price_per_hour);
+        }
+        self.cloud
+            .on_demand
+            .get(&(offer.zone.to_string(), offer.instance_type.name.clone()))
+            .copied()
+    }
+
+    /// Avoid an offer for the capacity memory (a capacity error, a notice, a launch timeout).
+    pub(super) fn avoid(&mut self, offer_key: String, now: DateTime<Utc>) {
+        self.cloud
+            .capacity_errors
+            .insert(offer_key, now + delta(self.config.capacity_memory));
+    }
+
+    /// Reconcile this job in the current pass, not at its next period.
+    pub(super) fn mark_dirty(&mut self, job: &str) {
+        if let Some(e) = self.fleet.jobs.get_mut(job) {
+            e.dirty = true;
+        }
+    }
+}

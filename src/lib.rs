@@ -1,0 +1,15 @@
+//! tern as a library: the controller (its reconcile pass, state store, HTTP API and client),
+//! the worker agent, job loading and the simulated cloud's server and client. The `tern`
+//! binary (`src/main.rs`, `src/cmd/`) only parses arguments, calls this and prints.
+//!
+//! Layers, lowest first (ARCHITECTURE.md has the full map; `tests/layers.rs` enforces it):
+//! `http` and `jobs` → `store` → `api::wire`/`api::client` → `controller` → `api` (server),
+//! `sim`, `agent`. Nothing here imports the binary's `cmd`, and `anyhow` stays in the binary.
+
+pub mod agent;
+pub mod api;
+pub mod controller;
+pub mod http;
+pub mod jobs;
+pub mod sim;
+pub mod store;

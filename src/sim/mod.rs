@@ -1,0 +1,12 @@
+//! The simulated cloud as the controller meets it: the traces it replays, `tern sim serve`'s
+//! HTTP server and the [`RemoteSim`] provider that talks to it. (The simulator itself, a
+//! product feature, is the `tern-sim` crate.)
+
+pub mod clock;
+pub mod remote;
+pub mod server;
+mod traces;
+pub mod wire;
+
+pub use remote::RemoteSim;
+pub use traces::{SetupError, SimTraces, default_traces, regions_of, sim_traces};
