@@ -21,7 +21,7 @@ enum Command {
     /// Run the controller on the simulated cloud with the example jobs, printing every
     /// decision and a cost summary (no credentials needed).
     Demo(cmd::demo::Args),
-    /// The long-running controller: reconcile loop, HTTP API, /metrics (simulated cloud).
+    /// The long-running controller: reconcile loop, HTTP API, /metrics (simulated cloud or AWS).
     Controller(cmd::controller::Args),
     /// Submit a job spec to a running controller.
     Submit(cmd::submit::SubmitArgs),

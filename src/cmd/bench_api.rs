@@ -15,15 +15,13 @@ use tern::controller::metrics::Metrics;
 use tern::controller::service::{Clock, Service, ServiceConfig, Shared};
 use tern::sim::clock::LocalSimClock;
 
-use super::bench_reconcile::bench_fleet;
+use super::bench_reconcile::{FleetArgs, bench_fleet};
 use super::output::print_json_line;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    #[arg(long, default_value_t = 1000)]
-    pub jobs: u32,
-    #[arg(long, default_value_t = 10_000)]
-    pub instances: u32,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
     /// Delay added to every cloud call while measuring, in milliseconds.
     #[arg(long, default_value_t = 200)]
     pub cloud_delay_ms: u64,
@@ -113,7 +111,7 @@ fn load(
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
-    let (sim, cloud, mut ctl) = bench_fleet(args.jobs, args.instances)?;
+    let (sim, cloud, mut ctl) = bench_fleet(args.fleet)?;
     ctl.pass(sim.now()).await?;
     sim.advance(Duration::from_secs(120));
     ctl.pass(sim.now()).await?;
@@ -148,7 +146,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router(state)).await });
-    let client = load(base, token, args.jobs, args.seconds);
+    let client = load(base, token, args.fleet.jobs, args.seconds);
     let running = service.spawn()?;
     let (mut gets, mut posts) = tokio::task::spawn_blocking(move || client.join())
         .await?
@@ -158,7 +156,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     gets.sort_by(f64::total_cmp);
     posts.sort_by(f64::total_cmp);
     let figure = Figure {
-        jobs: args.jobs,
+        jobs: args.fleet.jobs,
         instances,
         cloud_delay_ms: args.cloud_delay_ms,
         passes,

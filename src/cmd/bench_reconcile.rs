@@ -21,12 +21,19 @@ use super::output::print_json_line;
 use tern::controller::{Controller, ControllerConfig};
 use tern::store::Store;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
+/// The size of a benchmark fleet (`bench reconcile`, `bench api`).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct FleetArgs {
     #[arg(long, default_value_t = 1000)]
     pub jobs: u32,
     #[arg(long, default_value_t = 10_000)]
     pub instances: u32,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
     /// Measured passes (the figure is their mean).
     #[arg(long, default_value_t = 40)]
     pub passes: usize,
@@ -67,10 +74,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// A simulated cloud with ten zones (behind a [`Delayed`] wrapper) of plenty and a controller with `jobs` elastic V100 jobs of
 /// `instances / jobs` workers each, submitted but not yet placed.
-pub(crate) fn bench_fleet(
-    jobs: u32,
-    instances: u32,
-) -> anyhow::Result<(Arc<SimCloud>, Delayed, Controller)> {
+pub(crate) fn bench_fleet(size: FleetArgs) -> anyhow::Result<(Arc<SimCloud>, Delayed, Controller)> {
+    let FleetArgs { jobs, instances } = size;
     anyhow::ensure!(
         jobs > 0 && instances >= jobs,
         "need --jobs > 0 and --instances >= --jobs"
@@ -121,7 +126,7 @@ pub(crate) fn bench_fleet(
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
-    let (sim, _, mut ctl) = bench_fleet(args.jobs, args.instances)?;
+    let (sim, _, mut ctl) = bench_fleet(args.fleet)?;
     let t0 = thread_cpu_ns()?;
     ctl.pass(sim.now()).await?;
     let placement = (thread_cpu_ns()? - t0) as f64 / 1e6;
@@ -151,7 +156,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     wall.sort_by(f64::total_cmp);
     let figure = Figure {
-        jobs: args.jobs,
+        jobs: args.fleet.jobs,
         instances: ctl.instances().count(),
         passes,
         cpu_ms: cpu_total / passes as f64,
