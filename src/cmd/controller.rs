@@ -94,6 +94,11 @@ pub struct Args {
     /// Value of the `tern:owner` tag on instances; the leak collector only touches these.
     #[arg(long, default_value = "tern")]
     owner: String,
+    /// Collect instances that carry this owner tag but were launched by another state store
+    /// (a lost or replaced state file, another controller with the same `--owner`): without
+    /// it they are reported (`foreign` events, `tern_foreign_instances`) and left running.
+    #[arg(long)]
+    adopt: bool,
     /// Do not simulate training progress: only agents' reports move jobs forward.
     #[arg(long)]
     no_simulated_workers: bool,
@@ -222,38 +227,36 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         "--lease-seconds must be at least 1"
     );
     let url = state_url(args.state.as_deref())?;
+    // Only one controller acts on a store (and serves the API); a standby waits here. A
+    // SQLite file is guarded by an OS lock (freed at once when its holder dies), taken before
+    // the file is opened; a shared PostgreSQL store by the leader lease.
+    let holder = args.id.clone().unwrap_or_else(default_holder);
+    let mut _file_lock = None;
+    if let StoreUrl::Sqlite(path) = &url {
+        tokio::select! {
+            lock = lock_state_file(path) => {
+                _file_lock = Some(lock.with_context(|| format!("locking {}", path.display()))?);
+            }
+            () = shutdown_signal() => return Ok(()),
+        }
+    }
     let store = Arc::new(open_store(&url)?);
     let shown = match &url {
         StoreUrl::Sqlite(path) => path.display().to_string(),
         StoreUrl::Postgres(_) => store.describe(),
     };
-    // Only one controller acts on a store (and serves the API); a standby waits here. A
-    // SQLite file is guarded by an OS lock (freed at once when its holder dies); a shared
-    // PostgreSQL store by the leader lease.
-    let holder = args.id.clone().unwrap_or_else(default_holder);
-    let mut _file_lock = None;
     let mut leadership = None;
-    match &url {
-        StoreUrl::Sqlite(path) => {
-            tokio::select! {
-                lock = lock_state_file(path) => {
-                    _file_lock = Some(lock.with_context(|| format!("locking {}", path.display()))?);
-                }
-                () = shutdown_signal() => return Ok(()),
-            }
+    if let StoreUrl::Postgres(_) = &url {
+        let mut lease = Leadership::new(
+            store.clone(),
+            holder.clone(),
+            Duration::from_secs_f64(args.lease_seconds),
+        );
+        tokio::select! {
+            () = lease.wait_to_lead() => {}
+            () = shutdown_signal() => return Ok(()),
         }
-        StoreUrl::Postgres(_) => {
-            let mut lease = Leadership::new(
-                store.clone(),
-                holder.clone(),
-                Duration::from_secs_f64(args.lease_seconds),
-            );
-            tokio::select! {
-                () = lease.wait_to_lead() => {}
-                () = shutdown_signal() => return Ok(()),
-            }
-            leadership = Some(lease);
-        }
+        leadership = Some(lease);
     }
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
     let (provider, regions, clock) = cloud(&args).await?;
@@ -262,7 +265,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let controller = Controller::open(
         store.clone(),
         provider,
-        ControllerConfig::new(args.owner.clone(), regions),
+        ControllerConfig {
+            adopt_foreign: args.adopt,
+            ..ControllerConfig::new(args.owner.clone(), regions)
+        },
     )?;
     let shared = Shared::new();
     let metrics = Arc::new(Metrics::new());

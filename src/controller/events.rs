@@ -107,6 +107,12 @@ pub enum Event {
         job: Option<String>,
         id: InstanceId,
     },
+    /// Tagged with our owner but launched by another state store (`cluster`: its id, if any).
+    ForeignInstance {
+        job: Option<String>,
+        id: InstanceId,
+        cluster: Option<String>,
+    },
     LaunchTimedOut {
         job: String,
         id: InstanceId,
@@ -192,6 +198,7 @@ impl Event {
             Event::Notice { .. } => "notice",
             Event::Preempted { .. } => "preempted",
             Event::LeakCollected { .. } => "leak",
+            Event::ForeignInstance { .. } => "foreign",
             Event::LaunchTimedOut { .. } => "timeout",
             Event::Planned { .. } => "plan",
             Event::Unplaceable { .. } => "unplaceable",
@@ -209,9 +216,14 @@ impl Event {
     }
 
     /// The job the event is about, if any.
+    /// Events an operator must act on (logged as warnings).
+    pub fn needs_attention(&self) -> bool {
+        matches!(self, Event::ForeignInstance { .. })
+    }
+
     pub fn job(&self) -> Option<&str> {
         match self {
-            Event::LeakCollected { job, .. } => job.as_deref(),
+            Event::LeakCollected { job, .. } | Event::ForeignInstance { job, .. } => job.as_deref(),
             Event::Submitted { job, .. }
             | Event::Cancelled { job }
             | Event::Notice { job, .. }
@@ -301,6 +313,15 @@ impl fmt::Display for Event {
                 f,
                 "terminated {id}: tagged as ours but owned by no open intent or live job"
             ),
+            Event::ForeignInstance { id, cluster, .. } => write!(
+                f,
+                "{id} carries our owner tag but {}; left running (restore that store, or \
+                 start the controller with --adopt to collect it)",
+                match cluster {
+                    Some(c) => format!("was launched by the controller of store {c}"),
+                    None => "no store id (tern:cluster)".to_string(),
+                }
+            ),
             Event::LaunchTimedOut {
                 id, after, offer, ..
             } => write!(
@@ -384,7 +405,11 @@ impl Controller {
         let job = event.job();
         let message = event.to_string();
         let id = self.store.add_event(at, job, kind, &message)?;
-        tracing::info!(event = id, at = %at, job = job.unwrap_or("-"), kind, "{message}");
+        if event.needs_attention() {
+            tracing::warn!(event = id, at = %at, job = job.unwrap_or("-"), kind, "{message}");
+        } else {
+            tracing::info!(event = id, at = %at, job = job.unwrap_or("-"), kind, "{message}");
+        }
         *self
             .event_counts
             .lock()

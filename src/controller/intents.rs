@@ -248,6 +248,7 @@ impl Controller {
         tags.insert(tag::OWNER.into(), self.config.owner.clone());
         tags.insert(tag::INTENT.into(), intent.to_string());
         tags.insert(tag::JOB.into(), job.to_string());
+        tags.insert(tag::CLUSTER.into(), self.store.cluster_id().to_string());
         tags
     }
 

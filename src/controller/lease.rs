@@ -122,10 +122,11 @@ impl Leadership {
 }
 
 /// The embedded store's guard against two controllers on one SQLite file: an exclusive OS
-/// lock on `<state>.lock`, which the OS drops the moment the process dies, so a restarted
+/// lock on `<state>.lock` next to the file's real path (symlinks resolved, so two names for
+/// one file are one lock), which the OS drops the moment the process dies, so a restarted
 /// controller goes on at once. Waits (as a standby) while another process holds it.
 pub async fn lock_state_file(state: &std::path::Path) -> std::io::Result<std::fs::File> {
-    let mut path = state.as_os_str().to_owned();
+    let mut path = crate::store::real_path(state)?.into_os_string();
     path.push(".lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -218,6 +219,21 @@ mod tests {
         assert!(
             again.await.is_ok(),
             "the lock is free once its holder is gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_symlink_to_a_held_state_file_is_the_same_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state.db");
+        std::fs::write(&state, b"").expect("touch");
+        let link = dir.path().join("alias.db");
+        std::os::unix::fs::symlink(&state, &link).expect("symlink");
+        let _held = lock_state_file(&state).await.expect("lock");
+        let second = tokio::time::timeout(Duration::from_millis(700), lock_state_file(&link));
+        assert!(
+            second.await.is_err(),
+            "a second name for the file must wait too"
         );
     }
 

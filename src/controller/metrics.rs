@@ -41,6 +41,7 @@ pub struct Metrics {
     savings: Gauge<f64, AtomicU64>,
     reconcile: Histogram,
     open_intents: Gauge,
+    foreign: Gauge,
     cloud_errors: Family<KindLabel, Counter>,
     events: Family<KindLabel, Counter>,
     /// Counts already added to the counters (the controller keeps totals).
@@ -90,6 +91,13 @@ impl Metrics {
             "Intents persisted and not yet carried out",
             open_intents.clone(),
         );
+        let foreign = Gauge::default();
+        registry.register(
+            "tern_foreign_instances",
+            "Instances with this controller's owner tag that another state store launched \
+             (left running; see the `foreign` events)",
+            foreign.clone(),
+        );
         let cloud_errors = Family::<KindLabel, Counter>::default();
         registry.register(
             "tern_cloud_api_errors",
@@ -110,6 +118,7 @@ impl Metrics {
             savings,
             reconcile,
             open_intents,
+            foreign,
             cloud_errors,
             events,
             seen_errors: Mutex::new(Default::default()),
@@ -127,6 +136,7 @@ impl Metrics {
     ) -> Result<(), StoreError> {
         self.reconcile.observe(took.as_secs_f64());
         self.open_intents.set(ctl.open_intents() as i64);
+        self.foreign.set(ctl.foreign_instances() as i64);
         for state in ["pending", "running", "finished", "unplaceable", "cancelled"] {
             let n = ctl.jobs().filter(|j| j.state.as_str() == state).count();
             self.jobs

@@ -84,6 +84,9 @@ pub struct ControllerConfig {
     pub launch_timeout: Duration,
     /// An owned instance nobody accounts for is terminated after this grace.
     pub leak_grace: Duration,
+    /// Collect instances with our owner tag but another store's cluster id (or none) like our
+    /// own leaks. Off by default: such instances are reported, never terminated.
+    pub adopt_foreign: bool,
     /// Fraction of a job's workers one migration may move at once (at least one).
     pub disruption_budget: f64,
     /// How often a running job is checked for a cheaper move.
@@ -101,6 +104,7 @@ impl ControllerConfig {
             capacity_memory: Duration::from_secs(180),
             launch_timeout: Duration::from_secs(300),
             leak_grace: Duration::from_secs(30),
+            adopt_foreign: false,
             disruption_budget: fleet::DISRUPTION_BUDGET,
             migrate_check: Duration::from_secs(1800),
             replan: Duration::from_secs(300),
@@ -164,6 +168,9 @@ struct CloudMemory {
     capacity_errors: HashMap<String, DateTime<Utc>>,
     /// Owned instances nobody accounts for → first seen.
     unaccounted: HashMap<InstanceId, DateTime<Utc>>,
+    /// Instances with our owner tag but another store's cluster id, as last listed: reported
+    /// (once each), never collected unless `adopt_foreign`.
+    foreign: HashMap<InstanceId, Option<String>>,
     /// (zone, instance type) → on-demand $/h, from the latest offers.
     on_demand: HashMap<(String, String), f64>,
     /// Offer key → spot $/h last seen: a change is an event that re-checks running jobs for a
@@ -308,6 +315,12 @@ impl Controller {
     /// Live (not ended) instances the controller tracks.
     pub fn instances(&self) -> impl Iterator<Item = &InstanceRecord> {
         self.fleet.instances.values()
+    }
+
+    /// Instances with this controller's owner tag that another state store launched (or that
+    /// carry no store id), as the last listing found them.
+    pub fn foreign_instances(&self) -> usize {
+        self.cloud.foreign.len()
     }
 
     pub fn open_intents(&self) -> usize {

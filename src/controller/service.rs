@@ -199,6 +199,9 @@ impl Shared {
 pub enum ServiceError {
     #[error(transparent)]
     Lease(#[from] LeaseError),
+    /// The state store was deleted, replaced or emptied under the controller.
+    #[error("{0}; stopping so that nothing acts without the state that accounts for the fleet")]
+    Store(#[source] crate::store::StoreError),
     #[error("the reconcile thread stopped unexpectedly")]
     Thread,
     #[error("starting the reconcile thread: {0}")]
@@ -263,6 +266,13 @@ impl Service {
         // Fail-stop: never act without a valid lease (a standby may already lead).
         if let Some(lease) = &mut self.leadership {
             lease.renew_if_due()?;
+        }
+        // Fail-stop too when the store is no longer the one opened (a deleted or swapped
+        // state file): a pass on an empty copy would see the fleet as unaccounted for.
+        match self.controller.store().verify() {
+            Err(e @ crate::store::StoreError::Replaced(_)) => return Err(ServiceError::Store(e)),
+            Err(e) => tracing::warn!("checking the state store: {e}"),
+            Ok(()) => {}
         }
         let now = match self.clock.read().await {
             Ok(t) => t,

@@ -27,6 +27,7 @@ impl Controller {
             self.sync_one(inst, now).await?;
         }
         self.cloud.unaccounted.retain(|id, _| seen.contains(id));
+        self.cloud.foreign.retain(|id, _| seen.contains(id));
         self.end_gone(&seen, now)?;
         self.time_out_launches(now).await?;
         Ok(true)
@@ -59,7 +60,30 @@ impl Controller {
             self.adopt(intent, inst);
             return Ok(());
         }
+        if inst.cluster() != Some(self.store.cluster_id()) && !self.config.adopt_foreign {
+            return self.report_foreign(inst, now);
+        }
         self.collect_leak(inst, now).await
+    }
+
+    /// An instance with our owner tag that another state store launched: a lost, emptied or
+    /// swapped store, or a second controller given the same owner. Terminating it could wipe
+    /// a fleet that another store still accounts for, so it is reported (once) and left alone;
+    /// `--adopt` makes this controller collect such instances as its own leaks.
+    fn report_foreign(&mut self, inst: Instance, now: DateTime<Utc>) -> Result<()> {
+        if self.cloud.foreign.contains_key(&inst.id) {
+            return Ok(());
+        }
+        let cluster = inst.cluster().map(String::from);
+        self.cloud.foreign.insert(inst.id.clone(), cluster.clone());
+        self.emit(
+            now,
+            Event::ForeignInstance {
+                job: inst.job().map(String::from),
+                id: inst.id,
+                cluster,
+            },
+        )
     }
 
     /// An owned instance that no open intent or live record accounts for is terminated once it

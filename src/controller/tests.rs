@@ -201,6 +201,7 @@ async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
     let mut tags = Tags::new();
     tags.insert(tag::OWNER.into(), "test-owner".into());
     tags.insert(tag::INTENT.into(), stray.to_string());
+    tags.insert(tag::CLUSTER.into(), store.cluster_id().into());
     sim.launch(&LaunchRequest {
         key: IdempotencyKey::derive(stray, 0),
         intent: stray,
@@ -231,6 +232,64 @@ async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
             .iter()
             .any(|e| e.kind == "leak")
     );
+}
+
+/// Run `ctl` over `minutes` of virtual time, one pass a minute.
+async fn run_for(ctl: &mut Controller, sim: &SimCloud, minutes: u32) {
+    for _ in 0..minutes {
+        sim.advance(Duration::from_secs(60));
+        ctl.pass(sim.now()).await.expect("pass");
+    }
+}
+
+#[tokio::test]
+async fn another_stores_instances_are_reported_never_collected_unless_adopted() {
+    let sim = sim(vec![trace("us-west-2a", vec![8; 400])]);
+    let first = Arc::new(Store::in_memory().expect("store"));
+    let mut a = Controller::open(first.clone(), sim.clone(), config()).expect("open");
+    a.submit(job("mine", "4", true), sim.now()).expect("submit");
+    run_for(&mut a, &sim, 5).await;
+    let fleet = sim.list("test-owner").await.expect("list");
+    assert_eq!(
+        fleet.len(),
+        4,
+        "the first controller runs its job: {:?}",
+        first.events(0, None).expect("events")
+    );
+    assert!(
+        fleet
+            .iter()
+            .all(|i| i.cluster() == Some(first.cluster_id()))
+    );
+
+    // A second controller with the same owner but another store (a lost or swapped state
+    // file, or a second deployment): it must not touch the first one's fleet.
+    let second = Arc::new(Store::in_memory().expect("store"));
+    assert_ne!(first.cluster_id(), second.cluster_id());
+    let mut b = Controller::open(second.clone(), sim.clone(), config()).expect("open");
+    run_for(&mut b, &sim, 10).await;
+    assert_eq!(sim.list("test-owner").await.expect("list").len(), 4);
+    assert_eq!(b.stats().leaks_collected, 0);
+    assert_eq!(b.foreign_instances(), 4);
+    let reported = second.events(0, None).expect("events");
+    let foreign: Vec<_> = reported.iter().filter(|e| e.kind == "foreign").collect();
+    assert_eq!(foreign.len(), 4, "each reported once: {foreign:?}");
+    assert!(foreign[0].message.contains(first.cluster_id()));
+    assert!(foreign[0].message.contains("--adopt"));
+
+    // Told to adopt, it collects them as its own leaks (after the grace).
+    let mut adopting = Controller::open(
+        second,
+        sim.clone(),
+        ControllerConfig {
+            adopt_foreign: true,
+            ..config()
+        },
+    )
+    .expect("open");
+    run_for(&mut adopting, &sim, 2).await;
+    assert!(sim.list("test-owner").await.expect("list").is_empty());
+    assert_eq!(adopting.stats().leaks_collected, 4);
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@
 //! ([`Store::load`]). Intents are inserted *before* the cloud is called; an instance and its
 //! usage interval are recorded in the same transaction that marks its launch intent done.
 
+mod identity;
 #[cfg(any(test, feature = "test-util"))]
 pub mod pg_cluster;
 mod postgres;
@@ -26,6 +27,8 @@ use tern_cloud::{
 
 use sql::{Outcome, Row, Stmt, params};
 
+pub use identity::real_path;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("state store: {0}")]
@@ -42,6 +45,16 @@ pub enum StoreError {
     Invalid(String),
     #[error("state store: job {0} already exists")]
     Duplicate(String),
+    /// The store is no longer the one the controller opened: acting on would act without
+    /// the state that accounts for the fleet. The controller stops.
+    #[error("state store replaced: {0}")]
+    Replaced(String),
+    #[error("state store {path}: {source}")]
+    File {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl StoreError {
@@ -307,6 +320,10 @@ pub struct LeaseHolder {
 #[derive(Debug)]
 pub struct Store {
     backend: Backend,
+    /// The cluster id written when the store was created.
+    cluster: String,
+    /// A SQLite store's file, checked by [`Store::verify`].
+    file: Option<identity::FileIdentity>,
 }
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -365,25 +382,37 @@ fn intent_id(s: &str) -> Result<IntentId> {
 }
 
 impl Store {
-    /// Open (or create) a SQLite file and apply pending migrations.
+    /// Open (or create) a SQLite file, by its real path (symlinks resolved), and apply
+    /// pending migrations.
     pub fn open(path: &Path) -> Result<Store> {
-        Ok(Store {
-            backend: Backend::Sqlite(sqlite::SqliteDb::open(path)?),
-        })
+        let file_error = |source| StoreError::File {
+            path: path.display().to_string(),
+            source,
+        };
+        let real = real_path(path).map_err(file_error)?;
+        let db = sqlite::SqliteDb::open(&real)?;
+        let file = identity::FileIdentity::of(&real).map_err(file_error)?;
+        Store::with_identity(Backend::Sqlite(db), Some(file))
     }
 
     /// A private in-memory database (tests, benchmarks).
     pub fn in_memory() -> Result<Store> {
-        Ok(Store {
-            backend: Backend::Sqlite(sqlite::SqliteDb::in_memory()?),
-        })
+        Store::with_identity(Backend::Sqlite(sqlite::SqliteDb::in_memory()?), None)
     }
 
     /// Connect to PostgreSQL and apply pending migrations (serialised across controllers).
     pub fn connect(url: &str) -> Result<Store> {
-        Ok(Store {
-            backend: Backend::Postgres(postgres::PgDb::connect(url)?),
-        })
+        Store::with_identity(Backend::Postgres(postgres::PgDb::connect(url)?), None)
+    }
+
+    fn with_identity(backend: Backend, file: Option<identity::FileIdentity>) -> Result<Store> {
+        let mut store = Store {
+            backend,
+            cluster: String::new(),
+            file,
+        };
+        store.cluster = store.ensure_identity()?;
+        Ok(store)
     }
 
     /// Open whichever store `url` names.

@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
     include_str!("migrations/0003_planned_count.sql"),
+    include_str!("migrations/0004_identity.sql"),
 ];
 
 /// Key of the advisory lock that serialises migrations when several controllers start at once.

@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
     include_str!("migrations/0003_planned_count.sql"),
+    include_str!("migrations/0004_identity.sql"),
 ];
 
 impl rusqlite::ToSql for Value {

@@ -46,7 +46,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     };
     {
         let store = open();
-        assert_eq!(store.schema_version().expect("version"), 3);
+        assert_eq!(store.schema_version().expect("version"), 4);
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -60,7 +60,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let store = open();
     assert_eq!(
         store.schema_version().expect("no migration applied twice"),
-        3
+        4
     );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
@@ -232,6 +232,61 @@ fn sqlite_lease_elects_one_leader() {
 }
 
 #[test]
+fn a_store_keeps_its_identity_and_another_file_has_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    let id = Store::open(&path).expect("open").cluster_id().to_string();
+    assert_eq!(id.len(), 36, "a uuid: {id}");
+    assert_eq!(Store::open(&path).expect("reopen").cluster_id(), id);
+    let other = Store::open(&dir.path().join("other.db")).expect("open");
+    assert_ne!(other.cluster_id(), id);
+    assert_ne!(Store::in_memory().expect("mem").cluster_id(), id);
+    // A 0-byte file is a new, empty store: it gets a new identity.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").expect("touch");
+    assert_ne!(Store::open(&empty).expect("open").cluster_id(), id);
+}
+
+#[test]
+fn a_symlink_opens_the_same_store_by_its_real_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    let link = dir.path().join("link.db");
+    let store = Store::open(&path).expect("open");
+    std::os::unix::fs::symlink(&path, &link).expect("symlink");
+    assert_eq!(
+        real_path(&link).expect("real"),
+        real_path(&path).expect("real")
+    );
+    let via_link = Store::open(&link).expect("open via the link");
+    assert_eq!(via_link.cluster_id(), store.cluster_id());
+    // A file not created yet resolves through its folder.
+    let later = dir.path().join("sub/../later.db");
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    assert_eq!(
+        real_path(&later).expect("real"),
+        real_path(dir.path()).expect("real").join("later.db")
+    );
+}
+
+#[test]
+fn a_deleted_or_replaced_state_file_is_detected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    let store = Store::open(&path).expect("open");
+    store.verify().expect("the file opened is there");
+    std::fs::remove_file(&path).expect("delete");
+    let err = store.verify().expect_err("deleted");
+    assert!(matches!(err, StoreError::Replaced(_)), "{err}");
+    assert!(err.to_string().contains("tern.db"), "{err}");
+    // Replaced by another store under the same name (a restored or swapped file).
+    let other = Store::open(&path).expect("new file");
+    assert_ne!(other.cluster_id(), store.cluster_id());
+    assert!(matches!(store.verify(), Err(StoreError::Replaced(_))));
+    other.verify().expect("the new file is the new store's own");
+}
+
+#[test]
 fn store_url_names_the_backend() {
     assert_eq!(
         StoreUrl::parse("postgres://tern@db/tern"),
@@ -274,8 +329,15 @@ fn postgres_store_passes_the_same_checks() {
             .collect()
     });
     for s in &stores {
-        assert_eq!(s.schema_version().expect("version"), 3);
+        assert_eq!(s.schema_version().expect("version"), 4);
     }
+    // One database, one identity, however many controllers created it at once.
+    assert!(
+        stores
+            .iter()
+            .all(|s| s.cluster_id() == stores[0].cluster_id())
+    );
+    assert!(stores[0].verify().is_ok());
     // Two handles on one database see each other's writes (what a standby reads on takeover).
     let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
     stores[0]

@@ -57,6 +57,11 @@ impl Instance {
         self.tags.get(tag::INTENT).and_then(|s| s.parse().ok())
     }
 
+    /// The state store (cluster) whose controller launched this instance.
+    pub fn cluster(&self) -> Option<&str> {
+        self.tags.get(tag::CLUSTER).map(String::as_str)
+    }
+
     pub fn job(&self) -> Option<&str> {
         self.tags.get(tag::JOB).map(String::as_str)
     }

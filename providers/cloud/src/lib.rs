@@ -35,4 +35,7 @@ pub mod tag {
     pub const INTENT: &str = "tern:intent";
     /// The job the instance works for.
     pub const JOB: &str = "tern:job";
+    /// The id of the state store (cluster) whose controller launched the instance; a
+    /// controller's leak collector touches only instances with its own store's id.
+    pub const CLUSTER: &str = "tern:cluster";
 }
