@@ -2,6 +2,7 @@
 //! an argument), no randomness without a seed. That keeps them testable against brute force and
 //! replayable on traces.
 
+pub mod capacity;
 pub mod deadline;
 pub mod fleet;
 pub mod forecast;

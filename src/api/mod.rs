@@ -209,9 +209,28 @@ async fn progress(
         let record = store
             .job(&name)?
             .ok_or_else(|| ControllerError::UnknownJob(name.clone()))?;
-        if let Some(o) = &p.observation {
-            // Fitted before it is stored: an observation the model rejects writes nothing.
-            let loaded = refit_with(&store, &record, o)?;
+        let refused = |reason| ControllerError::Job {
+            job: name.clone(),
+            reason,
+        };
+        // Everything is checked before anything is written: a report refused for its
+        // observation or for its numbers leaves the job exactly as it was.
+        let loaded = match &p.observation {
+            Some(o) => Some(refit_with(&store, &record, o)?),
+            None => None,
+        };
+        let _one_writer = shared.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let current = store.job(&name)?.unwrap_or(record);
+        let checked = if current.state.is_final() {
+            None
+        } else {
+            Some(
+                current
+                    .progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now)
+                    .map_err(refused)?,
+            )
+        };
+        if let (Some(o), Some(loaded)) = (&p.observation, loaded) {
             store.add_observation(o)?;
             shared.send(
                 Change::Observed {
@@ -221,30 +240,31 @@ async fn progress(
                 false,
             );
         }
-        if record.state.is_final() {
-            return Ok((record.drain_requested, record.state));
-        }
-        let _one_writer = shared.progress.lock().unwrap_or_else(|e| e.into_inner());
-        let current = store.job(&name)?.unwrap_or(record);
-        let merged =
-            current.progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now);
-        store.set_progress(&name, &merged, now)?;
-        let finished = merged.done_samples >= current.total_samples;
+        let Some(checked) = checked else {
+            return Ok((current.drain_requested, current.state, Vec::new()));
+        };
+        store.set_progress(&name, &checked.progress, now)?;
+        let finished = checked.progress.done_samples >= current.total_samples;
         // A finished job or a taken checkpoint is an event: release or move on now.
         shared.send(
             Change::Progress {
                 job: name.clone(),
-                progress: merged,
+                progress: checked.progress,
             },
             finished || p.checkpointed,
         );
-        Ok((current.drain_requested && !p.checkpointed, current.state))
+        Ok((
+            current.drain_requested && !p.checkpointed,
+            current.state,
+            checked.clamped,
+        ))
     })
     .await;
     match reply {
-        Ok((drain, job_state)) => axum::Json(ProgressReply {
+        Ok((drain, job_state, clamped)) => axum::Json(ProgressReply {
             drain,
             state: job_state.as_str().to_string(),
+            clamped,
         })
         .into_response(),
         Err(r) => r,

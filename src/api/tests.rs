@@ -128,3 +128,156 @@ async fn requests_are_answered_while_a_pass_waits_on_the_cloud() {
         .expect("join")
         .expect("stop");
 }
+
+/// A controller serving the API on an idle simulated cloud; its client and store.
+async fn serve() -> (
+    client::Client,
+    Arc<Store>,
+    crate::controller::service::Running,
+) {
+    let zone = Trace {
+        source: PathBuf::from("a.json"),
+        cloud: Cloud::Aws,
+        region: "us-west-2".into(),
+        zone: "us-west-2a".into(),
+        gap_seconds: 300,
+        available: vec![8; 100],
+        prices: None,
+        spot_price: Some(0.9),
+        on_demand_price: Some(3.06),
+    };
+    let sim = Arc::new(SimCloud::new(
+        vec![zone],
+        SimConfig {
+            start: start(),
+            ..SimConfig::default()
+        },
+    ));
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let config = ControllerConfig::new("t", vec![Region::new("us-west-2")]);
+    let ctl = Controller::open(store.clone(), sim, config).expect("open");
+    let shared = Shared::new();
+    let metrics = Arc::new(Metrics::new());
+    let service = Service::new(
+        ctl,
+        shared.clone(),
+        Arc::new(Fixed),
+        metrics.clone(),
+        None,
+        &ServiceConfig {
+            period: Duration::from_millis(10),
+            simulated_workers: false,
+        },
+    );
+    let state = ApiState {
+        shared,
+        store: store.clone(),
+        token: "t0k".into(),
+        metrics,
+        clock: Arc::new(Fixed),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let running = service.spawn().expect("service");
+    let http = crate::http::client().expect("http");
+    let c = client::Client::new(&base, Some("t0k".into()), http).expect("client");
+    (c, store, running)
+}
+
+fn observation(job: &str, gpus: u32) -> tern_cloud::Observation {
+    tern_cloud::Observation {
+        job: job.into(),
+        accelerator: "V100".into(),
+        gpus,
+        nodes: 1,
+        local_batch: 64,
+        step_seconds: 0.25,
+        sync_seconds: None,
+        at: start(),
+    }
+}
+
+fn report(done: f64, checkpoint: f64, o: Option<tern_cloud::Observation>) -> wire::Progress {
+    wire::Progress {
+        done_samples: done,
+        checkpoint_samples: checkpoint,
+        checkpointed: false,
+        observation: o,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
+    let (c, store, running) = serve().await;
+    c.submit(&spec("a")).await.expect("submit");
+    let unchanged = |store: &Store| {
+        let j = store.job("a").expect("read").expect("job");
+        (
+            j.done_samples,
+            j.checkpoint_samples,
+            store.observations("a").expect("obs").len(),
+        )
+    };
+    // The probe's case: gpus = 0. Refused with the field, nothing written.
+    let err = c
+        .progress("a", &report(100.0, 50.0, Some(observation("a", 0))))
+        .await
+        .expect_err("gpus = 0");
+    assert_eq!(err.status(), Some(422), "{err}");
+    assert!(err.to_string().contains("observation.gpus"), "{err}");
+    assert_eq!(unchanged(&store), (0.0, 0.0, 0));
+    // A good observation in a report whose numbers are garbage is not stored either.
+    let err = c
+        .progress("a", &report(1e12, 0.0, Some(observation("a", 2))))
+        .await
+        .expect_err("done far beyond the total");
+    assert_eq!(err.status(), Some(422), "{err}");
+    assert!(err.to_string().contains("done_samples"), "{err}");
+    assert_eq!(unchanged(&store), (0.0, 0.0, 0));
+    // The next good report is taken, observation and all.
+    let ok = c
+        .progress("a", &report(1_000.0, 800.0, Some(observation("a", 2))))
+        .await
+        .expect("a good report after bad ones");
+    assert!(ok.clamped.is_empty(), "{:?}", ok.clamped);
+    assert_eq!(unchanged(&store), (1_000.0, 800.0, 1));
+    // Below the last checkpoint: raised to it, and the answer says so.
+    let ok = c
+        .progress("a", &report(10.0, 10.0, None))
+        .await
+        .expect("clamped");
+    assert_eq!(ok.clamped.len(), 1, "{:?}", ok.clamped);
+    assert!(ok.clamped[0].contains("below the last checkpoint"));
+    assert_eq!(unchanged(&store), (800.0, 800.0, 1));
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+    // A restart refits from what was stored: the job is as placeable as before.
+    let sim = Arc::new(SimCloud::new(Vec::new(), SimConfig::default()));
+    let config = ControllerConfig::new("t", vec![Region::new("us-west-2")]);
+    let ctl = Controller::open(store.clone(), sim, config).expect("reopen");
+    assert!(ctl.model("a").is_some(), "the job keeps its forecast");
+}
+
+#[test]
+fn an_observation_an_older_tern_stored_unchecked_does_not_poison_the_job() {
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let sim = Arc::new(SimCloud::new(Vec::new(), SimConfig::default()));
+    let config = ControllerConfig::new("t", vec![Region::new("us-west-2")]);
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config.clone()).expect("open");
+    let spec = tern_cloud::parse_job_spec(&spec("old"), "old.toml").expect("spec");
+    ctl.submit(spec, start()).expect("submit");
+    // Written straight to the store, as a version without the check did.
+    store
+        .add_observation(&observation("old", 0))
+        .expect("raw write");
+    let mut ctl = Controller::open(store.clone(), sim, config).expect("reopen");
+    assert!(ctl.model("old").is_some(), "the bad row is skipped on load");
+    ctl.observe(&observation("old", 2))
+        .expect("later good observations are taken");
+    assert_eq!(store.observations("old").expect("obs").len(), 2);
+}

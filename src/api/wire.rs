@@ -40,6 +40,10 @@ pub struct Progress {
 pub struct ProgressReply {
     pub drain: bool,
     pub state: String,
+    /// What the controller adjusted in the report, and why (e.g. `done_samples` below the
+    /// last checkpoint); empty when it was taken as sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clamped: Vec<String>,
 }
 
 /// One entry of the event log (`GET /v1/events`).

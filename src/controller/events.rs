@@ -29,6 +29,9 @@ pub enum WaitReason {
     },
     /// No offer of the job's shape, spot or on-demand.
     NoCapacity,
+    /// The job launched its hour's budget of instances
+    /// ([`tern_policies::capacity::launch_budget`]).
+    LaunchBudget { launched: u32, budget: u32 },
 }
 
 impl fmt::Display for WaitReason {
@@ -51,6 +54,11 @@ impl fmt::Display for WaitReason {
                 write!(f, "{why}; running on {survivors} survivor(s)")
             }
             WaitReason::NoCapacity => write!(f, "no capacity of the job's shape anywhere"),
+            WaitReason::LaunchBudget { launched, budget } => write!(
+                f,
+                "launched {launched} instance(s) in the last hour, at its budget of {budget}; \
+                 capacity keeps failing, so it waits instead of launching more"
+            ),
         }
     }
 }
@@ -118,6 +126,8 @@ pub enum Event {
         id: InstanceId,
         after: Duration,
         offer: String,
+        /// How long the offer is avoided now.
+        avoided: Duration,
     },
     Planned {
         job: String,
@@ -147,6 +157,8 @@ pub enum Event {
         job: String,
         offer: String,
         error: String,
+        /// How long the offer is avoided now.
+        avoided: Duration,
     },
     Replacing {
         job: String,
@@ -323,10 +335,15 @@ impl fmt::Display for Event {
                 }
             ),
             Event::LaunchTimedOut {
-                id, after, offer, ..
+                id,
+                after,
+                offer,
+                avoided,
+                ..
             } => write!(
                 f,
-                "{id} did not come up within {after:?}; terminated, {offer} avoided for 3 min"
+                "{id} did not come up within {after:?}; terminated, {offer} avoided for {} min",
+                avoided.as_secs().div_ceil(60)
             ),
             Event::Planned { placement, .. } => write!(f, "{placement}"),
             Event::Unplaceable { reason, .. } => write!(f, "{reason}"),
@@ -343,8 +360,17 @@ impl fmt::Display for Event {
                 "{count}× {instance_type} {capacity} in {zone} at ${price:.2}/h each"
             ),
             Event::LaunchFailed { error, .. } => write!(f, "{error}"),
-            Event::CapacityError { offer, error, .. } => {
-                write!(f, "{offer}: {error}; avoided for 3 min")
+            Event::CapacityError {
+                offer,
+                error,
+                avoided,
+                ..
+            } => {
+                write!(
+                    f,
+                    "{offer}: {error}; avoided for {} min",
+                    avoided.as_secs().div_ceil(60)
+                )
             }
             Event::Replacing {
                 missing, on_demand, ..

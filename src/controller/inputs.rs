@@ -43,8 +43,17 @@ pub fn admit(spec: JobSpec, now: DateTime<Utc>) -> Result<Admitted> {
 /// when the observation makes the job impossible to forecast.
 pub fn refit_with(store: &Store, record: &JobRecord, o: &Observation) -> Result<Arc<LoadedJob>> {
     let mut spec = record.spec.clone();
-    spec.observations
-        .extend(store.observations(&o.job)?.iter().map(observed));
+    o.check().map_err(|reason| ControllerError::Job {
+        job: o.job.clone(),
+        reason,
+    })?;
+    spec.observations.extend(
+        store
+            .observations(&o.job)?
+            .iter()
+            .filter(|s| s.check().is_ok())
+            .map(observed),
+    );
     spec.observations.push(observed(o));
     model_for(&spec, record.submitted_at).map_err(|reason| ControllerError::Job {
         job: o.job.clone(),
@@ -95,6 +104,10 @@ impl Controller {
     /// A measured step from an agent: the job's forecast refitted with it, then stored.
     pub fn observe(&mut self, o: &Observation) -> Result<()> {
         let record = self.known(&o.job)?.clone();
+        o.check().map_err(|reason| ControllerError::Job {
+            job: o.job.clone(),
+            reason,
+        })?;
         let loaded = refit_with(&self.store, &record, o)?;
         self.store.add_observation(o)?;
         self.apply(Request::Observed {
@@ -117,7 +130,13 @@ impl Controller {
         if record.state.is_final() {
             return Ok(());
         }
-        let progress = record.progress_after(done, checkpoint, checkpointed, now);
+        let progress = record
+            .progress_after(done, checkpoint, checkpointed, now)
+            .map_err(|reason| ControllerError::Job {
+                job: job.to_string(),
+                reason,
+            })?
+            .progress;
         self.store.set_progress(job, &progress, now)?;
         self.apply(Request::Progress {
             job: job.to_string(),
@@ -140,7 +159,7 @@ impl Controller {
                     && !e.record.state.is_final()
                 {
                     e.record.apply_progress(&progress);
-                    if e.record.done_samples >= e.record.total_samples {
+                    if e.record.work_done() {
                         e.dirty = true;
                     }
                 }

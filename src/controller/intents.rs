@@ -8,7 +8,9 @@ use tern_cloud::{
     Tags, tag,
 };
 
-use super::events::Event;
+use tern_policies::capacity;
+
+use super::events::{Event, WaitReason};
 use super::{Controller, Requeue, Result};
 use crate::store::JobState;
 
@@ -62,16 +64,42 @@ impl Controller {
         Ok(intent)
     }
 
-    /// Write a new intent and carry it out at once.
+    /// Write a new intent and carry it out at once. A launch beyond the job's hourly launch
+    /// budget is not written: the job waits (flapping capacity cannot make it launch without
+    /// bound).
     pub(super) async fn act(
         &mut self,
         job: &str,
         kind: IntentKind,
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let starts = match &kind {
+            IntentKind::Launch { count, .. } | IntentKind::Migrate { count, .. } => *count,
+            _ => 0,
+        };
+        if starts > 0 && !self.within_launch_budget(job, starts, now)? {
+            return Ok(());
+        }
         let intent = self.new_intent(job, kind, now)?;
         self.execute(intent, now).await?;
         Ok(())
+    }
+
+    /// Whether `job` may launch `count` more instances now; says why not when it may not.
+    fn within_launch_budget(&mut self, job: &str, count: u32, now: DateTime<Utc>) -> Result<bool> {
+        let Some(e) = self.fleet.jobs.get(job) else {
+            return Ok(true);
+        };
+        let max_workers = e.record.spec.workers.max;
+        let launched = self
+            .store
+            .launched_since(job, now - chrono::TimeDelta::hours(1))?;
+        if capacity::launches_allowed(count, launched, max_workers) >= count {
+            return Ok(true);
+        }
+        let budget = capacity::launch_budget(max_workers);
+        self.wait(job, WaitReason::LaunchBudget { launched, budget }, now)?;
+        Ok(false)
     }
 
     fn close_intent(
@@ -92,7 +120,7 @@ impl Controller {
             .fleet
             .jobs
             .get(&intent.job)
-            .is_some_and(|e| !e.record.state.is_final());
+            .is_some_and(|e| !e.record.state.is_final() && !e.record.work_done());
         let starts_capacity = matches!(
             intent.kind,
             IntentKind::Launch { .. } | IntentKind::Migrate { .. }
@@ -285,13 +313,14 @@ impl Controller {
         for (key, err) in &outcome.errors {
             self.cloud_error(err);
             if err.is_capacity() || err.is_quota() {
-                self.avoid(key.clone(), now);
+                let avoided = self.avoid(key.clone(), now);
                 self.emit(
                     now,
                     Event::CapacityError {
                         job: intent.job.clone(),
                         offer: key.clone(),
                         error: err.to_string(),
+                        avoided,
                     },
                 )?;
             }

@@ -78,7 +78,8 @@ pub struct ControllerConfig {
     pub owner: String,
     /// Regions whose offers the planner sees.
     pub regions: Vec<Region>,
-    /// How long an offer that failed with a capacity error is avoided.
+    /// How long an offer that failed with a capacity error is avoided after one failure;
+    /// each further failure within 2 h doubles it, up to an hour.
     pub capacity_memory: Duration,
     /// A launched instance not running after this is terminated and its offer avoided.
     pub launch_timeout: Duration,
@@ -166,6 +167,8 @@ struct Fleet {
 struct CloudMemory {
     /// Offer key → avoid until.
     capacity_errors: HashMap<String, DateTime<Utc>>,
+    /// Offer key → strikes in a row and when the last came (`tern_policies::capacity`).
+    strikes: HashMap<String, (u32, DateTime<Utc>)>,
     /// Owned instances nobody accounts for → first seen.
     unaccounted: HashMap<InstanceId, DateTime<Utc>>,
     /// Instances with our owner tag but another store's cluster id, as last listed: reported
@@ -260,10 +263,16 @@ impl Controller {
             let loaded = if record.state.is_final() {
                 None
             } else {
-                // Observations the agents reported refit the model on every restart.
+                // Observations the agents reported refit the model on every restart; one
+                // that an older tern stored without checking is skipped, not fatal.
                 let mut spec = record.spec.clone();
-                spec.observations
-                    .extend(store.observations(record.name())?.iter().map(observed));
+                spec.observations.extend(
+                    store
+                        .observations(record.name())?
+                        .iter()
+                        .filter(|o| o.check().is_ok())
+                        .map(observed),
+                );
                 model_for(&spec, record.submitted_at).ok()
             };
             jobs.insert(record.name().to_string(), JobEntry::new(record, loaded));
@@ -396,5 +405,7 @@ pub(crate) fn fmt_workers(spec: &JobSpec) -> String {
     }
 }
 
+#[cfg(test)]
+mod flapping_tests;
 #[cfg(test)]
 mod tests;

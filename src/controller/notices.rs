@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Interruption, InterruptionKind};
 
 use super::events::Event;
-use super::{Controller, Result, delta};
+use super::{Controller, Result};
 
 /// Notices of one pass, grouped so one reclaimed pool is one line in the event log.
 #[derive(Debug, Default)]
@@ -71,19 +71,13 @@ impl Controller {
         inst.draining = true;
         self.store.set_instance_state(&inst.id, inst.state, true)?;
         self.stats.notices += 1;
-        // A notice means the pool is being drained: avoid it like a capacity error.
-        self.cloud
-            .capacity_errors
-            .insert(inst.offer.key(), now + delta(self.config.capacity_memory));
         let job = inst.job.clone();
-        let entry = seen
-            .draining
-            .entry((
-                job.clone(),
-                format!("{} {}", inst.offer.capacity, inst.offer.zone),
-            ))
-            .or_default();
-        entry.0.push(inst.id.to_string());
+        let pool = inst.offer.key();
+        let shown = format!("{} {}", inst.offer.capacity, inst.offer.zone);
+        // A notice means the pool is being drained: a strike, like a capacity error.
+        self.avoid(pool, now);
+        let entry = seen.draining.entry((job.clone(), shown)).or_default();
+        entry.0.push(n.instance.to_string());
         entry.1 = n.deadline.map(|d| (d - now).num_seconds().max(0));
         if let Some(e) = self.fleet.jobs.get_mut(&job) {
             e.record.drain_requested = true;

@@ -73,17 +73,20 @@ impl Controller {
             .collect();
         let mut t = Triage::default();
         for (name, e) in &self.fleet.jobs {
-            if busy.contains(name.as_str()) {
-                continue;
-            }
             let r = &e.record;
             let n_live = live.get(name.as_str()).copied().unwrap_or(0);
             let n_held = held.get(name.as_str()).copied().unwrap_or(0);
-            let finished = r.done_samples >= r.total_samples;
+            // Before the open-intent check: a job whose work is done finishes and releases
+            // its instances even while a launch or a move of it is open (that intent is
+            // cancelled when it next runs).
+            let finished = r.work_done();
             if r.state.is_final() || finished {
                 if n_held > 0 || (finished && r.state != JobState::Finished) {
                     t.release.push(name.clone());
                 }
+                continue;
+            }
+            if busy.contains(name.as_str()) {
                 continue;
             }
             let due = e.dirty

@@ -10,6 +10,8 @@ use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, IntentId, Offer}
 use super::events::Event;
 use super::{Controller, Result, delta};
 use crate::store::InstanceRecord;
+use std::time::Duration;
+use tern_policies::capacity;
 
 impl Controller {
     /// Returns false when the cloud could not be listed (then nothing else is done this pass).
@@ -149,7 +151,7 @@ impl Controller {
             }
             self.store.end_instance(&i.id, now)?;
             self.fleet.instances.remove(&i.id);
-            self.avoid(i.offer.key(), now);
+            let avoided = self.avoid(i.offer.key(), now);
             self.emit(
                 now,
                 Event::LaunchTimedOut {
@@ -157,6 +159,7 @@ impl Controller {
                     id: i.id.clone(),
                     after: self.config.launch_timeout,
                     offer: i.offer.key(),
+                    avoided,
                 },
             )?;
             self.mark_dirty(&i.job);
@@ -191,11 +194,18 @@ impl Controller {
             .copied()
     }
 
-    /// Avoid an offer for the capacity memory (a capacity error, a notice, a launch timeout).
-    pub(super) fn avoid(&mut self, offer_key: String, now: DateTime<Utc>) {
-        self.cloud
-            .capacity_errors
-            .insert(offer_key, now + delta(self.config.capacity_memory));
+    /// A strike against an offer's pool (a capacity error, a notice, a launch timeout): avoid
+    /// it for a backoff that doubles with each strike in a row. Returns how long.
+    pub(super) fn avoid(&mut self, offer_key: String, now: DateTime<Utc>) -> Duration {
+        let (strikes, last) = self.cloud.strikes.get(&offer_key).copied().unzip();
+        let since = last.and_then(|l| (now - l).to_std().ok());
+        let strikes = capacity::next_strikes(strikes.unwrap_or(0), since);
+        self.cloud.strikes.insert(offer_key.clone(), (strikes, now));
+        let avoid = capacity::backoff(strikes, self.config.capacity_memory);
+        let until = now + delta(avoid);
+        let entry = self.cloud.capacity_errors.entry(offer_key).or_insert(until);
+        *entry = (*entry).max(until);
+        avoid
     }
 
     /// Reconcile this job in the current pass, not at its next period.

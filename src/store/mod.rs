@@ -12,6 +12,7 @@ mod identity;
 #[cfg(any(test, feature = "test-util"))]
 pub mod pg_cluster;
 mod postgres;
+mod progress;
 pub mod sql;
 mod sqlite;
 
@@ -28,6 +29,7 @@ use tern_cloud::{
 use sql::{Outcome, Row, Stmt, params};
 
 pub use identity::real_path;
+pub use progress::{Checked, DONE_TOLERANCE, Progress};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -181,53 +183,6 @@ impl JobRecord {
 
     pub fn name(&self) -> &str {
         &self.spec.name
-    }
-}
-
-/// A job's progress as the store keeps it (absolute values, already checked and clamped).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Progress {
-    pub done_samples: f64,
-    pub checkpoint_samples: f64,
-    pub checkpoint_at: Option<DateTime<Utc>>,
-    /// The report follows the checkpoint a drain asked for: the drain is over.
-    pub clear_drain: bool,
-}
-
-impl JobRecord {
-    /// The job's progress after a worker's report: done work is capped at the job's total; a
-    /// checkpoint counts when it moves forward or was asked for, and never exceeds the done
-    /// work.
-    pub fn progress_after(
-        &self,
-        done: f64,
-        checkpoint: f64,
-        checkpointed: bool,
-        now: DateTime<Utc>,
-    ) -> Progress {
-        let done_samples = done.min(self.total_samples);
-        let (checkpoint_samples, checkpoint_at) =
-            if checkpoint > self.checkpoint_samples || checkpointed {
-                (checkpoint.min(done_samples), Some(now))
-            } else {
-                (self.checkpoint_samples, self.checkpoint_at)
-            };
-        Progress {
-            done_samples,
-            checkpoint_samples,
-            checkpoint_at,
-            clear_drain: checkpointed,
-        }
-    }
-
-    /// Take `p` into this in-memory record.
-    pub fn apply_progress(&mut self, p: &Progress) {
-        self.done_samples = p.done_samples;
-        self.checkpoint_samples = p.checkpoint_samples;
-        self.checkpoint_at = p.checkpoint_at;
-        if p.clear_drain {
-            self.drain_requested = false;
-        }
     }
 }
 
@@ -821,6 +776,16 @@ impl Store {
             })
         })
         .collect()
+    }
+
+    /// Instances the job started at or after `since` (the launch budget's count).
+    pub fn launched_since(&self, job: &str, since: DateTime<Utc>) -> Result<u32> {
+        let rows = self.query(
+            "SELECT COUNT(*) FROM usage WHERE job = ?1 AND started_at >= ?2",
+            params![job, ms(since)],
+        )?;
+        let n = rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     pub fn usage(&self) -> Result<Vec<Usage>> {

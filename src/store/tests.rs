@@ -116,7 +116,10 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     // Progress and the drain flag have statements of their own (agents write them through
     // the API while a pass runs).
     store.set_drain("j1", true, t1).expect("drain");
-    let progress = job.progress_after(500.0, 400.0, false, t1);
+    let progress = job
+        .progress_after(500.0, 400.0, false, t1)
+        .expect("valid")
+        .progress;
     store.set_progress("j1", &progress, t1).expect("progress");
     job.drain_requested = true;
     job.apply_progress(&progress);
@@ -124,7 +127,10 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     assert!(store.job("nope").expect("query").is_none());
     assert!(store.set_progress("nope", &progress, t1).is_err());
     // The checkpoint it asked for clears the drain.
-    let checkpointed = job.progress_after(600.0, 600.0, true, t1);
+    let checkpointed = job
+        .progress_after(600.0, 600.0, true, t1)
+        .expect("valid")
+        .progress;
     store
         .set_progress("j1", &checkpointed, t1)
         .expect("progress");

@@ -165,6 +165,44 @@ pub struct Observation {
     pub at: DateTime<Utc>,
 }
 
+/// A step slower than a day is a unit mistake (ms for s) or garbage, not a measurement.
+pub const MAX_STEP_SECONDS: f64 = 86_400.0;
+
+impl Observation {
+    /// What is wrong with this measurement, if anything: the same rules as a spec's
+    /// `[[observation]]`. Checked before an observation is fitted or stored, so a bad one is
+    /// refused whole and cannot poison the job's later reports.
+    pub fn check(&self) -> Result<(), String> {
+        let fail = |field: &str, want: &str, got: String| {
+            Err(format!("observation.{field}: expected {want}, got {got}"))
+        };
+        if self.accelerator.trim().is_empty() {
+            return fail("accelerator", "an accelerator name", "\"\"".into());
+        }
+        if self.gpus == 0 {
+            return fail("gpus", "an integer >= 1", "0".into());
+        }
+        if self.nodes == 0 || self.nodes > self.gpus {
+            let want = format!("an integer from 1 to gpus = {}", self.gpus);
+            return fail("nodes", &want, self.nodes.to_string());
+        }
+        if self.local_batch == 0 {
+            return fail("local_batch", "an integer >= 1", "0".into());
+        }
+        if !(self.step_seconds > 0.0 && self.step_seconds <= MAX_STEP_SECONDS) {
+            let want = format!("seconds > 0 and <= {MAX_STEP_SECONDS}");
+            return fail("step_seconds", &want, self.step_seconds.to_string());
+        }
+        if let Some(sync) = self.sync_seconds
+            && !(sync >= 0.0 && sync <= self.step_seconds)
+        {
+            let want = format!("seconds from 0 to step_seconds = {}", self.step_seconds);
+            return fail("sync_seconds", &want, sync.to_string());
+        }
+        Ok(())
+    }
+}
+
 /// A throughput and runtime estimate with its uncertainty.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Forecast {
@@ -198,6 +236,51 @@ pub struct Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn observation() -> Observation {
+        Observation {
+            job: "j".into(),
+            accelerator: "V100".into(),
+            gpus: 8,
+            nodes: 2,
+            local_batch: 32,
+            step_seconds: 0.4,
+            sync_seconds: Some(0.1),
+            at: DateTime::<Utc>::MIN_UTC,
+        }
+    }
+
+    #[test]
+    fn a_bad_observation_names_its_field() {
+        assert_eq!(observation().check(), Ok(()));
+        type Spoil = fn(&mut Observation);
+        let cases: Vec<(&str, Spoil)> = vec![
+            ("observation.gpus", |o| o.gpus = 0),
+            ("observation.nodes", |o| o.nodes = 0),
+            ("observation.nodes", |o| o.nodes = 9),
+            ("observation.local_batch", |o| o.local_batch = 0),
+            ("observation.accelerator", |o| o.accelerator = " ".into()),
+            ("observation.step_seconds", |o| o.step_seconds = 0.0),
+            ("observation.step_seconds", |o| o.step_seconds = -1.0),
+            ("observation.step_seconds", |o| o.step_seconds = f64::NAN),
+            ("observation.step_seconds", |o| {
+                o.step_seconds = f64::INFINITY
+            }),
+            ("observation.step_seconds", |o| o.step_seconds = 1e9),
+            ("observation.sync_seconds", |o| o.sync_seconds = Some(-0.1)),
+            ("observation.sync_seconds", |o| o.sync_seconds = Some(1.0)),
+            ("observation.sync_seconds", |o| {
+                o.sync_seconds = Some(f64::NAN)
+            }),
+        ];
+        for (field, spoil) in cases {
+            let mut o = observation();
+            spoil(&mut o);
+            let err = o.check().expect_err(field);
+            assert!(err.starts_with(field), "{field}: {err}");
+            assert!(err.contains("expected"), "{err}");
+        }
+    }
 
     #[test]
     fn work_in_samples() {

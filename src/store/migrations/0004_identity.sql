@@ -7,3 +7,6 @@ CREATE TABLE identity (
     cluster    TEXT NOT NULL,
     created_at BIGINT NOT NULL
 );
+
+-- The launch budget counts a job's recent launches on every launch decision.
+CREATE INDEX usage_by_job ON usage (job, started_at);

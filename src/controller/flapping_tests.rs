@@ -1,0 +1,153 @@
+//! Flapping spot capacity (issue 13, defect 1): availability that comes and goes at random on
+//! every tick must not make the controller launch without bound. Synthetic traces of several
+//! tick lengths and seeds; the bound checked is the one `tern_policies::capacity` states:
+//! no job starts more than `launch_budget(max workers)` instances in any 60 minutes, every job
+//! finishes, and nothing is left running.
+
+use std::path::PathBuf;
+
+use chrono::TimeZone;
+use tern_cloud::{Cloud, parse_job_spec};
+use tern_policies::capacity::launch_budget;
+use tern_sim::cloud::SimConfig;
+use tern_sim::{SimCloud, Trace};
+
+use super::*;
+use crate::store::JobState;
+
+/// Random 0/`k` availability per tick (xorshift; the seed is the test's parameter).
+fn flapping(zone: &str, seed: u64, gap_seconds: u32, ticks: usize, k: u32) -> Trace {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let available = (0..ticks)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x.is_multiple_of(2) { k } else { 0 }
+        })
+        .collect();
+    Trace {
+        source: PathBuf::from(format!("{zone}-flap-{seed}.json")),
+        cloud: Cloud::Aws,
+        region: "us-west-2".into(),
+        zone: zone.into(),
+        gap_seconds,
+        available,
+        prices: None,
+        spot_price: Some(0.9),
+        on_demand_price: Some(3.06),
+    }
+}
+
+fn spec(name: &str, workers: &str, gang: bool, samples: u64) -> JobSpec {
+    let text = format!(
+        "name = \"{name}\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
+         gang = {gang}\ndeadline = \"60h\"\nlocal_batch = 64\n[work]\nsamples = {samples}\n\
+         [checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
+    );
+    parse_job_spec(&text, "job.toml").expect("valid spec")
+}
+
+/// Largest number of instances one job started in any 60-minute window.
+fn worst_hour(usage: &[crate::store::Usage], job: &str) -> u32 {
+    let mut starts: Vec<DateTime<Utc>> = usage
+        .iter()
+        .filter(|u| u.job == job)
+        .map(|u| u.started_at)
+        .collect();
+    starts.sort();
+    let hour = chrono::TimeDelta::hours(1);
+    (0..starts.len())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|t| **t - starts[i] < hour)
+                .count() as u32
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+async fn run_flapping(gap_seconds: u32, seed: u64) -> String {
+    let hours = 72;
+    let ticks = (hours * 3600 / gap_seconds as usize) + 10;
+    let start = Utc
+        .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
+        .single()
+        .expect("time");
+    let sim = Arc::new(SimCloud::new(
+        vec![
+            flapping("us-west-2a", seed, gap_seconds, ticks, 8),
+            flapping("us-west-2b", seed + 100, gap_seconds, ticks, 8),
+        ],
+        SimConfig {
+            start,
+            boot: Duration::from_secs(90),
+            ..SimConfig::default()
+        },
+    ));
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let config = ControllerConfig::new("flap", vec![Region::new("us-west-2")]);
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config).expect("open");
+    let jobs = [
+        spec("elastic", "{ min = 2, max = 4 }", false, 20_000_000),
+        spec("gang", "4", true, 20_000_000),
+    ];
+    for j in &jobs {
+        ctl.submit(j.clone(), sim.now()).expect("submit");
+    }
+    let mut workload = workload::Workload::new();
+    for _ in 0..hours * 60 {
+        sim.advance(Duration::from_secs(60));
+        let now = sim.now();
+        ctl.pass(now).await.expect("pass");
+        workload
+            .step(&mut ctl, Duration::from_secs(60), now)
+            .expect("step");
+        if ctl.jobs().all(|j| j.state.is_final()) && ctl.instances().count() == 0 {
+            break;
+        }
+    }
+    let case = format!("tick {gap_seconds} s, seed {seed}");
+    let usage = store.usage().expect("usage");
+    let mut summary = vec![case.clone()];
+    for j in ctl.jobs() {
+        assert_eq!(
+            j.state,
+            JobState::Finished,
+            "{case}: {} ended {:?} at {:.3} ({:?})",
+            j.name(),
+            j.state,
+            j.done_samples / j.total_samples,
+            j.reason
+        );
+        let worst = worst_hour(&usage, j.name());
+        let bound = launch_budget(j.spec.workers.max);
+        assert!(
+            worst <= bound,
+            "{case}: {} started {worst} in an hour (bound {bound})",
+            j.name()
+        );
+        let all = usage.iter().filter(|u| u.job == j.name()).count();
+        summary.push(format!(
+            "{}: {all} launches, worst hour {worst}/{bound}",
+            j.name()
+        ));
+    }
+    assert!(
+        sim.list("flap").await.expect("list").is_empty(),
+        "{case}: instances left running"
+    );
+    summary.join("; ")
+}
+
+#[tokio::test]
+async fn flapping_capacity_stays_within_the_launch_bound_and_every_job_finishes() {
+    for gap in [60, 600, 1800] {
+        for seed in [1, 2] {
+            let summary = run_flapping(gap, seed).await;
+            eprintln!("flapping: {summary}");
+        }
+    }
+}
