@@ -10,6 +10,7 @@
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod pg_cluster;
+mod pg_tls;
 mod postgres;
 pub mod sql;
 mod sqlite;
