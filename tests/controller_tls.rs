@@ -122,6 +122,17 @@ fn the_api_is_served_over_tls_to_clients_that_trust_its_ca() {
         .expect("status");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("resnet50"));
+    let out = run(&[
+        "cancel",
+        "resnet50-imagenet",
+        "--server",
+        &https,
+        "--ca",
+        ca,
+        "--token",
+        TOKEN,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
 
     // Refused: a client that does not trust the CA, or trusts another one.
     for extra in [vec![], vec!["--ca", stranger.ca.to_str().expect("path")]] {
@@ -252,4 +263,22 @@ fn sim_serve_takes_a_token() {
     // Open to the network only with a token.
     let text = refused(&["sim", "serve", "--listen", "0.0.0.0:0"]);
     assert!(text.contains("--token"), "{text}");
+}
+
+#[test]
+fn every_client_of_the_controller_takes_a_ca_and_a_token_file() {
+    for cmd in [
+        &["submit"][..],
+        &["status"],
+        &["cancel"],
+        &["agent"],
+        &["sim", "report"],
+    ] {
+        let out = tern().args(cmd).arg("--help").output().expect("help");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("--ca <FILE>"), "{cmd:?}:\n{text}");
+        if cmd != ["sim", "report"] {
+            assert!(text.contains("--token-file <FILE>"), "{cmd:?}:\n{text}");
+        }
+    }
 }

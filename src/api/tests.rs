@@ -245,3 +245,49 @@ async fn the_auth_scheme_is_case_insensitive() {
         assert_eq!(r.status().as_u16(), 401, "{wrong}");
     }
 }
+
+#[tokio::test]
+async fn the_library_client_speaks_tls_to_a_trusted_ca_only() {
+    let dir = tempfile::tempdir().expect("dir");
+    let certs = crate::test_certs::write_test_certs(dir.path()).expect("certs");
+    let other = tempfile::tempdir().expect("dir");
+    let stranger = crate::test_certs::write_test_certs(other.path()).expect("certs");
+    let tls = crate::serve::tls::server_config(&certs.cert, &certs.key).expect("tls config");
+    let state = ApiState {
+        shared: Shared::new(),
+        store: Arc::new(Store::in_memory().expect("store")),
+        token: "t0k".into(),
+        metrics: Arc::new(Metrics::new()),
+        clock: Arc::new(Fixed),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(crate::serve::run(listener, Some(tls), router(state)));
+    let client = |base: String, ca: Option<&std::path::Path>| {
+        let http = crate::http::client_with_ca(ca).expect("http");
+        client::Client::new(&base, Some("t0k".into()), http).expect("client")
+    };
+
+    let trusted = client(
+        format!("https://localhost:{}", addr.port()),
+        Some(&certs.ca),
+    );
+    assert!(trusted.jobs().await.expect("jobs over TLS").is_empty());
+    let by_ip = client(format!("https://{addr}"), Some(&certs.ca));
+    assert!(
+        by_ip.jobs().await.is_ok(),
+        "the certificate names 127.0.0.1"
+    );
+
+    for (base, ca) in [
+        (format!("https://{addr}"), Some(stranger.ca.as_path())),
+        (format!("https://{addr}"), None),
+    ] {
+        let err = client(base, ca).jobs().await.expect_err("unknown CA");
+        assert!(err.to_string().contains("certificate"), "{err}");
+    }
+    let plain = client(format!("http://{addr}"), Some(&certs.ca));
+    plain.jobs().await.expect_err("plain HTTP to a TLS port");
+}
