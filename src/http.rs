@@ -3,6 +3,9 @@
 //! connections are reused and every request has a connect and a total timeout.
 
 use std::path::Path;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -44,8 +47,16 @@ pub fn client_with_ca(ca: Option<&Path>) -> Result<reqwest::Client, HttpError> {
             reason,
         };
         let pem = std::fs::read(path).map_err(|e| ca_err(e.to_string()))?;
-        let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| ca_err(e.to_string()))?;
-        builder = builder.add_root_certificate(cert);
+        let ders = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ca_err(format!("not a PEM certificate: {e}")))?;
+        if ders.is_empty() {
+            return Err(ca_err("no CERTIFICATE block in the file".into()));
+        }
+        for der in ders {
+            let cert = reqwest::Certificate::from_der(&der).map_err(|e| ca_err(e.to_string()))?;
+            builder = builder.add_root_certificate(cert);
+        }
     }
     builder.build().map_err(HttpError::Build)
 }

@@ -3,7 +3,7 @@
 //! binary (`src/main.rs`, `src/cmd/`) only parses arguments, calls this and prints.
 //!
 //! Layers, lowest first (ARCHITECTURE.md has the full map; `tests/layers.rs` enforces it):
-//! `http` and `jobs` → `store` → `api::wire`/`api::client` → `controller` → `api` (server),
+//! `http`, `serve` and `jobs` → `store` → `api::wire`/`api::client` → `controller` → `api` (server),
 //! `sim`, `agent`. Nothing here imports the binary's `cmd`, and `anyhow` stays in the binary.
 
 pub mod agent;
@@ -11,5 +11,10 @@ pub mod api;
 pub mod controller;
 pub mod http;
 pub mod jobs;
+pub mod serve;
 pub mod sim;
 pub mod store;
+
+/// Test certificates (a private CA and a server certificate); never in a release build.
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_certs;

@@ -22,7 +22,7 @@ enum Command {
     /// decision and a cost summary (no credentials needed).
     Demo(cmd::demo::Args),
     /// The long-running controller: reconcile loop, HTTP API, /metrics (simulated cloud or AWS).
-    Controller(cmd::controller::Args),
+    Controller(Box<cmd::controller::Args>),
     /// Submit a job spec to a running controller.
     Submit(cmd::submit::SubmitArgs),
     /// Show jobs of a running controller.
@@ -56,7 +56,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Offers(args) => cmd::offers::run(args),
         Command::Demo(args) => cmd::demo::run(args),
-        Command::Controller(args) => cmd::controller::run(args),
+        Command::Controller(args) => cmd::controller::run(*args),
         Command::Submit(args) => cmd::submit::submit(args),
         Command::Status(args) => cmd::submit::status(args),
         Command::Cancel(args) => cmd::submit::cancel(args),

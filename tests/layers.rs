@@ -16,6 +16,10 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &["agent", "api", "controller", "jobs", "sim", "store"],
     ),
     (
+        "serve",
+        &["agent", "api", "controller", "http", "jobs", "sim", "store"],
+    ),
+    (
         "jobs",
         &["agent", "api", "controller", "http", "sim", "store"],
     ),

@@ -10,12 +10,9 @@ use super::wire::{ErrorBody, EventView, JobStatus, Progress, ProgressReply};
 pub enum ClientError {
     #[error("server URL {0} is not of the form http(s)://HOST[:PORT]")]
     Url(String),
-    #[error("cannot reach the controller at {url}: {source}")]
-    Transport {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
+    /// `reason` is the whole chain of causes (a TLS failure names the certificate problem).
+    #[error("cannot reach the controller at {url}: {reason}")]
+    Transport { url: String, reason: String },
     #[error("controller answered {status}: {message}")]
     Status {
         url: String,
@@ -91,9 +88,9 @@ impl Client {
             Some(t) => request.bearer_auth(t),
             None => request,
         };
-        let transport = |source| ClientError::Transport {
+        let transport = |e: reqwest::Error| ClientError::Transport {
             url: url.clone(),
-            source,
+            reason: causes(&e),
         };
         let reply = request.send().await.map_err(transport)?;
         let status = reply.status();
@@ -169,6 +166,21 @@ impl Client {
         }
         self.send(self.http.get(&url).query(&query), url).await
     }
+}
+
+/// An error and its causes, `a: b: c` (reqwest's own message leaves them out).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 /// A job name as one URL path segment (names are validated on submit, but a name typed on the

@@ -1,8 +1,9 @@
 //! The controller's HTTP API (axum): jobs (submit, list, status, cancel, progress), events,
 //! `/metrics` (Prometheus text format) and `/healthz`.
 //!
-//! Every `/v1` route needs `Authorization: Bearer <token>`; `/metrics` and `/healthz` are open
-//! so scrapers and probes need no secret. A request that is rejected (bad token, malformed
+//! Every `/v1` route needs `Authorization: Bearer <token>` (the scheme in any case);
+//! `/metrics` and `/healthz` are open so scrapers and probes need no secret. Every error
+//! answer is `{"error": ...}`, axum's own rejections included ([`crate::serve::errors`]). A request that is rejected (bad token, malformed
 //! spec, unknown job, an observation that cannot be fitted) writes nothing to the store.
 //!
 //! No handler waits on the cloud or on a reconcile pass: reads come from the view the pass
@@ -16,9 +17,9 @@ pub mod wire;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -27,6 +28,7 @@ use crate::controller::inputs::{Request as Change, admit, refit_with};
 use crate::controller::metrics::Metrics;
 use crate::controller::service::{Clock, Shared};
 use crate::controller::{ControllerError, inputs};
+use crate::serve;
 use crate::store::{Store, StoreError};
 use wire::{EventView, Progress, ProgressReply};
 
@@ -54,13 +56,7 @@ struct EventQuery {
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        axum::Json(wire::ErrorBody {
-            error: message.into(),
-        }),
-    )
-        .into_response()
+    serve::errors::json_error(status, message)
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {
@@ -87,27 +83,6 @@ async fn blocking<T: Send + 'static>(
         Ok(r) => r.map_err(refused),
         Err(e) => Err(internal(e)),
     }
-}
-
-async fn auth(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    let ok = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| constant_time_eq(t.as_bytes(), state.token.as_bytes()));
-    if !ok {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token (Authorization: Bearer <token>)",
-        );
-    }
-    next.run(request).await
-}
-
-/// Compare without an early exit, so the time taken does not reveal a token's prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn submit(State(state): State<ApiState>, body: String) -> Response {
@@ -314,12 +289,17 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{name}", get(status).delete(cancel))
         .route("/jobs/{name}/progress", post(progress))
         .route("/events", get(events))
-        .layer(middleware::from_fn_with_state(state.clone(), auth));
-    Router::new()
-        .nest("/v1", v1)
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(healthz))
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(
+            state.token.clone(),
+            serve::auth::require_bearer,
+        ));
+    serve::errors::json_errors(
+        Router::new()
+            .nest("/v1", v1)
+            .route("/metrics", get(metrics_text))
+            .route("/healthz", get(healthz))
+            .with_state(state),
+    )
 }
 
 #[cfg(test)]

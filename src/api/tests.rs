@@ -281,3 +281,166 @@ fn an_observation_an_older_tern_stored_unchecked_does_not_poison_the_job() {
         .expect("later good observations are taken");
     assert_eq!(store.observations("old").expect("obs").len(), 2);
 }
+
+/// A server on an idle controller (no loop running): enough for what the API answers itself.
+async fn idle_server(token: &str) -> String {
+    let shared = Shared::new();
+    let state = ApiState {
+        shared,
+        store: Arc::new(Store::in_memory().expect("store")),
+        token: token.into(),
+        metrics: Arc::new(Metrics::new()),
+        clock: Arc::new(Fixed),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    base
+}
+
+/// Status and the `error` field of a JSON error body (the test fails on any other shape).
+async fn json_error_of(reply: reqwest::Response) -> (u16, String) {
+    let status = reply.status().as_u16();
+    let kind = reply
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = reply.text().await.expect("body");
+    assert!(
+        kind.starts_with("application/json"),
+        "{status} {kind}: {body}"
+    );
+    let parsed: wire::ErrorBody = serde_json::from_str(&body).expect("{\"error\": ...}");
+    assert!(!parsed.error.is_empty(), "{status}: empty message");
+    (status, parsed.error)
+}
+
+#[tokio::test]
+async fn every_error_answer_is_json() {
+    let base = idle_server("t0k").await;
+    let http = crate::http::client().expect("http");
+    let auth = |r: reqwest::RequestBuilder| r.bearer_auth("t0k");
+
+    // A body over the limit (axum's default 2 MiB).
+    let big = "x".repeat(3 << 20);
+    let r = auth(http.post(format!("{base}/v1/jobs")).body(big))
+        .send()
+        .await;
+    let (code, _) = json_error_of(r.expect("send")).await;
+    assert_eq!(code, 413);
+
+    // Bytes that are not UTF-8: a spec (text) and a progress report (JSON).
+    let bad = vec![b'n', b'a', 0xff, 0xfe, b'\n'];
+    let r = auth(http.post(format!("{base}/v1/jobs")).body(bad.clone()));
+    let (code, message) = json_error_of(r.send().await.expect("send")).await;
+    assert_eq!(code, 400);
+    assert!(message.contains("UTF-8"), "{message}");
+    let r = auth(http.post(format!("{base}/v1/jobs/a/progress")))
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(bad);
+    assert_eq!(json_error_of(r.send().await.expect("send")).await.0, 400);
+
+    // JSON of the wrong shape, the wrong content type, a wrong method, an unknown route.
+    let r = auth(http.post(format!("{base}/v1/jobs/a/progress")))
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body("{\"done_samples\": \"many\"}");
+    assert_eq!(json_error_of(r.send().await.expect("send")).await.0, 422);
+    let r = auth(http.post(format!("{base}/v1/jobs/a/progress"))).body("{}");
+    assert_eq!(json_error_of(r.send().await.expect("send")).await.0, 415);
+    let r = auth(http.put(format!("{base}/v1/jobs")))
+        .send()
+        .await
+        .expect("send");
+    assert!(
+        r.headers().contains_key(reqwest::header::ALLOW),
+        "405 keeps Allow"
+    );
+    assert_eq!(json_error_of(r).await.0, 405);
+    let r = auth(http.get(format!("{base}/v2/nothing"))).send().await;
+    assert_eq!(json_error_of(r.expect("send")).await.0, 404);
+    let r = auth(http.get(format!("{base}/v1/events?after=soon")))
+        .send()
+        .await;
+    assert_eq!(json_error_of(r.expect("send")).await.0, 400);
+    // And the ones tern writes itself stay as they are.
+    let r = http
+        .get(format!("{base}/v1/jobs"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(json_error_of(r).await.0, 401);
+}
+
+#[tokio::test]
+async fn the_auth_scheme_is_case_insensitive() {
+    let base = idle_server("t0k").await;
+    let http = crate::http::client().expect("http");
+    for scheme in ["Bearer", "bearer", "BEARER", "BeArEr"] {
+        let r = http
+            .get(format!("{base}/v1/jobs"))
+            .header(reqwest::header::AUTHORIZATION, format!("{scheme} t0k"))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status().as_u16(), 200, "{scheme}");
+    }
+    for wrong in ["Basic t0k", "Bearer t0k0", "Bearer t0", "t0k"] {
+        let r = http
+            .get(format!("{base}/v1/jobs"))
+            .header(reqwest::header::AUTHORIZATION, wrong)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status().as_u16(), 401, "{wrong}");
+    }
+}
+
+#[tokio::test]
+async fn the_library_client_speaks_tls_to_a_trusted_ca_only() {
+    let dir = tempfile::tempdir().expect("dir");
+    let certs = crate::test_certs::write_test_certs(dir.path()).expect("certs");
+    let other = tempfile::tempdir().expect("dir");
+    let stranger = crate::test_certs::write_test_certs(other.path()).expect("certs");
+    let tls = crate::serve::tls::server_config(&certs.cert, &certs.key).expect("tls config");
+    let state = ApiState {
+        shared: Shared::new(),
+        store: Arc::new(Store::in_memory().expect("store")),
+        token: "t0k".into(),
+        metrics: Arc::new(Metrics::new()),
+        clock: Arc::new(Fixed),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(crate::serve::run(listener, Some(tls), router(state)));
+    let client = |base: String, ca: Option<&std::path::Path>| {
+        let http = crate::http::client_with_ca(ca).expect("http");
+        client::Client::new(&base, Some("t0k".into()), http).expect("client")
+    };
+
+    let trusted = client(
+        format!("https://localhost:{}", addr.port()),
+        Some(&certs.ca),
+    );
+    assert!(trusted.jobs().await.expect("jobs over TLS").is_empty());
+    let by_ip = client(format!("https://{addr}"), Some(&certs.ca));
+    assert!(
+        by_ip.jobs().await.is_ok(),
+        "the certificate names 127.0.0.1"
+    );
+
+    for (base, ca) in [
+        (format!("https://{addr}"), Some(stranger.ca.as_path())),
+        (format!("https://{addr}"), None),
+    ] {
+        let err = client(base, ca).jobs().await.expect_err("unknown CA");
+        assert!(err.to_string().contains("certificate"), "{err}");
+    }
+    let plain = client(format!("http://{addr}"), Some(&certs.ca));
+    plain.jobs().await.expect_err("plain HTTP to a TLS port");
+}

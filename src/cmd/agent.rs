@@ -21,10 +21,14 @@ pub struct Args {
     /// The job this VM works for.
     #[arg(long)]
     job: String,
+    /// Controller base URL (`http://…` or `https://…`).
     #[arg(long, env = "TERN_SERVER", default_value = "http://127.0.0.1:8470")]
     server: String,
-    #[arg(long, env = "TERN_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: super::token::TokenArgs,
+    /// PEM CA certificate to trust for an `https://` controller (beside the system's roots).
+    #[arg(long, env = "TERN_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// JSON file the training script keeps up to date (see the module docs / README).
     #[arg(long, value_name = "FILE")]
     progress_file: PathBuf,
@@ -86,8 +90,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         interval: Duration::from_secs_f64(args.interval.max(0.1)),
         command,
     };
-    let http = tern::http::client()?;
-    let client = Client::new(&args.server, args.token, http.clone())?;
+    let http = tern::http::client_with_ca(args.ca.as_deref())?;
+    let client = Client::new(&args.server, args.token.get()?, http.clone())?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

@@ -40,6 +40,12 @@ pub struct Args {
     /// Use the simulated cloud of a `tern sim serve` process instead of one in this process.
     #[arg(long, value_name = "URL")]
     sim_endpoint: Option<String>,
+    /// Bearer token of the `tern sim serve` process (its `--token`).
+    #[arg(long, env = "TERN_SIM_TOKEN", hide_env_values = true)]
+    sim_token: Option<String>,
+    /// PEM CA certificate to trust for an `https://` simulated cloud endpoint.
+    #[arg(long, env = "TERN_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// Virtual seconds of the simulated cloud per wall second.
     #[arg(long, default_value_t = 60.0)]
     speed: f64,
@@ -77,7 +83,8 @@ pub struct Args {
     /// State store: a SQLite file (`sqlite:PATH` or a path) or a PostgreSQL URL
     /// (`postgres://user@host/db`) that several controllers share for high availability.
     /// Default: <data dir>/tern/controller.db.
-    #[arg(long, env = "TERN_STATE")]
+    /// The URL may hold a password: its value is never shown (`--help` included).
+    #[arg(long, env = "TERN_STATE", hide_env_values = true)]
     state: Option<String>,
     /// Seconds a leader's lease lasts without renewal: a standby sharing the store takes over
     /// within this plus a fifth of it after the leader dies.
@@ -88,9 +95,15 @@ pub struct Args {
     id: Option<String>,
     #[arg(long, default_value = "127.0.0.1:8470")]
     listen: SocketAddr,
-    /// Bearer token every `/v1` request must carry.
-    #[arg(long, env = "TERN_TOKEN", hide_env_values = true)]
-    token: String,
+    /// The bearer token every `/v1` request must carry (`--token` or `--token-file`).
+    #[command(flatten)]
+    token: super::token::TokenArgs,
+    /// Serve the API over HTTPS with this PEM certificate chain (needs `--tls-key`).
+    #[arg(long, env = "TERN_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "TERN_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Value of the `tern:owner` tag on instances; the leak collector only touches these.
     #[arg(long, default_value = "tern")]
     owner: String,
@@ -220,7 +233,14 @@ pub(crate) fn init_logs(json: bool) {
 
 async fn serve(args: Args) -> anyhow::Result<()> {
     init_logs(args.log_json);
-    anyhow::ensure!(!args.token.is_empty(), "--token must not be empty");
+    let token = args
+        .token
+        .get()?
+        .context("the API needs a bearer token: --token, --token-file or TERN_TOKEN")?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tern::serve::tls::server_config(cert, key)?),
+        _ => None,
+    };
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
     anyhow::ensure!(
         args.lease_seconds >= 1.0,
@@ -287,7 +307,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let state = ApiState {
         shared,
         store,
-        token: args.token.clone().into(),
+        token: token.into(),
         metrics,
         clock,
     };
@@ -295,8 +315,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(
-        "leading as {}; listening on http://{} (state {}, {})",
+        "leading as {}; listening on {}://{} (state {}, {})",
         holder,
+        tern::serve::scheme(tls.as_ref()),
         listener.local_addr()?,
         shown,
         match (&args.provider, &args.sim_endpoint) {
@@ -306,7 +327,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 format!("simulated cloud in process at {}× speed", args.speed),
         }
     );
-    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let server = tokio::spawn(tern::serve::run(listener, tls, router(state)));
     let mut running = service.spawn()?;
     tokio::select! {
         ended = running.finished() => {
@@ -335,7 +356,9 @@ async fn cloud(
             Ok((provider, regions, Arc::new(WallClock)))
         }
         (ProviderKind::Sim, Some(url)) => {
-            let remote = RemoteSim::new(url.clone(), tern::http::client()?);
+            let sim_token = super::token::resolve(args.sim_token.as_deref(), None, "--sim-token")?;
+            let http = tern::http::client_with_ca(args.ca.as_deref())?;
+            let remote = RemoteSim::new(url.clone(), http).with_token(sim_token);
             let regions = remote
                 .regions()
                 .await

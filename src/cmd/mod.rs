@@ -18,3 +18,4 @@ pub mod prices;
 pub mod sim;
 pub mod simulate;
 pub mod submit;
+pub mod token;

@@ -37,12 +37,24 @@ pub struct ServeArgs {
     /// Fraction of calls throttled (seeded).
     #[arg(long, default_value_t = 0.0)]
     throttle: f64,
+    /// Bearer token every request must carry (required to listen beyond loopback).
+    #[arg(long, env = "TERN_SIM_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Read the bearer token from this file (its trailing newline dropped) instead.
+    #[arg(long, env = "TERN_SIM_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
     #[arg(long, default_value = "http://127.0.0.1:8480")]
     endpoint: String,
+    /// Bearer token of the simulated cloud (its `--token`).
+    #[arg(long, env = "TERN_SIM_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// PEM CA certificate to trust for an `https://` endpoint.
+    #[arg(long, env = "TERN_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// The controller's owner tag.
     #[arg(long, default_value = "tern")]
     owner: String,
@@ -68,6 +80,14 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
+    let token =
+        super::token::resolve(args.token.as_deref(), args.token_file.as_deref(), "--token")?;
+    // Anyone who reaches it can launch and terminate: open only on this machine.
+    anyhow::ensure!(
+        token.is_some() || args.listen.ip().is_loopback(),
+        "listening on {} (beyond loopback) needs --token or --token-file",
+        args.listen
+    );
     let config = SimConfig {
         start: Utc::now(),
         boot: Duration::from_secs(90),
@@ -91,12 +111,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.speed
     );
     tokio::spawn(server::run_clock(sim.clone(), args.speed));
-    axum::serve(listener, server::router(sim, regions)).await?;
+    let router = server::router(sim, regions, token.map(Into::into));
+    axum::serve(listener, router).await?;
     Ok(())
 }
 
 async fn print_report(args: ReportArgs) -> anyhow::Result<()> {
-    let remote = RemoteSim::new(args.endpoint.clone(), tern::http::client()?);
+    let token = super::token::resolve(args.token.as_deref(), None, "--token")?;
+    let http = tern::http::client_with_ca(args.ca.as_deref())?;
+    let remote = RemoteSim::new(args.endpoint.clone(), http).with_token(token);
     let report = remote.report(&args.owner).await.with_context(|| {
         format!(
             "asking the simulated cloud at {} for its report",

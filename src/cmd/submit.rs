@@ -9,12 +9,14 @@ use tern::api::wire::JobStatus;
 /// Where the controller is and how to authenticate.
 #[derive(Debug, clap::Args)]
 pub struct Server {
-    /// Controller base URL.
+    /// Controller base URL (`http://…` or `https://…`).
     #[arg(long, env = "TERN_SERVER", default_value = "http://127.0.0.1:8470")]
     server: String,
-    /// Bearer token (the controller's `--token`).
-    #[arg(long, env = "TERN_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: super::token::TokenArgs,
+    /// PEM CA certificate to trust for an `https://` controller (beside the system's roots).
+    #[arg(long, env = "TERN_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -46,8 +48,8 @@ impl Server {
     fn client(&self) -> anyhow::Result<Client> {
         Ok(Client::new(
             &self.server,
-            self.token.clone(),
-            tern::http::client()?,
+            self.token.get()?,
+            tern::http::client_with_ca(self.ca.as_deref())?,
         )?)
     }
 }
@@ -63,9 +65,16 @@ fn call<T>(
         .build()?;
     match runtime.block_on(f(&client)) {
         Ok(v) => Ok(v),
-        Err(e @ ClientError::Transport { .. }) => Err(anyhow::anyhow!(
-            "{e} (is `tern controller` running there? set --server or TERN_SERVER)"
-        )),
+        Err(e @ ClientError::Transport { .. }) => {
+            let tls = if server.server.starts_with("https://") {
+                " Over TLS, --ca or TERN_CA must name the CA of its certificate."
+            } else {
+                ""
+            };
+            Err(anyhow::anyhow!(
+                "{e} (is `tern controller` running there? set --server or TERN_SERVER.{tls})"
+            ))
+        }
         Err(e) => Err(e.into()),
     }
 }

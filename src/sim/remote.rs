@@ -18,6 +18,7 @@ use super::wire::{Wire, WireOutcome};
 pub struct RemoteSim {
     endpoint: String,
     client: reqwest::Client,
+    token: Option<String>,
 }
 
 fn transient(e: impl std::fmt::Display) -> ProviderError {
@@ -31,7 +32,14 @@ impl RemoteSim {
         RemoteSim {
             endpoint: endpoint.into().trim_end_matches('/').to_string(),
             client,
+            token: None,
         }
+    }
+
+    /// Send `token` as a bearer token (the server's `tern sim serve --token`).
+    pub fn with_token(mut self, token: Option<String>) -> RemoteSim {
+        self.token = token;
+        self
     }
 
     async fn call<T: DeserializeOwned>(
@@ -41,6 +49,10 @@ impl RemoteSim {
     ) -> Result<T, ProviderError> {
         let url = format!("{}{path}", self.endpoint);
         let failed = |e: reqwest::Error| transient(format!("{url}: {e}"));
+        let request = match &self.token {
+            Some(t) => request.bearer_auth(t),
+            None => request,
+        };
         let reply = request.send().await.map_err(failed)?;
         let status = reply.status();
         let body = reply.text().await.map_err(failed)?;

@@ -21,6 +21,7 @@ use tern_cloud::{
 use tern_sim::SimCloud;
 
 use super::wire::{Wire, WireError, WireOutcome};
+use crate::serve;
 
 #[derive(Debug, Default)]
 struct Ledger {
@@ -221,14 +222,15 @@ async fn report(
     }))
 }
 
-/// The routes of the simulated cloud's provider API, clock and report.
-pub fn router(sim: Arc<SimCloud>, regions: Vec<Region>) -> Router {
+/// The routes of the simulated cloud's provider API, clock and report; with a `token`, every
+/// route needs it as a bearer token (its launches and terminations are a cloud's).
+pub fn router(sim: Arc<SimCloud>, regions: Vec<Region>, token: Option<Arc<str>>) -> Router {
     let state = SimState {
         sim,
         ledger: Arc::new(Mutex::new(Ledger::default())),
         regions: Arc::new(regions),
     };
-    Router::new()
+    let routes = Router::new()
         .route("/provider/offers", post(offers))
         .route("/provider/launch", post(launch))
         .route("/provider/terminate", post(terminate))
@@ -237,7 +239,15 @@ pub fn router(sim: Arc<SimCloud>, regions: Vec<Region>) -> Router {
         .route("/now", get(now))
         .route("/regions", get(zones_regions))
         .route("/report", get(report))
-        .with_state(state)
+        .with_state(state);
+    let routes = match token {
+        Some(t) => routes.layer(axum::middleware::from_fn_with_state(
+            t,
+            serve::auth::require_bearer,
+        )),
+        None => routes,
+    };
+    serve::errors::json_errors(routes)
 }
 
 /// Advance `sim`'s clock with wall time × `speed` from now on, every 50 ms, forever.

@@ -11,6 +11,7 @@
 mod identity;
 #[cfg(any(test, feature = "test-util"))]
 pub mod pg_cluster;
+mod pg_tls;
 mod postgres;
 mod progress;
 pub mod sql;

@@ -7,7 +7,7 @@
 //! file by path).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 #[derive(Debug)]
@@ -66,6 +66,16 @@ fn free_port() -> Result<u16, String> {
 impl PgCluster {
     /// Create and start a cluster with a superuser `tern` trusted on loopback.
     pub fn start() -> Result<PgCluster, String> {
+        PgCluster::start_with(None)
+    }
+
+    /// As [`PgCluster::start`], with TLS on (`ssl=on`) using this PEM certificate and key;
+    /// plain connections are still accepted, as with a default server.
+    pub fn start_tls(cert: &Path, key: &Path) -> Result<PgCluster, String> {
+        PgCluster::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&Path, &Path)>) -> Result<PgCluster, String> {
         let bin = bindir()?;
         let as_postgres = is_root();
         let root =
@@ -87,12 +97,16 @@ impl PgCluster {
                 .args(["-A", "trust", "-U", "tern", "-E", "UTF8", "--no-sync", "-D"])
                 .arg(&data),
         )?;
+        let ssl = match tls {
+            Some((cert, key)) => cluster.install_tls(cert, key)?,
+            None => String::new(),
+        };
         // Retry on a port taken between choosing and binding it.
         let mut last = String::new();
         for _ in 0..3 {
             cluster.port = free_port()?;
             let opts = format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off{ssl}",
                 cluster.port,
                 cluster.root.display()
             );
@@ -113,6 +127,24 @@ impl PgCluster {
             }
         }
         Err(format!("PostgreSQL did not start: {last}"))
+    }
+
+    /// Copy the certificate and key where the server (maybe the `postgres` user) reads them;
+    /// the server options that turn TLS on.
+    fn install_tls(&self, cert: &Path, key: &Path) -> Result<String, String> {
+        let (c, k) = (self.root.join("server.crt"), self.root.join("server.key"));
+        std::fs::copy(cert, &c).map_err(|e| format!("{}: {e}", cert.display()))?;
+        std::fs::copy(key, &k).map_err(|e| format!("{}: {e}", key.display()))?;
+        // The server refuses a key others can read.
+        self.check(Command::new("chmod").arg("600").arg(&k))?;
+        if self.as_postgres {
+            self.check(Command::new("chown").arg("postgres").arg(&c).arg(&k))?;
+        }
+        Ok(format!(
+            " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+            c.display(),
+            k.display()
+        ))
     }
 
     fn data(&self) -> PathBuf {

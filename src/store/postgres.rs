@@ -15,6 +15,7 @@ use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, Statement};
 
 use super::StoreError;
+use super::pg_tls::{RustlsConnect, split_url};
 use super::sql::{Outcome, Row, Shape, Stmt, Value, applied_migrations, numbered_placeholders};
 
 /// Schema migrations in the PostgreSQL dialect; `tern_schema.version` = how many are applied.
@@ -95,13 +96,16 @@ pub struct PgDb {
 impl PgDb {
     /// Connect (failing fast with the server's reason), migrate, and start the worker.
     pub fn connect(url: &str) -> Result<PgDb, StoreError> {
-        let mut config: postgres::Config = url
+        let (rest, tls) = split_url(url)?;
+        let connector = tls.connector()?;
+        let mut config: postgres::Config = rest
             .parse()
             .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL: {e}")))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
         config.application_name("tern-controller");
+        config.ssl_mode(tls.ssl_mode());
         let shown = shown_url(url);
         // Connect on the worker thread too: the client's runtime must never start on one of
         // the controller's runtime threads.
@@ -110,7 +114,7 @@ impl PgDb {
         std::thread::Builder::new()
             .name("tern-store-pg".into())
             .spawn(move || {
-                let mut worker = match Worker::start(config) {
+                let mut worker = match Worker::start(config, connector) {
                     Ok(w) => {
                         let _ = ready_tx.send(Ok(()));
                         w
@@ -166,16 +170,18 @@ fn shown_url(url: &str) -> String {
 
 struct Worker {
     config: postgres::Config,
+    tls: Option<RustlsConnect>,
     client: Client,
     prepared: HashMap<String, Statement>,
 }
 
 impl Worker {
-    fn start(config: postgres::Config) -> Result<Worker, StoreError> {
-        let mut client = config.connect(NoTls)?;
+    fn start(config: postgres::Config, tls: Option<RustlsConnect>) -> Result<Worker, StoreError> {
+        let mut client = open(&config, tls.as_ref())?;
         migrate(&mut client)?;
         Ok(Worker {
             config,
+            tls,
             client,
             prepared: HashMap::new(),
         })
@@ -183,7 +189,7 @@ impl Worker {
 
     fn run(&mut self, batch: Vec<Stmt>) -> Result<Vec<Outcome>, StoreError> {
         if self.client.is_closed() {
-            self.client = self.config.connect(NoTls)?;
+            self.client = open(&self.config, self.tls.as_ref())?;
             self.prepared.clear();
         }
         let result = self.transaction(&batch);
@@ -223,6 +229,14 @@ impl Worker {
         tx.commit()?;
         Ok(out)
     }
+}
+
+/// A connection, in TLS when the URL's `sslmode` asks for it (see [`super::pg_tls`]).
+fn open(config: &postgres::Config, tls: Option<&RustlsConnect>) -> Result<Client, StoreError> {
+    Ok(match tls {
+        Some(t) => config.connect(t.clone())?,
+        None => config.connect(NoTls)?,
+    })
 }
 
 fn migrate(client: &mut Client) -> Result<(), StoreError> {

@@ -365,3 +365,58 @@ fn postgres_store_passes_the_same_checks() {
     assert!(msg.contains("nope"), "{msg}");
     assert!(!msg.contains("hunter2"), "{msg}");
 }
+
+/// TLS to PostgreSQL: `verify-full` against the server's CA works and is really TLS (the
+/// server's `pg_stat_ssl` says so); a certificate from another CA, or no TLS where it is
+/// required, is refused before anything is written.
+#[test]
+fn postgres_store_speaks_tls_and_checks_the_certificate() {
+    let dir = tempfile::tempdir().expect("dir");
+    let certs = crate::test_certs::write_test_certs(dir.path()).expect("certs");
+    let other = tempfile::tempdir().expect("dir");
+    let stranger = crate::test_certs::write_test_certs(other.path()).expect("certs");
+    let cluster =
+        pg_cluster::PgCluster::start_tls(&certs.cert, &certs.key).expect("PostgreSQL with TLS");
+    let base = cluster.create_db("tls").expect("db");
+    let with = |query: &str| format!("{base}?{query}");
+
+    let url = with(&format!(
+        "sslmode=verify-full&sslrootcert={}",
+        certs.ca.display()
+    ));
+    let store = Store::connect(&url).expect("verify-full against the right CA");
+    assert_eq!(store.schema_version().expect("version"), 3);
+    assert!(pg_ssl_in_use(&store), "the connection is not encrypted");
+
+    for query in [
+        format!("sslmode=verify-full&sslrootcert={}", stranger.ca.display()),
+        format!("sslmode=verify-ca&sslrootcert={}", stranger.ca.display()),
+    ] {
+        let err = Store::connect(&with(&query)).expect_err("an unknown CA is refused");
+        assert!(
+            err.to_string().to_lowercase().contains("certificate"),
+            "{query}: {err}"
+        );
+    }
+    // `require` encrypts without checking; `disable` stays plain (the server allows both).
+    let store = Store::connect(&with("sslmode=require")).expect("require");
+    assert!(pg_ssl_in_use(&store));
+    let store = Store::connect(&with("sslmode=disable")).expect("disable");
+    assert!(!pg_ssl_in_use(&store));
+
+    // A server without TLS: `require` fails, nothing is created.
+    let plain = pg_cluster::PgCluster::start().expect("PostgreSQL");
+    let url = format!("{}?sslmode=require", plain.create_db("plain").expect("db"));
+    Store::connect(&url).expect_err("TLS required, the server has none");
+}
+
+/// Whether this store's own connection is encrypted, as the server sees it.
+fn pg_ssl_in_use(store: &Store) -> bool {
+    let rows = store
+        .query(
+            "SELECT CASE WHEN ssl THEN 1 ELSE 0 END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            vec![],
+        )
+        .expect("pg_stat_ssl");
+    rows.first().is_some_and(|r| r.int(0).is_ok_and(|v| v == 1))
+}
