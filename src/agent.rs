@@ -199,7 +199,8 @@ async fn report(
 }
 
 fn read_progress(path: &Path) -> Option<ProgressFile> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let bytes = tern_cloud::input::read_capped(path, tern_cloud::input::Limit::SETTINGS).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     serde_json::from_str(&text).ok()
 }
 

@@ -43,7 +43,8 @@ pub fn client_with_ca(ca: Option<&Path>) -> Result<reqwest::Client, HttpError> {
             path: path.display().to_string(),
             reason,
         };
-        let pem = std::fs::read(path).map_err(|e| ca_err(e.to_string()))?;
+        let pem = tern_cloud::input::read_capped(path, tern_cloud::input::Limit::SETTINGS)
+            .map_err(|e| ca_err(e.to_string()))?;
         let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| ca_err(e.to_string()))?;
         builder = builder.add_root_certificate(cert);
     }

@@ -64,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let spec = parse_job_spec(text, name)?;
             Ok(LoadedJob::from_spec(
                 spec,
-                Path::new("examples/jobs"),
+                Some(Path::new("examples/jobs")),
                 name,
                 now,
             )?)
