@@ -46,7 +46,9 @@ pub enum JobError {
          the CSV text in `profile.placements`/`profile.scalability` (`tern submit` does)"
     )]
     ProfilePath { shown: String },
-    #[error("{shown}: `accelerators`: unknown accelerator {name:?}; known: {known}")]
+    #[error(
+        "{shown}: `accelerators`: unknown accelerator {name:?} (neither in the speed table nor measured in the spec); known: {known}"
+    )]
     UnknownAccelerator {
         shown: String,
         name: String,
@@ -61,13 +63,18 @@ pub enum JobError {
 }
 
 /// Checks what only a new submission must satisfy, against the submission time: every
-/// accelerator is one tern knows (can price and forecast), and the deadline is in the future
-/// and at most [`MAX_DEADLINE_S`] away. Not re-checked when a stored job is reloaded.
+/// accelerator is one tern can forecast (in the speed table, or measured in the spec itself),
+/// and the deadline is in the future and at most [`MAX_DEADLINE_S`] away. Not re-checked when
+/// a stored job is reloaded.
 pub fn check_new(spec: &JobSpec, now: DateTime<Utc>, shown: &str) -> Result<(), JobError> {
+    let measured = |a: &str| {
+        spec.observations.iter().any(|o| o.accelerator == a)
+            || spec.profile.as_ref().is_some_and(|p| p.accelerator == a)
+    };
     if let Some(a) = spec
         .accelerators
         .iter()
-        .find(|a| speed::lookup(a).is_none())
+        .find(|a| speed::lookup(a).is_none() && !measured(a))
     {
         let known: Vec<&str> = speed::TABLE.iter().map(|h| h.name).collect();
         return Err(JobError::UnknownAccelerator {
@@ -345,6 +352,10 @@ mod tests {
         };
         assert_eq!(check(&ok), Ok(()));
         let e = check(&ok.replace("[\"T4\"]", "[\"T4\", \"Z9000\"]")).expect_err("unknown");
+        // One the spec itself measured can be forecast.
+        let measured = ok.replace("[\"T4\"]", "[\"Z9000\"]")
+            + "[[observation]]\naccelerator = \"Z9000\"\ngpus = 1\nlocal_batch = 8\nstep_seconds = 0.5\n";
+        assert_eq!(check(&measured), Ok(()));
         assert!(
             e.contains("unknown accelerator \"Z9000\"") && e.contains("V100"),
             "{e}"

@@ -35,7 +35,7 @@ impl Limit {
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.bytes >= MIB && self.bytes % MIB == 0 {
+        if self.bytes >= MIB && self.bytes.is_multiple_of(MIB) {
             write!(f, "{} MiB", self.bytes / MIB)
         } else {
             write!(f, "{} bytes", self.bytes)
