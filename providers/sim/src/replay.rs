@@ -331,7 +331,7 @@ impl Prepared {
         let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
         Err(SimError::Invalid {
             reason: format!(
-                "the optimal/tern value tables would need {:.1} GiB ({threads} thread(s) × \
+                "the optimal/tern value tables could need up to {:.1} GiB ({threads} thread(s) × \
                  {:.1} GiB: a deadline of {} ticks × {} ticks of slack at {:.0} s a tick), over \
                  the {:.0} GiB limit; use a trace with coarser ticks, a shorter deadline, or \
                  leave optimal and tern out of --policy",
