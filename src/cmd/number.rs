@@ -1,5 +1,6 @@
-//! Value parsers for numeric flags: every float flag goes through one of these, so `-1`, `NaN`
-//! and `inf` are refused by clap with the flag's name before anything runs.
+//! Value parsers for numeric flags: the float flags of `tern simulate` and `tern plan` go
+//! through one of these, so `-1`, `NaN` and `inf` are refused by clap with the flag's name
+//! before anything runs.
 
 /// A finite number ≥ 0 (prices, sizes, rates, durations that may be zero).
 pub fn non_negative(text: &str) -> Result<f64, String> {
