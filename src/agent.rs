@@ -186,28 +186,16 @@ async fn report(
     client.progress(job, &progress).await
 }
 
-/// A progress file larger than this is not one the training script wrote.
-const PROGRESS_FILE_LIMIT: u64 = 64 * 1024;
-
 /// The progress file, checked: `Ok(None)` while the training script has not written it yet;
 /// an error that names the file, the line and column or the field, and what was expected.
 fn read_progress(path: &Path) -> Result<Option<ProgressFile>, String> {
-    use std::io::Read;
+    use tern_cloud::input::{Limit, ReadError, read_text_capped};
     let shown = path.display();
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let text = match read_text_capped(path, Limit::SETTINGS) {
+        Ok(t) => t,
+        Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{shown}: {e}")),
     };
-    let mut text = String::new();
-    file.take(PROGRESS_FILE_LIMIT + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{shown}: {e}"))?;
-    if text.len() as u64 > PROGRESS_FILE_LIMIT {
-        return Err(format!(
-            "{shown}: larger than {PROGRESS_FILE_LIMIT} bytes; expected one small JSON object"
-        ));
-    }
     let f: ProgressFile = serde_json::from_str(&text).map_err(|e| {
         format!(
             "{shown}:{}:{}: {e}; expected {{\"samples\": N, \"checkpoint_samples\": N, ...}}",
@@ -449,7 +437,7 @@ mod tests {
             assert!(err.contains(want), "{text}: {err}");
             assert!(err.contains("progress.json"), "{err}");
         }
-        std::fs::write(&path, vec![b' '; 100_000]).expect("write");
+        std::fs::write(&path, vec![b' '; 2 << 20]).expect("write");
         assert!(
             read_progress(&path)
                 .expect_err("big")

@@ -46,7 +46,8 @@ pub fn client_with_ca(ca: Option<&Path>) -> Result<reqwest::Client, HttpError> {
             path: path.display().to_string(),
             reason,
         };
-        let pem = std::fs::read(path).map_err(|e| ca_err(e.to_string()))?;
+        let pem = tern_cloud::input::read_capped(path, tern_cloud::input::Limit::SETTINGS)
+            .map_err(|e| ca_err(e.to_string()))?;
         let ders = CertificateDer::pem_slice_iter(&pem)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ca_err(format!("not a PEM certificate: {e}")))?;

@@ -248,3 +248,61 @@ fn availability_history_sets_the_spot_hazard() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("ZONE:TYPE=FILE"));
 }
+
+#[test]
+fn unknown_quota_families_regions_and_teams_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = write(dir.path(), "ok.toml", &job("ok", "V100", "3d"));
+    for (name, text, wants) in [
+        (
+            "family.toml",
+            "[[quota]]\ncloud = \"aws\"\nfamily = \"V1OO\"\nlimit = 4\n",
+            &["family.toml: quota[0].family", "\"V1OO\"", "V100"][..],
+        ),
+        (
+            "region.toml",
+            "[[quota]]\ncloud = \"aws\"\nregion = \"us-east-9\"\nfamily = \"V100\"\nlimit = 4\n",
+            &["region.toml: quota[0].region", "\"us-east-9\"", "us-east-1"][..],
+        ),
+        (
+            "team.toml",
+            "[team.\"a\\u001b[2J\"]\ntotal_usd = 5\n",
+            &["team.toml: team name", "1–63 characters"][..],
+        ),
+    ] {
+        let q = write(dir.path(), name, text);
+        let o = tern(&["plan", &ok, "--quota", &q]);
+        assert!(!o.status.success(), "{name} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        for w in wants {
+            assert!(err.contains(w), "{name}: {err} lacks {w}");
+        }
+        assert!(!err.contains('\u{1b}'), "{err}");
+    }
+}
+
+#[test]
+fn availability_for_an_unknown_zone_or_type_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write(dir.path(), "j.toml", &job("j", "V100", "30d"));
+    let trace = write(
+        dir.path(),
+        "t.json",
+        r#"{"metadata": {"gap_seconds": 600}, "data": [1, 0, 1]}"#,
+    );
+    for (key, want) in [
+        (
+            format!("use1-az99:p3.2xlarge={trace}"),
+            "no offer of the catalog is in that zone",
+        ),
+        (format!("use1-az1:p9.huge={trace}"), "types offered there"),
+    ] {
+        let o = tern(&["plan", spec.as_str(), "--availability", &key]);
+        assert!(!o.status.success(), "{key} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--availability") && err.contains(want),
+            "{err}"
+        );
+    }
+}

@@ -192,3 +192,83 @@ fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Specs the controller cannot honour get 422 (or 400 when malformed) with a JSON error, and
+/// nothing is stored: a profile path on the controller's disk (never read, nothing echoed),
+/// an unknown accelerator, a deadline in the past; an overlong name is malformed.
+#[test]
+fn api_refuses_nonsense_specs_and_submit_inlines_profiles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = start(&dir.path().join("state.db"));
+    let base = "name = \"p\"\nteam = \"t\"\naccelerators = [\"T4\"]\nworkers = 1\nlocal_batch = 64\n\
+                [work]\nsamples = 1_000_000\n";
+    let secret = dir.path().join("secret");
+    std::fs::create_dir(&secret).expect("dir");
+    std::fs::write(secret.join("placements.csv"), "root:x:0:0:leaked\n").expect("write");
+    let cases = [
+        (
+            format!(
+                "{base}[profile]\npath = \"{}\"\naccelerator = \"T4\"\n",
+                secret.display()
+            ),
+            422,
+            "profile.path",
+        ),
+        (
+            base.replace("[\"T4\"]", "[\"T4\", \"Z9000\"]"),
+            422,
+            "unknown accelerator \"Z9000\"",
+        ),
+        (
+            format!("deadline = \"2020-01-01T00:00:00Z\"\n{base}"),
+            422,
+            "in the past",
+        ),
+        (
+            base.replace("\"p\"", &format!("\"{}\"", "n".repeat(100_000))),
+            400,
+            "1–63 characters",
+        ),
+    ];
+    for (spec, want_code, want) in &cases {
+        let (code, body) = http(&c.addr, "POST", "/v1/jobs", Some(TOKEN), spec);
+        assert_eq!(code, *want_code, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON error body");
+        let error = v["error"].as_str().expect("error field");
+        assert!(error.contains(want), "{error}");
+        assert!(
+            !body.contains("leaked") && !body.contains("root:"),
+            "{body}"
+        );
+        assert!(body.len() < 2000, "{} bytes", body.len());
+    }
+    let (code, body) = http(&c.addr, "GET", "/v1/jobs", Some(TOKEN), "");
+    assert_eq!((code, body.trim()), (200, "[]"));
+
+    // `tern submit` reads a relative profile path from the spec's folder (not the controller's
+    // working directory) and sends its content.
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir_all(jobs.join("prof")).expect("dir");
+    let profiles = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/profiles/pollux-t4/imagenet"
+    );
+    for f in ["placements.csv", "scalability.csv"] {
+        std::fs::copy(format!("{profiles}/{f}"), jobs.join("prof").join(f)).expect("copy");
+    }
+    let spec = jobs.join("p.toml");
+    std::fs::write(
+        &spec,
+        base.replace("local_batch = 64\n", "")
+            + "[profile]\npath = \"prof\"\naccelerator = \"T4\"\n",
+    )
+    .expect("write");
+    let out = tern(&c, &["submit", &spec.display().to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, body) = http(&c.addr, "GET", "/v1/jobs/p", Some(TOKEN), "");
+    assert_eq!(code, 200, "{body}");
+}

@@ -216,3 +216,74 @@ fn min_nodes_outside_one_to_k_is_an_error_naming_the_flag() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/profile"));
 }
+
+#[test]
+fn nonsense_numbers_are_refused_by_flag() {
+    let trace = format!("{TRACES}/us-east-1c_v100_1.json");
+    for (flag, bad) in [
+        ("--spot-price", "-1"),
+        ("--spot-price", "NaN"),
+        ("--spot-price", "inf"),
+        ("--on-demand-price", "0"),
+        ("--egress-per-gb", "-0.5"),
+    ] {
+        let out = job_args(&mut tern())
+            .args(["--trace", &trace, flag, bad])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag} {bad} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(flag) && err.contains("expected a finite number"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn per_trace_rows_of_one_zone_do_not_overwrite_each_other() {
+    let trace = format!("{TRACES}/us-east-1c_v100_1.json");
+    let out = job_args(&mut tern())
+        .args(["--trace", &trace, &trace, "--per-trace", "--policy", "up"])
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let zones = v["up"]["zones"].as_object().unwrap();
+    let keys: Vec<&str> = zones.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["us-east-1c#1", "us-east-1c#2"], "{stdout}");
+    assert_eq!(
+        v["up"]["windows"],
+        zones["us-east-1c#1"]["windows"].as_u64().unwrap() * 2
+    );
+}
+
+#[test]
+fn one_second_ticks_are_refused_with_the_memory_they_would_need() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("us-east-1a_v100_1.json");
+    let data = vec!["1"; 60 * 3600].join(",");
+    std::fs::write(
+        &file,
+        format!(r#"{{"metadata": {{"gap_seconds": 1}}, "data": [{data}]}}"#),
+    )
+    .unwrap();
+    let out = tern()
+        .args(["simulate", "--work-hours", "40", "--deadline-hours", "52"])
+        .args(["--restart-hours", "0.2", "--trace"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("GiB") && err.contains("coarser ticks"),
+        "{err}"
+    );
+}

@@ -167,6 +167,11 @@ fn invalid_progress(p: &Progress, name: &str) -> Option<&'static str> {
     {
         return Some("observation: job must match the URL and step_seconds must be > 0");
     }
+    if let Some(o) = &p.observation
+        && tern_cloud::name::check_label(&o.accelerator).is_err()
+    {
+        return Some("observation: accelerator must be a name without control characters");
+    }
     None
 }
 

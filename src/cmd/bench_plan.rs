@@ -64,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let spec = parse_job_spec(text, name)?;
             Ok(LoadedJob::from_spec(
                 spec,
-                Path::new("examples/jobs"),
+                Some(Path::new("examples/jobs")),
                 name,
                 now,
             )?)
@@ -79,7 +79,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })
         .collect();
     let limits = match &args.quota {
-        Some(p) => super::plan::load_limits(p)?,
+        Some(p) => {
+            let limits = super::plan::load_limits(p)?;
+            super::plan::check_limits(&limits, &catalog.offers, &p.display().to_string())?;
+            limits
+        }
         None => super::plan::LimitsFile::default(),
     };
     let options = PlanOptions {

@@ -11,6 +11,7 @@ pub mod catalog_source;
 pub mod controller;
 pub mod demo;
 pub mod forecast;
+pub mod number;
 pub mod offers;
 pub mod output;
 pub mod plan;

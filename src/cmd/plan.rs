@@ -1,14 +1,14 @@
 //! `tern plan`: the chosen fleet for a set of job specs, its expected cost and finish, and the
 //! runners-up with why they lost.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use chrono::Utc;
 use serde::Deserialize;
-use tern_cloud::Budget;
+use tern_cloud::{Budget, Offer};
 use tern_plan::{Objective, PlanOptions, PlanReport, Quota, hazard_per_hour, plan};
 
 use super::catalog_source::CatalogArgs;
@@ -29,13 +29,13 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "cost")]
     pub objective: ObjectiveArg,
     /// HiGHS time limit, seconds; the greedy answers if the MILP cannot.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", value_parser = super::number::positive, allow_negative_numbers = true)]
     pub time_limit: f64,
     /// Skip the MILP and use the greedy heuristic.
     #[arg(long)]
     pub greedy: bool,
     /// Spot interruptions per node-hour to assume where no history is known.
-    #[arg(long, default_value_t = PlanOptions::default().default_spot_hazard_per_hour, value_name = "PER_HOUR")]
+    #[arg(long, default_value_t = PlanOptions::default().default_spot_hazard_per_hour, value_name = "PER_HOUR", value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub spot_hazard: f64,
     /// Availability history of one offer's zone and instance type, as ZONE:TYPE=TRACE.json (a
     /// Can't Be Late trace; ZONE as `tern offers` prints it, e.g. use1-az4). Its interruption
@@ -92,7 +92,8 @@ impl LimitsFile {
 
 pub fn load_limits(path: &Path) -> anyhow::Result<LimitsFile> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
+    let text = tern_cloud::input::read_text_capped(path, tern_cloud::input::Limit::SETTINGS)
+        .with_context(|| format!("reading {shown}"))?;
     let limits: LimitsFile = toml::from_str(&text).map_err(|e| {
         let line = e
             .span()
@@ -104,6 +105,12 @@ pub fn load_limits(path: &Path) -> anyhow::Result<LimitsFile> {
         )
     })?;
     for (name, b) in &limits.team {
+        tern_cloud::name::check_name(name).map_err(|found| {
+            anyhow::anyhow!(
+                "{shown}: team name {found}: expected {}",
+                tern_cloud::name::NAME_RULE
+            )
+        })?;
         for v in [b.total_usd, b.per_hour_usd].into_iter().flatten() {
             anyhow::ensure!(
                 v.is_finite() && v >= 0.0,
@@ -112,6 +119,75 @@ pub fn load_limits(path: &Path) -> anyhow::Result<LimitsFile> {
         }
     }
     Ok(limits)
+}
+
+/// Refuses quotas that no offer of the catalog could ever count against: an unknown family or
+/// region is a typo that would otherwise leave the real limit unenforced.
+pub fn check_limits(limits: &LimitsFile, offers: &[Offer], shown: &str) -> anyhow::Result<()> {
+    for (i, q) in limits.quota.iter().enumerate() {
+        let of_cloud = || offers.iter().filter(|o| o.cloud == q.cloud);
+        let families: BTreeSet<String> = of_cloud()
+            .filter_map(|o| o.accelerator().map(|a| a.family()))
+            .collect();
+        anyhow::ensure!(
+            families.iter().any(|f| f.eq_ignore_ascii_case(&q.family)),
+            "{shown}: quota[{i}].family: no {} offer in the catalog has family {}; known: {}",
+            q.cloud,
+            tern_cloud::name::shown(&q.family),
+            families.into_iter().collect::<Vec<_>>().join(", ")
+        );
+        if let Some(r) = &q.region {
+            let regions: BTreeSet<&str> = of_cloud().map(|o| o.region.as_str()).collect();
+            anyhow::ensure!(
+                regions.contains(r.as_str()),
+                "{shown}: quota[{i}].region: no {} offer in the catalog is in region {}; known: {}",
+                q.cloud,
+                tern_cloud::name::shown(r),
+                regions.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `--availability ZONE:TYPE=FILE` split, with ZONE:TYPE checked against the catalog's offers
+/// (a typo would silently leave the default hazard in place).
+fn availability_key<'a>(
+    spec: &'a str,
+    offers: &[Offer],
+) -> anyhow::Result<(&'a str, &'a str, &'a str)> {
+    let (key, file) = spec
+        .split_once('=')
+        .ok_or_else(|| anyhow::anyhow!("--availability {spec}: expected ZONE:TYPE=FILE"))?;
+    let (zone, ty) = key
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("--availability {spec}: expected ZONE:TYPE before '='"))?;
+    if !offers
+        .iter()
+        .any(|o| o.zone.as_str() == zone && o.instance_type.name == ty)
+    {
+        let in_zone: BTreeSet<&str> = offers
+            .iter()
+            .filter(|o| o.zone.as_str() == zone)
+            .map(|o| o.instance_type.name.as_str())
+            .collect();
+        let hint = if in_zone.is_empty() {
+            "no offer of the catalog is in that zone (zones as `tern offers` prints them)"
+                .to_owned()
+        } else {
+            format!(
+                "types offered there: {}",
+                in_zone.into_iter().collect::<Vec<_>>().join(", ")
+            )
+        };
+        anyhow::bail!(
+            "--availability {}: no offer of {} in zone {}; {hint}",
+            tern_cloud::name::shown(spec),
+            tern_cloud::name::shown(ty),
+            tern_cloud::name::shown(zone)
+        );
+    }
+    Ok((zone, ty, file))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -135,7 +211,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|j| j.plan_job(now, now, j.spec.work.samples() as f64))
         .collect();
     let limits = match &args.quota {
-        Some(p) => load_limits(p)?,
+        Some(p) => {
+            let limits = load_limits(p)?;
+            check_limits(&limits, &catalog.offers, &p.display().to_string())?;
+            limits
+        }
         None => LimitsFile::default(),
     };
     anyhow::ensure!(
@@ -148,12 +228,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     let mut hazards = std::collections::HashMap::new();
     for spec in &args.availability {
-        let (key, file) = spec
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--availability {spec}: expected ZONE:TYPE=FILE"))?;
-        let (zone, ty) = key.split_once(':').ok_or_else(|| {
-            anyhow::anyhow!("--availability {spec}: expected ZONE:TYPE before '='")
-        })?;
+        let (zone, ty, file) = availability_key(spec, &catalog.offers)?;
         let trace = tern_sim::Trace::load(Path::new(file))?;
         let rate = hazard_per_hour(&trace.available, f64::from(trace.gap_seconds), 1).ok_or_else(
             || anyhow::anyhow!("{file}: the trace never has capacity, so no rate can be learned"),

@@ -21,29 +21,29 @@ pub struct Args {
     #[arg(long = "trace", value_name = "FILE", num_args = 1.., required = true)]
     pub traces: Vec<PathBuf>,
     /// Hours of work at full speed (C).
-    #[arg(long, value_name = "C")]
+    #[arg(long, value_name = "C", value_parser = super::number::positive, allow_negative_numbers = true)]
     pub work_hours: f64,
     /// Hours from the start of a window to the deadline (D).
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", value_parser = super::number::positive, allow_negative_numbers = true)]
     pub deadline_hours: f64,
     /// Hours without progress whenever a new instance starts (d).
-    #[arg(long, value_name = "d")]
+    #[arg(long, value_name = "d", value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub restart_hours: f64,
     /// On-demand $/h per instance [default: the trace's price_info, else 3.06 (p3.2xlarge)].
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_parser = super::number::positive, allow_negative_numbers = true)]
     pub on_demand_price: Option<f64>,
     /// Spot $/h per instance for traces without a price series [default: the trace's
     /// price_info, else 0.30 × on-demand].
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub spot_price: Option<f64>,
     /// A window starts every H hours of the trace.
-    #[arg(long, value_name = "H", default_value_t = 6.0)]
+    #[arg(long, value_name = "H", default_value_t = 6.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     pub stride_hours: f64,
     /// Checkpoint size, for egress when a move changes region.
-    #[arg(long, value_name = "G", default_value_t = 0.0)]
+    #[arg(long, value_name = "G", default_value_t = 0.0, value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub checkpoint_gb: f64,
     /// Egress $/GB across regions.
-    #[arg(long, value_name = "E", default_value_t = 0.0)]
+    #[arg(long, value_name = "E", default_value_t = 0.0, value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub egress_per_gb: f64,
     /// Instances the job wants (K). Without --min-nodes it is a gang: spot counts only when K
     /// are available.
@@ -187,6 +187,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|g| scenario(g).prepare_elastic(&elastic))
         .collect::<Result<Vec<_>, _>>()
         .context("cannot replay these traces")?;
+    for p in &prepared {
+        p.check_memory(&policies)
+            .context("cannot replay these traces")?;
+    }
     let total: usize = prepared.iter().map(|p| p.windows()).sum();
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(total as u64);
@@ -212,7 +216,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         b.finish_and_clear();
     }
     let zone_names: Vec<String> = if args.per_trace {
-        traces.iter().map(|t| t.zone.clone()).collect()
+        row_labels(&traces)
     } else {
         let names: Vec<&str> = traces.iter().map(|t| t.zone.as_str()).collect();
         vec![if names.len() <= 3 {
@@ -321,6 +325,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One label per trace for `--per-trace` rows and JSON keys: the zone, and `zone#n` (n from 1,
+/// in argument order) when several traces share a zone, so none overwrites another.
+fn row_labels(traces: &[Trace]) -> Vec<String> {
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let shared = |z: &str| traces.iter().filter(|t| t.zone == z).count() > 1;
+    traces
+        .iter()
+        .map(|t| {
+            if !shared(&t.zone) {
+                return t.zone.clone();
+            }
+            let n = seen.entry(t.zone.as_str()).or_insert(0);
+            *n += 1;
+            format!("{}#{n}", t.zone)
+        })
+        .collect()
+}
+
 /// The relative throughput per node count from `--profile` or `--job`, and where it came from.
 fn scaling_curve(args: &Args) -> anyhow::Result<Option<(Vec<f64>, String)>> {
     let now = chrono::Utc::now();
@@ -385,14 +407,16 @@ fn profile_job(
         local_batch: None,
         observations: Vec::new(),
         profile: Some(ProfileRef {
-            path: dir.display().to_string(),
+            path: Some(dir.display().to_string()),
+            placements: None,
+            scalability: None,
             accelerator,
             node_type: node_type.map(str::to_owned),
         }),
     };
     Ok(LoadedJob::from_spec(
         spec,
-        Path::new("."),
+        Some(Path::new(".")),
         &dir.display().to_string(),
         now,
     )?)

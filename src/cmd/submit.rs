@@ -1,10 +1,12 @@
 //! `tern submit`, `tern status` and `tern cancel`: the controller's API from the command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use tern::api::client::{Client, ClientError};
 use tern::api::wire::JobStatus;
+use tern::jobs::{check_new, inline_profile, read_spec, spec_folder};
+use tern_cloud::JobSpec;
 
 /// Where the controller is and how to authenticate.
 #[derive(Debug, clap::Args)]
@@ -80,14 +82,41 @@ fn call<T>(
 }
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.job)
-        .with_context(|| format!("reading {}", args.job.display()))?;
+    let shown = args.job.display().to_string();
+    let text = read_spec(&args.job)?;
     // Validate locally first: errors name the file, not "request body".
-    let spec = tern_cloud::parse_job_spec(&text, &args.job.display().to_string())?;
-    let name = call(&args.server, async |c| c.submit(&text).await)?;
+    let spec = tern_cloud::parse_job_spec(&text, &shown)?;
+    check_new(&spec, chrono::Utc::now(), &shown)?;
+    let body = wire_spec(&text, &spec, &args.job)?;
+    let name = call(&args.server, async |c| c.submit(&body).await)?;
     debug_assert_eq!(name, spec.name);
     println!("submitted {name}");
     Ok(())
+}
+
+/// The spec as the controller receives it: a `[profile] path` is read here, relative to the
+/// spec's folder, and sent as CSV text, since the controller reads no file a spec names.
+fn wire_spec(text: &str, spec: &JobSpec, path: &Path) -> anyhow::Result<String> {
+    let Some(p) = spec.profile.as_ref().filter(|p| p.path.is_some()) else {
+        return Ok(text.to_owned());
+    };
+    let inline = inline_profile(p, spec_folder(path))?;
+    let mut root: toml::Table =
+        toml::from_str(text).with_context(|| format!("re-reading {}", path.display()))?;
+    let mut profile = toml::Table::new();
+    let fields = [
+        ("accelerator", Some(inline.accelerator)),
+        ("node_type", inline.node_type),
+        ("placements", inline.placements),
+        ("scalability", inline.scalability),
+    ];
+    for (key, value) in fields {
+        if let Some(v) = value {
+            profile.insert(key.to_owned(), toml::Value::String(v));
+        }
+    }
+    root.insert("profile".to_owned(), toml::Value::Table(profile));
+    Ok(toml::to_string(&root)?)
 }
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {

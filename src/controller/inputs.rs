@@ -13,7 +13,7 @@ use super::events::Event;
 use super::{
     Controller, ControllerError, JobEntry, Result, fmt_workers, hours, model_for, observed,
 };
-use crate::jobs::LoadedJob;
+use crate::jobs::{LoadedJob, check_new};
 use crate::store::{JobRecord, JobState, Progress, Store};
 
 /// Why a cancel happened, as the job's reason says.
@@ -26,13 +26,16 @@ pub struct Admitted {
     pub loaded: Arc<LoadedJob>,
 }
 
-/// Check that `spec` can be forecast. CPU-bound (a forecaster fit): callers on an async
-/// runtime run it on a blocking thread. Writes nothing.
+/// Check that `spec` is a sensible new job (known accelerators, a deadline ahead, no profile
+/// the controller would have to read from its own disk) and can be forecast. CPU-bound (a
+/// forecaster fit): callers on an async runtime run it on a blocking thread. Writes nothing.
 pub fn admit(spec: JobSpec, now: DateTime<Utc>) -> Result<Admitted> {
-    let loaded = model_for(&spec, now).map_err(|reason| ControllerError::Job {
+    let refused = |reason: String| ControllerError::Job {
         job: spec.name.clone(),
         reason,
-    })?;
+    };
+    check_new(&spec, now, &spec.name).map_err(|e| refused(e.to_string()))?;
+    let loaded = model_for(&spec, now).map_err(refused)?;
     Ok(Admitted {
         record: JobRecord::new(spec, now),
         loaded,

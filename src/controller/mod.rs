@@ -32,7 +32,6 @@ pub mod workload;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -213,7 +212,7 @@ impl std::fmt::Debug for Controller {
 }
 
 fn model_for(spec: &JobSpec, at: DateTime<Utc>) -> std::result::Result<Arc<LoadedJob>, String> {
-    LoadedJob::from_spec(spec.clone(), Path::new("."), &spec.name, at)
+    LoadedJob::from_spec(spec.clone(), None, &spec.name, at)
         .map(Arc::new)
         .map_err(|e| e.to_string())
 }

@@ -4,13 +4,14 @@
 
 mod profile;
 
-pub use profile::load_profile;
+pub use profile::{inline_profile, load_profile, profile_rows};
 
 use std::path::Path;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{JobSpec, Observation, SpecError, parse_job_spec};
+use tern_cloud::input::{Limit, ReadError, read_text_capped};
+use tern_cloud::{JobSpec, MAX_DEADLINE_S, Observation, SpecError, parse_job_spec};
 use tern_plan::{PlanJob, Throughput, ThroughputModel};
 use tern_policies::forecast::{Basis, ForecastError, Forecaster, Shape, speed};
 
@@ -21,7 +22,7 @@ pub enum JobError {
     Read {
         path: String,
         #[source]
-        source: std::io::Error,
+        source: ReadError,
     },
     #[error(transparent)]
     Spec(#[from] SpecError),
@@ -40,6 +41,65 @@ pub enum JobError {
     },
     #[error("{shown}: `local_batch` is needed when there are no observations")]
     NoBatch { shown: String },
+    #[error(
+        "{shown}: `profile.path` names a file on the controller, which it does not read; send \
+         the CSV text in `profile.placements`/`profile.scalability` (`tern submit` does)"
+    )]
+    ProfilePath { shown: String },
+    #[error(
+        "{shown}: `accelerators`: unknown accelerator {name:?} (neither in the speed table nor measured in the spec); known: {known}"
+    )]
+    UnknownAccelerator {
+        shown: String,
+        name: String,
+        known: String,
+    },
+    #[error("{shown}: `deadline`: {at} is {why}")]
+    Deadline {
+        shown: String,
+        at: DateTime<Utc>,
+        why: &'static str,
+    },
+}
+
+/// Checks what only a new submission must satisfy, against the submission time: every
+/// accelerator is one tern can forecast (in the speed table, or measured in the spec itself),
+/// and the deadline is in the future and at most [`MAX_DEADLINE_S`] away. Not re-checked when
+/// a stored job is reloaded.
+pub fn check_new(spec: &JobSpec, now: DateTime<Utc>, shown: &str) -> Result<(), JobError> {
+    let measured = |a: &str| {
+        spec.observations.iter().any(|o| o.accelerator == a)
+            || spec.profile.as_ref().is_some_and(|p| p.accelerator == a)
+    };
+    if let Some(a) = spec
+        .accelerators
+        .iter()
+        .find(|a| speed::lookup(a).is_none() && !measured(a))
+    {
+        let known: Vec<&str> = speed::TABLE.iter().map(|h| h.name).collect();
+        return Err(JobError::UnknownAccelerator {
+            shown: shown.to_string(),
+            name: a.clone(),
+            known: known.join(", "),
+        });
+    }
+    if let Some(d) = spec.deadline {
+        let at = d.resolve(now);
+        let horizon = i64::try_from(MAX_DEADLINE_S).unwrap_or(i64::MAX);
+        let why = if at <= now {
+            "in the past"
+        } else if (at - now).num_seconds() > horizon {
+            "more than 10 years away"
+        } else {
+            return Ok(());
+        };
+        return Err(JobError::Deadline {
+            shown: shown.to_string(),
+            at,
+            why,
+        });
+    }
+    Ok(())
 }
 
 impl JobError {
@@ -66,18 +126,16 @@ impl LoadedJob {
     /// Read and validate `path`; profile paths in the spec are relative to its folder.
     pub fn load(path: &Path, now: DateTime<Utc>) -> Result<LoadedJob, JobError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| JobError::Read {
-            path: shown.clone(),
-            source,
-        })?;
+        let text = read_spec(path)?;
         let spec = parse_job_spec(&text, &shown)?;
-        Self::from_spec(spec, path.parent().unwrap_or(Path::new(".")), &shown, now)
+        Self::from_spec(spec, Some(spec_folder(path)), &shown, now)
     }
 
-    /// Seed a forecaster from a parsed spec. `base` resolves relative profile paths.
+    /// Seed a forecaster from a parsed spec. `base` resolves relative profile paths; `None`
+    /// refuses them (the controller reads no file a spec names).
     pub fn from_spec(
         spec: JobSpec,
-        base: &Path,
+        base: Option<&Path>,
         shown: &str,
         now: DateTime<Utc>,
     ) -> Result<LoadedJob, JobError> {
@@ -95,12 +153,11 @@ impl LoadedJob {
             .map(|o| (o.accelerator.clone(), o.gpus))
             .collect();
         if let Some(p) = &spec.profile {
-            let dir = base.join(&p.path);
             if let Some(n) = p.node_type.as_deref().and_then(speed::node_type) {
                 f.set_cross_ratio(&p.accelerator, speed::cross_ratio(n.link_gbps, n.nic_gbps));
                 node_gpus.push((p.accelerator.clone(), n.gpus));
             }
-            for r in load_profile(&dir, p.node_type.as_deref())? {
+            for r in profile_rows(p, base, shown)? {
                 let lb = r.shape.local_batch.round().max(1.0) as u32;
                 f.observe(&Observation {
                     job: spec.name.clone(),
@@ -194,6 +251,22 @@ impl LoadedJob {
     }
 }
 
+/// The text of a job spec file, capped at [`Limit::SPEC`].
+pub fn read_spec(path: &Path) -> Result<String, JobError> {
+    read_text_capped(path, Limit::SPEC).map_err(|source| JobError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// The folder a spec's relative paths resolve against: the spec file's own.
+pub fn spec_folder(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
 /// The fitted forecaster behind the planner's [`ThroughputModel`] seam. Uses the 90 % upper
 /// bound of step time as the pessimistic throughput.
 #[derive(Debug)]
@@ -216,5 +289,83 @@ impl ThroughputModel for ForecastModel {
             pessimistic: batch / p.step_high_s,
             prior: matches!(p.basis, Basis::RelativeSpeed { .. }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = "name = \"j\"\nteam = \"t\"\naccelerators = [\"T4\"]\nworkers = 1\n\
+                        [work]\nsamples = 1000\n[profile]\npath = \"imagenet\"\naccelerator = \"T4\"\n";
+
+    fn profiles() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/profiles/pollux-t4")
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-23T00:00:00Z")
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn an_endless_spec_file_is_refused_at_the_spec_limit() {
+        let e = LoadedJob::load(Path::new("/dev/zero"), now()).expect_err("endless");
+        assert!(
+            e.to_string()
+                .starts_with("reading /dev/zero: larger than 4 MiB, the limit for a job spec"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_controller_reads_no_profile_path_but_takes_inline_text() {
+        let spec = parse_job_spec(SPEC, "j.toml").expect("spec");
+        let e = LoadedJob::from_spec(spec.clone(), None, "j", now()).expect_err("path");
+        assert!(matches!(e, JobError::ProfilePath { .. }), "{e}");
+        let p = spec.profile.as_ref().expect("profile");
+        let inline = inline_profile(p, &profiles()).expect("inline");
+        assert!(inline.path.is_none() && inline.placements.is_some());
+        let from_disk =
+            LoadedJob::from_spec(spec.clone(), Some(&profiles()), "j", now()).expect("from disk");
+        let mut sent = spec;
+        sent.profile = Some(inline);
+        let from_text = LoadedJob::from_spec(sent, None, "j", now()).expect("inline");
+        assert_eq!(from_disk.local_batch, from_text.local_batch);
+        let shape = Shape::new(4, 2, from_disk.local_batch);
+        let step = |j: &LoadedJob| {
+            j.forecaster
+                .predict("j", "T4", &shape)
+                .expect("predict")
+                .step_s
+        };
+        assert_eq!(step(&from_disk), step(&from_text));
+    }
+
+    #[test]
+    fn new_jobs_need_known_accelerators_and_a_deadline_ahead() {
+        let ok = SPEC.replace("[profile]\npath = \"imagenet\"\naccelerator = \"T4\"\n", "");
+        let check = |text: &str| {
+            let spec = parse_job_spec(text, "j.toml").expect("spec");
+            check_new(&spec, now(), "j.toml").map_err(|e| e.to_string())
+        };
+        assert_eq!(check(&ok), Ok(()));
+        let e = check(&ok.replace("[\"T4\"]", "[\"T4\", \"Z9000\"]")).expect_err("unknown");
+        // One the spec itself measured can be forecast.
+        let measured = ok.replace("[\"T4\"]", "[\"Z9000\"]")
+            + "[[observation]]\naccelerator = \"Z9000\"\ngpus = 1\nlocal_batch = 8\nstep_seconds = 0.5\n";
+        assert_eq!(check(&measured), Ok(()));
+        assert!(
+            e.contains("unknown accelerator \"Z9000\"") && e.contains("V100"),
+            "{e}"
+        );
+        for (deadline, why) in [
+            ("2026-11-22T00:00:00Z", "in the past"),
+            ("2046-11-22T00:00:00Z", "more than 10 years away"),
+        ] {
+            let e = check(&format!("deadline = \"{deadline}\"\n{ok}")).expect_err(deadline);
+            assert!(e.contains("`deadline`") && e.contains(why), "{e}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use tern_cloud::{Accelerator, Capacity, Cloud, InstanceType, Offer, PriceComponent, Region, Zone};
 
-use super::{CatalogError, Columns, Row};
+use super::{CatalogError, Columns, Row, Seen};
 
 pub(super) fn parse(
     reader: &mut csv::Reader<&[u8]>,
@@ -10,6 +10,7 @@ pub(super) fn parse(
 ) -> Result<(Vec<Offer>, usize), CatalogError> {
     let mut offers = Vec::new();
     let mut record = csv::StringRecord::new();
+    let mut seen = Seen::default();
     let mut rows = 0;
     while reader
         .read_record(&mut record)
@@ -22,6 +23,8 @@ pub(super) fn parse(
             cols,
             line,
         };
+        row.check_labels()?;
+        seen.check(&row)?;
         let name = row.required_text(cols.instance_type)?;
         let region = row.required_text(cols.region)?;
         let zone = row.required_text(cols.zone)?;

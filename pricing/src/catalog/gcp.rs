@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use tern_cloud::{Accelerator, Capacity, Cloud, InstanceType, Offer, PriceComponent, Region, Zone};
 
-use super::{CatalogError, Columns, Row};
+use super::{CatalogError, Columns, Row, Seen};
 
 /// The host machine type GCP sells `count` × `gpu` on, as tern buys it.
 ///
@@ -79,6 +79,7 @@ pub(super) fn parse(
     let mut hosts: HashMap<(String, String), Host> = HashMap::new();
     let mut gpus: Vec<GpuRow> = Vec::new();
     let mut record = csv::StringRecord::new();
+    let mut seen = Seen::default();
     let mut rows = 0;
     while reader
         .read_record(&mut record)
@@ -91,6 +92,8 @@ pub(super) fn parse(
             cols,
             line,
         };
+        row.check_labels()?;
+        seen.check(&row)?;
         let region = row.required_text(cols.region)?;
         let zone = row.required_text(cols.zone)?;
         let price = [row.price(cols.price)?, row.price(cols.spot)?];

@@ -6,10 +6,11 @@
 mod aws;
 mod gcp;
 
-use std::collections::BTreeSet;
-use std::io::Read;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
+use tern_cloud::input::{Limit, ReadError, read_capped, read_to_limit};
+use tern_cloud::name::check_label;
 use tern_cloud::{Accelerator, Offer};
 
 pub use gcp::gcp_host_for;
@@ -29,7 +30,7 @@ pub enum CatalogError {
     Io {
         file: String,
         #[source]
-        source: std::io::Error,
+        source: ReadError,
     },
     #[error("{file}: not a SkyPilot v8 catalog: {reason}")]
     Layout { file: String, reason: String },
@@ -71,7 +72,7 @@ impl Catalog {
     /// Read a catalog file; `.gz` files are decompressed.
     pub fn load(path: &Path) -> Result<Catalog, CatalogError> {
         let name = path.display().to_string();
-        let mut bytes = std::fs::read(path).map_err(|source| CatalogError::Io {
+        let mut bytes = read_capped(path, Limit::CATALOG).map_err(|source| CatalogError::Io {
             file: name.clone(),
             source,
         })?;
@@ -212,6 +213,48 @@ impl<'a> Columns<'a> {
     }
 }
 
+/// The rows seen so far, by what they describe (instance type, accelerator, zone): a second
+/// row for the same thing must repeat the first exactly, or the file is rejected naming both
+/// lines (keeping either one silently would change prices).
+#[derive(Default)]
+pub(crate) struct Seen(HashMap<Vec<String>, (u64, Vec<String>)>);
+
+impl Seen {
+    pub fn check(&mut self, row: &Row<'_, '_>) -> Result<(), CatalogError> {
+        let c = row.cols;
+        let key: Vec<String> = [c.instance_type, c.acc_name, c.acc_count, c.region, c.zone]
+            .iter()
+            .map(|&i| row.text(i).to_owned())
+            .collect();
+        let all: Vec<String> = row.record.iter().map(|f| f.trim().to_owned()).collect();
+        match self.0.get(&key) {
+            None => {
+                self.0.insert(key, (row.line, all));
+                Ok(())
+            }
+            Some((_, first)) if *first == all => Ok(()),
+            Some((first_line, first)) => {
+                let differ: Vec<&str> = first
+                    .iter()
+                    .zip(&all)
+                    .enumerate()
+                    .filter(|(_, (a, b))| a != b)
+                    .filter_map(|(i, _)| c.header.get(i).map(String::as_str))
+                    .collect();
+                Err(CatalogError::Row {
+                    file: c.file.to_owned(),
+                    line: row.line,
+                    reason: format!(
+                        "repeats the instance type, accelerator and zone of line {first_line} \
+                         with different {}; keep one row",
+                        differ.join(", ")
+                    ),
+                })
+            }
+        }
+    }
+}
+
 /// One parsed row with typed accessors that report the exact field on failure.
 pub(crate) struct Row<'r, 'c> {
     pub record: &'r csv::StringRecord,
@@ -222,6 +265,24 @@ pub(crate) struct Row<'r, 'c> {
 impl Row<'_, '_> {
     pub fn text(&self, column: usize) -> &str {
         self.record.get(column).unwrap_or("").trim()
+    }
+
+    /// Refuse control characters and overlong values in the name columns.
+    pub fn check_labels(&self) -> Result<(), CatalogError> {
+        let c = self.cols;
+        for column in [c.instance_type, c.acc_name, c.region, c.zone] {
+            let t = self.text(column);
+            if !t.is_empty() {
+                check_label(t).map_err(|found| {
+                    c.field_error(
+                        self.line,
+                        column,
+                        format!("expected a name without control characters, found {found}"),
+                    )
+                })?;
+            }
+        }
+        Ok(())
     }
 
     pub fn required_text(&self, column: usize) -> Result<&str, CatalogError> {
@@ -303,16 +364,17 @@ impl Row<'_, '_> {
     }
 }
 
-/// Decompress a gzip stream; errors name `file`.
+/// Decompress a gzip stream, at most [`Limit::CATALOG`] of output (a gzip bomb stops there);
+/// errors name `file`.
 pub(crate) fn gunzip(bytes: &[u8], file: &str) -> Result<Vec<u8>, CatalogError> {
-    let mut out = Vec::with_capacity(bytes.len() * 8);
-    flate2::read::GzDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .map_err(|source| CatalogError::Io {
-            file: file.to_owned(),
-            source,
-        })?;
-    Ok(out)
+    gunzip_within(bytes, file, Limit::CATALOG)
+}
+
+fn gunzip_within(bytes: &[u8], file: &str, limit: Limit) -> Result<Vec<u8>, CatalogError> {
+    read_to_limit(flate2::read::GzDecoder::new(bytes), limit).map_err(|source| CatalogError::Io {
+        file: file.to_owned(),
+        source,
+    })
 }
 
 fn csv_error(file: &str, e: csv::Error) -> CatalogError {

@@ -315,3 +315,65 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn conflicting_duplicate_rows_are_refused_naming_both_lines() {
+    let row = "g4dn.xlarge,T4,1.0,4.0,16.0,,0.526,0.2,us-east-1,use1-az1,x86_64\n";
+    let cheaper = "g4dn.xlarge,T4,1.0,4.0,16.0,,0.400,0.2,us-east-1,use1-az1,x86_64\n";
+    let text = format!("{AWS_HEADER}{row}{cheaper}");
+    let msg = Catalog::parse(text.as_bytes(), "dup.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with("dup.csv:3:") && msg.contains("line 2") && msg.contains("Price"),
+        "{msg}"
+    );
+    // The same row twice describes one thing: accepted, as before.
+    let text = format!("{AWS_HEADER}{row}{row}");
+    assert!(Catalog::parse(text.as_bytes(), "same.csv").is_ok());
+    // GCP: a host row repeated with another spot price.
+    let text = format!(
+        "{GCP_HEADER}n1-highmem-8,8.0,52.0,,,,us-central1,us-central1-a,0.47,0.1\nn1-highmem-8,8.0,52.0,,,,us-central1,us-central1-a,0.47,0.2\n"
+    );
+    let msg = Catalog::parse(text.as_bytes(), "g.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("g.csv:3") && msg.contains("SpotPrice"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn names_with_control_characters_are_refused() {
+    let text = format!(
+        "{AWS_HEADER}g4dn.xlarge\u{1b}[2J,T4,1.0,4.0,16.0,,0.526,0.2,us-east-1,use1-az1,x86_64\n"
+    );
+    let msg = Catalog::parse(text.as_bytes(), "esc.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("esc.csv:2: column 1 (InstanceType)"), "{msg}");
+    assert!(!msg.contains('\u{1b}'), "{msg}");
+}
+
+#[test]
+fn a_gzip_bomb_stops_at_the_catalog_limit() {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        gz.write_all(&zeros).unwrap();
+    }
+    let bomb = gz.finish().unwrap();
+    assert!(bomb.len() < 1 << 20, "{} bytes compressed", bomb.len());
+    let limit = Limit::new("a catalog", 8 << 20);
+    let msg = gunzip_within(&bomb, "bomb.csv.gz", limit)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("bomb.csv.gz: cannot read: larger than 8 MiB, the limit for a catalog"),
+        "{msg}"
+    );
+    // The bundled catalogs are far below the real limit.
+    assert!(crate::bundled().is_ok());
+}

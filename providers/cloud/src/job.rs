@@ -116,11 +116,20 @@ impl ObservedStep {
     }
 }
 
-/// A throughput profile directory (see data/profiles/README.md) that seeds the forecaster.
+/// A throughput profile (see data/profiles/README.md) that seeds the forecaster: a folder on
+/// the machine that reads the spec, or the CSV text itself. Over the API only the inline form is
+/// accepted, so the controller never opens a file a submitter names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProfileRef {
     /// As written in the spec: relative paths are relative to the spec file's directory.
-    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Inline `placements[-<node_type>].csv` text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placements: Option<String>,
+    /// Inline `scalability[-<node_type>].csv` text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scalability: Option<String>,
     /// Accelerator the profile was measured on.
     pub accelerator: String,
     /// Node-type suffix of Sia-layout files (`placements-<node_type>.csv`), if any.

@@ -6,10 +6,12 @@
 
 mod accelerator;
 mod error;
+pub mod input;
 mod instance;
 mod intent;
 mod job;
 mod location;
+pub mod name;
 mod offer;
 mod provider;
 mod spec;
@@ -25,7 +27,7 @@ pub use job::{
 pub use location::{Cloud, Region, Zone};
 pub use offer::{Availability, Capacity, InstanceType, Offer, PriceComponent};
 pub use provider::{LaunchOutcome, LaunchRequest, Provider};
-pub use spec::{SpecError, parse_duration, parse_job_spec};
+pub use spec::{MAX_DEADLINE_S, SpecError, parse_duration, parse_job_spec};
 
 /// Tag keys tern puts on every instance it launches. The leak collector relies on them.
 pub mod tag {

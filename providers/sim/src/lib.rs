@@ -15,7 +15,9 @@ pub mod trace;
 
 pub use cloud::{Call, FaultSchedule, SimCloud};
 pub use latency::Delayed;
-pub use replay::{Elasticity, PolicyKind, Prepared, Scenario, Summary, WindowResult};
+pub use replay::{
+    Elasticity, MAX_TABLE_BYTES, PolicyKind, Prepared, Scenario, Summary, WindowResult,
+};
 pub use trace::{Trace, TraceError};
 
 /// Errors of the simulator that are not provider errors (those are `tern_cloud::ProviderError`).

@@ -102,6 +102,10 @@ pub const DEFAULT_ON_DEMAND: f64 = 3.06;
 /// paper's setting. Pass `--spot-price` for anything else.
 pub const DEFAULT_SPOT_FRACTION: f64 = 0.30;
 
+/// Most memory the value tables of one replay may take, over all threads: 4 GiB. A 52-hour
+/// deadline on a 1-second-tick trace would ask for tens of GB and abort; it is refused instead.
+pub const MAX_TABLE_BYTES: u64 = 4 << 30;
+
 /// One policy on one window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowResult {
@@ -218,6 +222,11 @@ impl Scenario {
                 "on-demand price must be positive, got {od}"
             )));
         }
+        if let Some(s) = self.spot_price.filter(|s| !(s.is_finite() && *s >= 0.0)) {
+            return Err(invalid(format!(
+                "spot price must be a finite $/h ≥ 0, got {s}"
+            )));
+        }
         let len = self.traces.iter().map(Trace::ticks).min().unwrap_or(0);
         let t_len = job.deadline as usize;
         if len < t_len {
@@ -278,6 +287,62 @@ impl Scenario {
 impl Prepared {
     pub fn windows(&self) -> usize {
         self.starts.len()
+    }
+
+    /// Threads [`Prepared::replay`] runs on.
+    pub fn threads(&self) -> usize {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, self.windows().max(1))
+    }
+
+    /// Bytes of value tables one thread holds for `policies` (an upper bound): `optimal` keeps
+    /// deadline × slack × placements f64s, `tern` (deadline + 1) × slack cells of five f64s.
+    pub fn table_bytes(&self, policies: &[PolicyKind]) -> u64 {
+        let job = &self.job;
+        let deadline = u64::from(job.deadline);
+        let slack = u64::from(job.slack()) * u64::from(job.unit) + 1;
+        let regions = self.regions.iter().max().map_or(1, |r| r + 1) as u64;
+        let per_zone = if job.is_elastic() { 2 } else { 1 };
+        let placements = 2 * regions + self.avail.len() as u64 * per_zone;
+        let mut bytes = 0u64;
+        if policies.contains(&PolicyKind::Optimal) {
+            bytes = bytes.saturating_add(
+                deadline
+                    .saturating_mul(slack)
+                    .saturating_mul(placements * 8),
+            );
+        }
+        if policies.contains(&PolicyKind::Tern) {
+            bytes = bytes.saturating_add((deadline + 1).saturating_mul(slack).saturating_mul(40));
+        }
+        bytes
+    }
+
+    /// Refuses a replay whose tables would exceed [`MAX_TABLE_BYTES`] on all threads, saying
+    /// what to change, instead of letting the allocation abort the process.
+    pub fn check_memory(&self, policies: &[PolicyKind]) -> Result<(), SimError> {
+        let one = self.table_bytes(policies);
+        let threads = self.threads() as u64;
+        let total = one.saturating_mul(threads);
+        if total <= MAX_TABLE_BYTES {
+            return Ok(());
+        }
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        Err(SimError::Invalid {
+            reason: format!(
+                "the optimal/tern value tables could need up to {:.1} GiB ({threads} thread(s) × \
+                 {:.1} GiB: a deadline of {} ticks × {} ticks of slack at {:.0} s a tick), over \
+                 the {:.0} GiB limit; use a trace with coarser ticks, a shorter deadline, or \
+                 leave optimal and tern out of --policy",
+                gib(total),
+                gib(one),
+                self.job.deadline,
+                self.job.slack(),
+                self.tick_hours * 3600.0,
+                gib(MAX_TABLE_BYTES)
+            ),
+        })
     }
 
     /// Replay one online policy over the window starting at trace tick `start`.
@@ -426,9 +491,7 @@ impl Prepared {
     pub fn replay(&self, policies: &[PolicyKind], tick: &(dyn Fn() + Sync)) -> Vec<Summary> {
         let n = self.starts.len();
         let next = AtomicUsize::new(0);
-        let threads = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .clamp(1, n.max(1));
+        let threads = self.threads();
         let mut results: Vec<Option<Vec<WindowResult>>> = vec![None; n];
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
@@ -736,5 +799,45 @@ mod tests {
         assert_eq!(percentile(&v, 0.9), 9.0);
         assert_eq!(percentile(&v, 1.0), 10.0);
         assert!(percentile(&[], 0.5).is_nan());
+    }
+
+    /// A 1-second-tick trace with a 52 h deadline asked for 62 GB and aborted; it is refused
+    /// with the figures, and the policies without tables still replay it.
+    #[test]
+    fn oversized_tables_are_refused_before_any_allocation() {
+        let mut t = trace("us-east-1a", vec![1; 60 * 3600]);
+        t.gap_seconds = 1;
+        let mut s = scenario(vec![t]);
+        (s.work_hours, s.deadline_hours, s.restart_hours) = (40.0, 52.0, 0.2);
+        s.stride_hours = 1.0;
+        let p = s.prepare().expect("prepares");
+        let e = p
+            .check_memory(&PolicyKind::ALL)
+            .expect_err("too big")
+            .to_string();
+        assert!(e.contains("GiB") && e.contains("coarser ticks"), "{e}");
+        assert!(p.table_bytes(&[PolicyKind::Optimal]) > MAX_TABLE_BYTES / 8);
+        let cheap = [
+            PolicyKind::OnDemand,
+            PolicyKind::Greedy,
+            PolicyKind::UniformProgress,
+        ];
+        assert_eq!(p.table_bytes(&cheap), 0);
+        assert!(p.check_memory(&cheap).is_ok());
+        // The usual hour-tick scenario is far below the limit.
+        let small = scenario(vec![trace("a1", vec![1; 40])])
+            .prepare()
+            .expect("small");
+        assert!(small.check_memory(&PolicyKind::ALL).is_ok());
+    }
+
+    #[test]
+    fn nonsense_spot_prices_are_refused() {
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let mut s = scenario(vec![trace("a1", vec![1; 40])]);
+            s.spot_price = Some(bad);
+            let e = s.prepare().expect_err("bad price").to_string();
+            assert!(e.contains("spot price"), "{bad}: {e}");
+        }
     }
 }

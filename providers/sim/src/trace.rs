@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tern_cloud::Cloud;
+use tern_cloud::input::{Limit, ReadError, read_capped};
+use tern_cloud::name::check_label;
 
 /// Why a trace file was rejected. Always names the file, so a bad file among forty is obvious.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +19,7 @@ pub enum TraceError {
     Read {
         file: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: ReadError,
     },
     #[error("{file}: not valid JSON: {reason}")]
     Json { file: PathBuf, reason: String },
@@ -60,7 +62,7 @@ pub struct Trace {
 
 impl Trace {
     pub fn load(path: &Path) -> Result<Trace, TraceError> {
-        let bytes = std::fs::read(path).map_err(|source| TraceError::Read {
+        let bytes = read_capped(path, Limit::TRACE).map_err(|source| TraceError::Read {
             file: path.to_path_buf(),
             source,
         })?;
@@ -163,6 +165,14 @@ impl Trace {
         let text = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_owned);
         let zone = text("zone").unwrap_or_else(|| zone_from_path(path));
         let region = text("region").unwrap_or_else(|| region_of(&zone));
+        for (what, label) in [("zone", &zone), ("region", &region)] {
+            check_label(label).map_err(|found| {
+                invalid(format!(
+                    "the {what} (\"metadata.{what}\" or the file name) must be a name without \
+                     control characters, got {found}"
+                ))
+            })?;
+        }
         let cloud = match text("cloud") {
             Some(c) => c
                 .parse::<Cloud>()
@@ -293,6 +303,27 @@ mod tests {
         assert_eq!(t.prices, Some(vec![0.9, 1.1]));
         assert_eq!((t.spot_price, t.on_demand_price), (Some(0.9), Some(3.06)));
         assert_eq!((t.zone.as_str(), t.region.as_str()), ("a1", "r"));
+    }
+
+    #[test]
+    fn zone_names_with_control_characters_are_refused() {
+        let e = Trace::parse(
+            &p("z.json"),
+            br#"{"metadata": {"gap_seconds": 60, "zone": "a\u001b[2Jb"}, "data": [1]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("z.json: the zone"), "{e}");
+        assert!(!e.contains('\u{1b}'), "{e}");
+    }
+
+    #[test]
+    fn endless_files_stop_at_the_trace_limit() {
+        let e = Trace::load(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(
+            e.contains("/dev/zero: cannot read: larger than 64 MiB"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,0 +1,35 @@
+//! Value parsers for numeric flags: the float flags of `tern simulate` and `tern plan` go
+//! through one of these, so `-1`, `NaN` and `inf` are refused by clap with the flag's name
+//! before anything runs.
+
+/// A finite number ≥ 0 (prices, sizes, rates, durations that may be zero).
+pub fn non_negative(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("expected a finite number ≥ 0, found {text:?}")),
+    }
+}
+
+/// A finite number > 0 (durations, tick lengths, on-demand prices).
+pub fn positive(text: &str) -> Result<f64, String> {
+    match non_negative(text) {
+        Ok(x) if x > 0.0 => Ok(x),
+        _ => Err(format!("expected a finite number > 0, found {text:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nonsense_numbers_are_refused() {
+        for bad in ["-1", "NaN", "nan", "inf", "-inf", "1e999", "x", ""] {
+            assert!(non_negative(bad).is_err(), "{bad}");
+            assert!(positive(bad).is_err(), "{bad}");
+        }
+        assert_eq!(non_negative("0"), Ok(0.0));
+        assert!(positive("0").is_err());
+        assert_eq!(positive("0.30"), Ok(0.3));
+    }
+}
