@@ -385,7 +385,7 @@ fn postgres_store_speaks_tls_and_checks_the_certificate() {
         certs.ca.display()
     ));
     let store = Store::connect(&url).expect("verify-full against the right CA");
-    assert_eq!(store.schema_version().expect("version"), 3);
+    assert_eq!(store.schema_version().expect("version"), 4);
     assert!(pg_ssl_in_use(&store), "the connection is not encrypted");
 
     for query in [
