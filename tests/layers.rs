@@ -40,7 +40,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &["agent", "api::client", "api::router", "http", "sim"],
     ),
     ("api/mod.rs", &["agent", "sim", "http"]),
-    ("sim", &["agent", "api"]),
+    ("sim", &["agent", "api::router", "api::ApiState"]),
     ("agent", &["controller", "jobs", "sim", "store"]),
 ];
 

@@ -201,15 +201,11 @@ async fn progress(
         };
         let _one_writer = shared.progress.lock().unwrap_or_else(|e| e.into_inner());
         let current = store.job(&name)?.unwrap_or(record);
-        let checked = if current.state.is_final() {
-            None
-        } else {
-            Some(
-                current
-                    .progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now)
-                    .map_err(refused)?,
-            )
-        };
+        // Checked even for a finished job: garbage is refused whatever the job's state.
+        let checked = current
+            .progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now)
+            .map_err(refused)?;
+        let checked = (!current.state.is_final()).then_some(checked);
         if let (Some(o), Some(loaded)) = (&p.observation, loaded) {
             store.add_observation(o)?;
             shared.send(

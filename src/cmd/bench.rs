@@ -25,6 +25,9 @@ pub enum Command {
     Api(super::bench_api::Args),
     /// Time `tern simulate`: every trace in a folder as a zone, all five policies.
     Simulate(super::bench_simulate::Args),
+    /// Fault-injection soak: flapping capacity, throttling, transient errors, lost and late
+    /// notices, SIGKILLed controller, a garbage-sending agent; prints what must stay zero.
+    Soak(super::bench_soak::Args),
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
@@ -35,6 +38,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Reconcile(args) => super::bench_reconcile::run(args),
         Command::Simulate(args) => super::bench_simulate::run(args),
         Command::Api(args) => super::bench_api::run(args),
+        Command::Soak(args) => super::bench_soak::run(args),
     }
 }
 

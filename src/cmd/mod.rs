@@ -7,6 +7,7 @@ pub mod bench_forecast;
 pub mod bench_plan;
 pub mod bench_reconcile;
 pub mod bench_simulate;
+pub mod bench_soak;
 pub mod catalog_source;
 pub mod controller;
 pub mod demo;

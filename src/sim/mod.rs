@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod remote;
 pub mod server;
+pub mod soak;
 mod traces;
 pub mod wire;
 

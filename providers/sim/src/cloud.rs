@@ -32,6 +32,11 @@ pub struct FaultSchedule {
     pub capacity: f64,
     pub quota: f64,
     pub scripted: BTreeMap<u64, ProviderError>,
+    /// Fraction of reclaims that come with no notice and no preemption event: the instance
+    /// just vanishes from listings (a lost EventBridge message, a missed metadata poll).
+    pub lost_notices: f64,
+    /// Fraction of notices delivered late, a quarter of their lead time before the reclaim.
+    pub late_notices: f64,
 }
 
 /// How the simulated cloud is set up.
@@ -88,6 +93,8 @@ struct SimInstance {
     ready_at: DateTime<Utc>,
     /// When a notice said it will be reclaimed.
     reclaim_at: Option<DateTime<Utc>>,
+    /// Its notice was lost: its reclaim sends no interruption either.
+    quiet: bool,
 }
 
 #[derive(Debug)]
@@ -96,6 +103,8 @@ struct World {
     instances: BTreeMap<InstanceId, SimInstance>,
     launches: HashMap<IdempotencyKey, Vec<InstanceId>>,
     pending: Vec<Interruption>,
+    /// Late notices, with when they are delivered.
+    delayed: Vec<(DateTime<Utc>, Interruption)>,
     calls: Vec<Call>,
     rng: u64,
     next_id: u64,
@@ -116,6 +125,7 @@ impl SimCloud {
             instances: BTreeMap::new(),
             launches: HashMap::new(),
             pending: Vec::new(),
+            delayed: Vec::new(),
             calls: Vec::new(),
             rng: config.faults.seed ^ 0x9e37_79b9_7f4a_7c15,
             next_id: 0,
@@ -237,9 +247,25 @@ impl SimCloud {
             .count() as u32
     }
 
+    /// Send a notice now, late (at `late_at`), or never, as the fault schedule draws.
+    fn deliver(&self, w: &mut World, notice: Interruption, late_at: DateTime<Utc>) {
+        let f = &self.config.faults;
+        let roll = Self::draw(w);
+        if roll < f.lost_notices {
+            if let Some(i) = w.instances.get_mut(&notice.instance) {
+                i.quiet = true;
+            }
+        } else if roll < f.lost_notices + f.late_notices {
+            w.delayed.push((late_at, notice));
+        } else {
+            w.pending.push(notice);
+        }
+    }
+
     /// Boot finished instances, send notices for capacity about to vanish, reclaim on time.
     fn reconcile(&self, w: &mut World) {
         let now = w.now;
+        let mut notices = Vec::new();
         for i in w.instances.values_mut() {
             if i.instance.state == InstanceState::Pending && i.ready_at <= now {
                 i.instance.state = InstanceState::Running;
@@ -279,21 +305,35 @@ impl SimCloud {
                     .take(extra)
                 {
                     i.reclaim_at = Some(gone_at);
-                    w.pending.push(Interruption {
-                        instance: i.instance.id.clone(),
-                        kind: InterruptionKind::SpotNotice,
-                        deadline: Some(gone_at),
-                        received_at: (gone_at - lead).max(i.instance.launched_at),
-                    });
+                    notices.push((
+                        Interruption {
+                            instance: i.instance.id.clone(),
+                            kind: InterruptionKind::SpotNotice,
+                            deadline: Some(gone_at),
+                            received_at: (gone_at - lead).max(i.instance.launched_at),
+                        },
+                        gone_at - lead / 4,
+                    ));
                 }
             }
         }
+        for (notice, late_at) in notices {
+            self.deliver(w, notice, late_at);
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut w.delayed)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        w.delayed = later;
+        w.pending.extend(due.into_iter().map(|(_, n)| n));
         let mut preempted = Vec::new();
         for i in w.instances.values_mut() {
             if i.instance.state != InstanceState::Terminated
                 && i.reclaim_at.is_some_and(|t| t <= now)
             {
                 i.instance.state = InstanceState::Terminated;
+                if i.quiet {
+                    continue;
+                }
                 preempted.push(Interruption {
                     instance: i.instance.id.clone(),
                     kind: InterruptionKind::Preempted,
@@ -447,6 +487,7 @@ impl SimCloud {
                         zone,
                         ready_at,
                         reclaim_at: None,
+                        quiet: false,
                     },
                 );
                 ids.push(id);
@@ -764,5 +805,62 @@ mod tests {
             .await
             .unwrap();
         assert!(sim.list("test").await.unwrap().is_empty());
+    }
+
+    /// Reclaims under a schedule that loses or delays notices: a lost one sends nothing (the
+    /// instance just ends), a late one arrives a quarter of the lead before the reclaim.
+    #[tokio::test]
+    async fn notices_can_be_lost_or_late() {
+        let mut data = vec![8; 3];
+        data.extend(vec![0; 20]);
+        let run = |lost: f64, late: f64| {
+            let data = data.clone();
+            async move {
+                let sim = SimCloud::new(
+                    vec![trace("us-east-1a", Cloud::Aws, 600, data)],
+                    SimConfig {
+                        faults: FaultSchedule {
+                            seed: 9,
+                            lost_notices: lost,
+                            late_notices: late,
+                            ..FaultSchedule::default()
+                        },
+                        ..SimConfig::default()
+                    },
+                );
+                sim.launch(&request(&sim, "us-east-1a", Capacity::Spot, 8, 0))
+                    .await
+                    .unwrap();
+                let mut notices = Vec::new();
+                for _ in 0..40 {
+                    sim.advance(Duration::from_secs(60));
+                    for n in sim.interruptions().await.unwrap() {
+                        notices.push((n.kind, sim.now(), n.deadline));
+                    }
+                }
+                let left = sim.list("test").await.unwrap().len();
+                (notices, left)
+            }
+        };
+        type Seen = (InterruptionKind, DateTime<Utc>, Option<DateTime<Utc>>);
+        let count = |v: &[Seen], k| v.iter().filter(|n| n.0 == k).count();
+        let (all, left) = run(0.0, 0.0).await;
+        assert_eq!(left, 0);
+        assert_eq!(count(&all, InterruptionKind::SpotNotice), 8);
+        assert_eq!(count(&all, InterruptionKind::Preempted), 8);
+        let (none, left) = run(1.0, 0.0).await;
+        assert_eq!(left, 0, "lost notices still reclaim");
+        assert!(none.is_empty(), "{none:?}");
+        let (late, _) = run(0.0, 1.0).await;
+        assert_eq!(count(&late, InterruptionKind::SpotNotice), 8);
+        for (kind, got, deadline) in &late {
+            if *kind == InterruptionKind::SpotNotice {
+                let lead = (deadline.unwrap() - *got).num_seconds();
+                assert!(
+                    (0..=30).contains(&lead),
+                    "late notice {lead} s before reclaim"
+                );
+            }
+        }
     }
 }
