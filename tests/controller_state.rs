@@ -6,28 +6,13 @@
 //! - a symlink to a state file in use does not make a second leader.
 
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Reaper, free_port, sim_controller, submit, tern_json, wait_for};
+use common::{free_port, sim_controller, start_sim, submit, tern_json, wait_for};
 
 const TOKEN: &str = "state-token";
-
-fn sim_serve(addr: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "sim", "serve", "--listen", addr, "--speed", "600", "--seed", "3",
-        ])
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sim serve")
-}
 
 fn write_job(dir: &std::path::Path) -> std::path::PathBuf {
     let job = dir.join("keep.toml");
@@ -97,10 +82,7 @@ fn metric(addr: &str, name: &str) -> Option<f64> {
 #[test]
 fn an_empty_state_file_reports_the_old_fleet_and_terminates_none_of_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(vec![sim_serve(&sim_addr)]);
-    wait_for(&sim_addr);
+    let (mut reaper, sim_url) = start_sim(3);
 
     let first = dir.path().join("first.db");
     let a_addr = format!("127.0.0.1:{}", free_port());
@@ -158,10 +140,7 @@ fn an_empty_state_file_reports_the_old_fleet_and_terminates_none_of_it() {
 #[test]
 fn deleting_the_state_file_stops_the_controller() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(vec![sim_serve(&sim_addr)]);
-    wait_for(&sim_addr);
+    let (mut reaper, sim_url) = start_sim(3);
     let state = dir.path().join("state.db");
     let addr = format!("127.0.0.1:{}", free_port());
     let mut ctl = common::controller_command(&state, TOKEN)
@@ -208,10 +187,7 @@ fn deleting_the_state_file_stops_the_controller() {
 #[test]
 fn a_symlink_to_a_state_file_in_use_waits_as_a_standby() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(vec![sim_serve(&sim_addr)]);
-    wait_for(&sim_addr);
+    let (mut reaper, sim_url) = start_sim(3);
     let state = dir.path().join("state.db");
     let link = dir.path().join("alias.db");
     std::os::unix::fs::symlink(&state, &link).expect("symlink");

@@ -43,57 +43,9 @@ fn spec(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_are_answered_while_a_pass_waits_on_the_cloud() {
-    let zone = Trace {
-        source: PathBuf::from("a.json"),
-        cloud: Cloud::Aws,
-        region: "us-west-2".into(),
-        zone: "us-west-2a".into(),
-        gap_seconds: 300,
-        available: vec![8; 100],
-        prices: None,
-        spot_price: Some(0.9),
-        on_demand_price: Some(3.06),
-    };
-    let sim = Arc::new(SimCloud::new(
-        vec![zone],
-        SimConfig {
-            start: start(),
-            ..SimConfig::default()
-        },
-    ));
     // Every cloud call takes a second: a pass takes several.
-    let slow = Delayed::new(sim, Duration::from_secs(1));
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let config = ControllerConfig::new("t", vec![Region::new("us-west-2")]);
-    let ctl = Controller::open(store.clone(), Arc::new(slow), config).expect("open");
-    let shared = Shared::new();
-    let metrics = Arc::new(Metrics::new());
-    let service = Service::new(
-        ctl,
-        shared.clone(),
-        Arc::new(Fixed),
-        metrics.clone(),
-        None,
-        &ServiceConfig {
-            period: Duration::from_millis(10),
-            simulated_workers: false,
-        },
-    );
-    let state = ApiState {
-        shared: shared.clone(),
-        store: store.clone(),
-        token: "t0k".into(),
-        metrics,
-        clock: Arc::new(Fixed),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
-    let running = service.spawn().expect("service");
-    let http = crate::http::client().expect("http");
-    let c = client::Client::new(&base, Some("t0k".into()), http).expect("client");
+    let slow = Delayed::new(idle_sim(), Duration::from_secs(1));
+    let (c, store, running) = serve(Arc::new(slow)).await;
 
     // A pass is under way (its first cloud call alone takes a second).
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -129,12 +81,8 @@ async fn requests_are_answered_while_a_pass_waits_on_the_cloud() {
         .expect("stop");
 }
 
-/// A controller serving the API on an idle simulated cloud; its client and store.
-async fn serve() -> (
-    client::Client,
-    Arc<Store>,
-    crate::controller::service::Running,
-) {
+/// One zone of plenty: nothing the passes decide matters to these tests.
+fn idle_sim() -> Arc<SimCloud> {
     let zone = Trace {
         source: PathBuf::from("a.json"),
         cloud: Cloud::Aws,
@@ -146,16 +94,26 @@ async fn serve() -> (
         spot_price: Some(0.9),
         on_demand_price: Some(3.06),
     };
-    let sim = Arc::new(SimCloud::new(
+    Arc::new(SimCloud::new(
         vec![zone],
         SimConfig {
             start: start(),
             ..SimConfig::default()
         },
-    ));
+    ))
+}
+
+/// A controller on `provider` serving the API; its client and store.
+async fn serve(
+    provider: Arc<dyn tern_cloud::Provider>,
+) -> (
+    client::Client,
+    Arc<Store>,
+    crate::controller::service::Running,
+) {
     let store = Arc::new(Store::in_memory().expect("store"));
     let config = ControllerConfig::new("t", vec![Region::new("us-west-2")]);
-    let ctl = Controller::open(store.clone(), sim, config).expect("open");
+    let ctl = Controller::open(store.clone(), provider, config).expect("open");
     let shared = Shared::new();
     let metrics = Arc::new(Metrics::new());
     let service = Service::new(
@@ -211,7 +169,7 @@ fn report(done: f64, checkpoint: f64, o: Option<tern_cloud::Observation>) -> wir
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
-    let (c, store, running) = serve().await;
+    let (c, store, running) = serve(idle_sim()).await;
     c.submit(&spec("a")).await.expect("submit");
     let unchanged = |store: &Store| {
         let j = store.job("a").expect("read").expect("job");

@@ -13,7 +13,7 @@ use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
 use super::*;
-use crate::store::JobState;
+use crate::store::{JobState, most_started_in_an_hour as worst_hour};
 
 /// Random 0/`k` availability per tick (xorshift; the seed is the test's parameter).
 fn flapping(zone: &str, seed: u64, gap_seconds: u32, ticks: usize, k: u32) -> Trace {
@@ -47,26 +47,6 @@ fn spec(name: &str, workers: &str, gang: bool, samples: u64) -> JobSpec {
          [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
     );
     parse_job_spec(&text, "job.toml").expect("valid spec")
-}
-
-/// Largest number of instances one job started in any 60-minute window.
-fn worst_hour(usage: &[crate::store::Usage], job: &str) -> u32 {
-    let mut starts: Vec<DateTime<Utc>> = usage
-        .iter()
-        .filter(|u| u.job == job)
-        .map(|u| u.started_at)
-        .collect();
-    starts.sort();
-    let hour = chrono::TimeDelta::hours(1);
-    (0..starts.len())
-        .map(|i| {
-            starts[i..]
-                .iter()
-                .take_while(|t| **t - starts[i] < hour)
-                .count() as u32
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 async fn run_flapping(gap_seconds: u32, seed: u64) -> String {

@@ -369,7 +369,7 @@ async fn judge(run: &Run, r: &mut SoakReport) -> Result<(), SoakError> {
         if feasible && met {
             r.feasible_met_deadline += 1;
         }
-        let worst = f64::from(worst_hour(&usage, name));
+        let worst = f64::from(crate::store::most_started_in_an_hour(&usage, name));
         let ratio = worst / f64::from(launch_budget(job.spec.workers.max));
         r.worst_launch_hour_vs_budget = r.worst_launch_hour_vs_budget.max(ratio);
         if ratio > 1.0 {
@@ -377,25 +377,4 @@ async fn judge(run: &Run, r: &mut SoakReport) -> Result<(), SoakError> {
         }
     }
     Ok(())
-}
-
-/// Most instances one job started in any 60 minutes.
-fn worst_hour(usage: &[crate::store::Usage], job: &str) -> u32 {
-    let mut starts: Vec<_> = usage
-        .iter()
-        .filter(|u| u.job == job)
-        .map(|u| u.started_at)
-        .collect();
-    starts.sort();
-    let hour = chrono::TimeDelta::hours(1);
-    (0..starts.len())
-        .map(|i| {
-            let n = starts[i..]
-                .iter()
-                .take_while(|t| **t - starts[i] < hour)
-                .count();
-            u32::try_from(n).unwrap_or(u32::MAX)
-        })
-        .max()
-        .unwrap_or(0)
 }

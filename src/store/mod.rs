@@ -201,6 +201,27 @@ pub struct InstanceRecord {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// Most instances `job` started in any 60 minutes of `usage` (what the launch budget bounds).
+pub fn most_started_in_an_hour(usage: &[Usage], job: &str) -> u32 {
+    let mut starts: Vec<DateTime<Utc>> = usage
+        .iter()
+        .filter(|u| u.job == job)
+        .map(|u| u.started_at)
+        .collect();
+    starts.sort();
+    let hour = chrono::TimeDelta::hours(1);
+    (0..starts.len())
+        .map(|i| {
+            let n = starts[i..]
+                .iter()
+                .take_while(|t| **t - starts[i] < hour)
+                .count();
+            u32::try_from(n).unwrap_or(u32::MAX)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// One row of the usage table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Usage {

@@ -151,3 +151,26 @@ pub fn sim_controller(
         .spawn()
         .expect("controller")
 }
+
+/// `tern sim serve` on `addr` at 600× speed with `seed`, its output silenced.
+pub fn sim_serve(addr: &str, seed: u64) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["sim", "serve", "--listen", addr, "--speed", "600", "--seed"])
+        .arg(seed.to_string())
+        .env(
+            "TERN_DATA",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sim serve")
+}
+
+/// A running `tern sim serve` (reaped with the test) and its URL.
+pub fn start_sim(seed: u64) -> (Reaper, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let reaper = Reaper(vec![sim_serve(&addr, seed)]);
+    wait_for(&addr);
+    (reaper, format!("http://{addr}"))
+}
