@@ -240,6 +240,38 @@ fn nonsense_numbers_are_refused_by_flag() {
     }
 }
 
+/// Every other command's float flags go through the same parsers.
+#[test]
+fn nonsense_numbers_are_refused_by_every_command() {
+    for args in [
+        &["demo", "--throttle", "NaN"][..],
+        &["demo", "--hours", "-5"],
+        &["controller", "--speed", "inf", "--token", "t"],
+        &["controller", "--period", "-1", "--token", "t"],
+        &["sim", "serve", "--lost-notices", "1.5"],
+        &["sim", "serve", "--throttle", "-0.1"],
+        &[
+            "agent",
+            "--interval",
+            "0",
+            "--job",
+            "j",
+            "--progress-file",
+            "p",
+        ],
+        &["bench", "soak", "--speed", "nan"],
+    ] {
+        let out = tern().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let flag = args.iter().find(|a| a.starts_with("--")).unwrap();
+        assert!(
+            err.contains(flag) && err.contains("expected a"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn per_trace_rows_of_one_zone_do_not_overwrite_each_other() {
     let trace = format!("{TRACES}/us-east-1c_v100_1.json");

@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long)]
     metadata_url: Option<String>,
     /// Seconds between progress reports and notice polls (AWS suggests 5 s).
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     interval: f64,
     /// Elastic node range for torchrun, `MIN:MAX`.
     #[arg(long, default_value = "1:1")]

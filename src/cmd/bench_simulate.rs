@@ -14,13 +14,13 @@ pub struct Args {
     /// Folder of trace files (`*.json`), e.g. the 9-AZ aws-02-15-2023 V100 traces.
     #[arg(long, value_name = "DIR")]
     pub traces: PathBuf,
-    #[arg(long, default_value_t = 48.0)]
+    #[arg(long, default_value_t = 48.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     pub work_hours: f64,
-    #[arg(long, default_value_t = 52.0)]
+    #[arg(long, default_value_t = 52.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     pub deadline_hours: f64,
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = 0.2, value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub restart_hours: f64,
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, default_value_t = 6.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     pub stride_hours: f64,
     #[arg(long)]
     pub json: bool,

@@ -14,7 +14,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Virtual seconds of the simulated cloud per wall second.
-    #[arg(long, default_value_t = 900.0)]
+    #[arg(long, default_value_t = 900.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     pub speed: f64,
     #[arg(long)]
     pub json: bool,

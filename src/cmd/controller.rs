@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, env = "TERN_CA", value_name = "FILE")]
     ca: Option<PathBuf>,
     /// Virtual seconds of the simulated cloud per wall second.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 60.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     speed: f64,
     /// Seed of the simulated cloud's fault injection.
     #[arg(long, default_value_t = 1)]
@@ -88,7 +88,7 @@ pub struct Args {
     state: Option<String>,
     /// Seconds a leader's lease lasts without renewal: a standby sharing the store takes over
     /// within this plus a fifth of it after the leader dies.
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 15.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     lease_seconds: f64,
     /// This controller's name in the leader lease (default: host-pid-random).
     #[arg(long)]
@@ -119,7 +119,7 @@ pub struct Args {
     #[arg(long)]
     log_json: bool,
     /// Seconds between periodic reconcile passes (wall time).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     period: f64,
 }
 

@@ -49,13 +49,13 @@ pub struct Args {
     #[arg(long, default_value_t = 60)]
     tick: u64,
     /// Stop after this many virtual hours even if jobs are still running.
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     hours: f64,
     /// Seed of the simulated cloud's fault injection (throttling, transient errors).
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// Fraction of cloud calls that are throttled (seeded).
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.02, value_parser = super::number::fraction, allow_negative_numbers = true)]
     throttle: f64,
     /// Keep the state database here (default: a temporary file, removed at the end).
     #[arg(long)]

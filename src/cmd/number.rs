@@ -1,5 +1,5 @@
-//! Value parsers for numeric flags: the float flags of `tern simulate` and `tern plan` go
-//! through one of these, so `-1`, `NaN` and `inf` are refused by clap with the flag's name
+//! Value parsers for numeric flags: every float flag of every command goes through one of
+//! these, so `-1`, `NaN` and `inf` are refused by clap with the flag's name
 //! before anything runs.
 
 /// A finite number ≥ 0 (prices, sizes, rates, durations that may be zero).
@@ -18,6 +18,14 @@ pub fn positive(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A fraction from 0 to 1 (fault rates).
+pub fn fraction(text: &str) -> Result<f64, String> {
+    match non_negative(text) {
+        Ok(x) if x <= 1.0 => Ok(x),
+        _ => Err(format!("expected a fraction from 0 to 1, found {text:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,5 +39,8 @@ mod tests {
         assert_eq!(non_negative("0"), Ok(0.0));
         assert!(positive("0").is_err());
         assert_eq!(positive("0.30"), Ok(0.3));
+        assert_eq!(fraction("0.1"), Ok(0.1));
+        assert!(fraction("1.5").is_err());
+        assert!(fraction("NaN").is_err());
     }
 }

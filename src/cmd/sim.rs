@@ -29,22 +29,22 @@ pub struct ServeArgs {
     #[arg(long = "trace", value_name = "FILE")]
     traces: Vec<PathBuf>,
     /// Virtual seconds per wall second.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 60.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     speed: f64,
     /// Seed of the fault injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Fraction of calls throttled (seeded).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::number::fraction, allow_negative_numbers = true)]
     throttle: f64,
     /// Fraction of calls failing with a transient server error (seeded).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::number::fraction, allow_negative_numbers = true)]
     transient: f64,
     /// Fraction of spot reclaims with no notice and no preemption event (seeded).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::number::fraction, allow_negative_numbers = true)]
     lost_notices: f64,
     /// Fraction of spot notices delivered a quarter of their lead time before the reclaim.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::number::fraction, allow_negative_numbers = true)]
     late_notices: f64,
     /// Bearer token every request must carry (required to listen beyond loopback).
     #[arg(long, env = "TERN_SIM_TOKEN", hide_env_values = true)]
@@ -89,17 +89,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
-    for (flag, v) in [
-        ("--throttle", args.throttle),
-        ("--transient", args.transient),
-        ("--lost-notices", args.lost_notices),
-        ("--late-notices", args.late_notices),
-    ] {
-        anyhow::ensure!(
-            (0.0..=1.0).contains(&v),
-            "{flag} must be a fraction from 0 to 1, got {v}"
-        );
-    }
     let token =
         super::token::resolve(args.token.as_deref(), args.token_file.as_deref(), "--token")?;
     // Anyone who reaches it can launch and terminate: open only on this machine.
