@@ -5,14 +5,14 @@
 //! checkpoint. The same run on a real PostgreSQL store (a private cluster), where the restarted
 //! controller reclaims its own lease (same `--id`) at once.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 use tern::store::pg_cluster;
 
 use common::{
-    Reaper, free_port, sim_controller, sim_report_when_empty, submit, tern_json, wait_for,
+    Reaper, free_port, quiet, sim_controller, sim_report_when_empty, submit, tern_json, wait_for,
 };
 
 const TOKEN: &str = "chaos-token";
@@ -46,19 +46,15 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
     let sim_url = format!("http://{sim_addr}");
     let mut reaper = Reaper(Vec::new());
     reaper.0.push(
-        Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args([
-                "sim", "serve", "--listen", &sim_addr, "--speed", "1800", "--seed", "3",
-            ])
-            .args(["--throttle", "0.05"])
-            .env(
-                "TERN_DATA",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sim serve"),
+        quiet(
+            Command::new(env!("CARGO_BIN_EXE_tern"))
+                .args([
+                    "sim", "serve", "--listen", &sim_addr, "--speed", "1800", "--seed", "3",
+                ])
+                .args(["--throttle", "0.05"]),
+        )
+        .spawn()
+        .expect("sim serve"),
     );
     wait_for(&sim_addr);
     let ctl_addr = format!("127.0.0.1:{}", free_port());

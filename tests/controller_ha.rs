@@ -4,14 +4,14 @@
 //! with the leader's jobs from the shared store, and nothing is leaked or launched twice.
 
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 use tern::store::pg_cluster;
 
 use common::{
-    Reaper, free_port, sim_controller, sim_report_when_empty, submit, tern_json, wait_for,
+    Reaper, free_port, sim_controller, sim_report_when_empty, sim_serve, submit, tern_json,
+    wait_for,
 };
 
 const TOKEN: &str = "ha-token";
@@ -28,20 +28,7 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
     let sim_addr = format!("127.0.0.1:{}", free_port());
     let sim_url = format!("http://{sim_addr}");
     let mut reaper = Reaper(Vec::new());
-    reaper.0.push(
-        Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args([
-                "sim", "serve", "--listen", &sim_addr, "--speed", "600", "--seed", "5",
-            ])
-            .env(
-                "TERN_DATA",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sim serve"),
-    );
+    reaper.0.push(sim_serve(&sim_addr, 5));
     wait_for(&sim_addr);
 
     let a_addr = format!("127.0.0.1:{}", free_port());

@@ -3,12 +3,12 @@
 //! refused at start, and secrets kept out of `--help`.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Reaper, free_port, wait_for};
+use common::{Reaper, free_port, quiet, wait_for};
 
 const TOKEN: &str = "tls-test-token";
 
@@ -35,27 +35,20 @@ fn stderr(out: &Output) -> String {
 
 /// `tern controller` on the in-process simulated cloud; `extra` adds token and TLS flags.
 fn controller(state: &Path, addr: &str, extra: &[&str]) -> std::process::Child {
-    tern()
-        .args([
-            "controller",
-            "--provider",
-            "sim",
-            "--speed",
-            "600",
-            "--listen",
-            addr,
-        ])
-        .arg("--state")
-        .arg(state)
-        .args(extra)
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("controller")
+    let mut c = tern();
+    c.args([
+        "controller",
+        "--provider",
+        "sim",
+        "--speed",
+        "600",
+        "--listen",
+        addr,
+    ])
+    .arg("--state")
+    .arg(state)
+    .args(extra);
+    quiet(&mut c).spawn().expect("controller")
 }
 
 /// Run `tern ARGS` to its end.
@@ -215,25 +208,18 @@ fn sim_serve_takes_a_token() {
     let token_file = dir.path().join("sim-token");
     std::fs::write(&token_file, "sim-s3cret\n").expect("write");
     let addr = format!("127.0.0.1:{}", free_port());
-    let sim = tern()
-        .args([
-            "sim",
-            "serve",
-            "--listen",
-            &addr,
-            "--speed",
-            "600",
-            "--token-file",
-        ])
-        .arg(&token_file)
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sim serve");
+    let mut sim = tern();
+    sim.args([
+        "sim",
+        "serve",
+        "--listen",
+        &addr,
+        "--speed",
+        "600",
+        "--token-file",
+    ])
+    .arg(&token_file);
+    let sim = quiet(&mut sim).spawn().expect("sim serve");
     let _reaper = Reaper(vec![sim]);
     wait_for(&addr);
     let url = format!("http://{addr}");

@@ -30,6 +30,16 @@ pub fn wait_for(addr: &str) {
     }
 }
 
+/// Give `c` the shared data folder and silence its output: a server the test only talks to.
+pub fn quiet(c: &mut Command) -> &mut Command {
+    c.env(
+        "TERN_DATA",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+}
+
 /// `tern controller --state STATE` with the API token and the shared data folder set and its
 /// output silenced; callers add the provider and `--listen` arguments.
 pub fn controller_command(state: &Path, token: &str) -> Command {
@@ -37,13 +47,8 @@ pub fn controller_command(state: &Path, token: &str) -> Command {
     c.arg("controller")
         .arg("--state")
         .arg(state)
-        .env("TERN_TOKEN", token)
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .env("TERN_TOKEN", token);
+    quiet(&mut c);
     c
 }
 
@@ -154,17 +159,13 @@ pub fn sim_controller(
 
 /// `tern sim serve` on `addr` at 600× speed with `seed`, its output silenced.
 pub fn sim_serve(addr: &str, seed: u64) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["sim", "serve", "--listen", addr, "--speed", "600", "--seed"])
-        .arg(seed.to_string())
-        .env(
-            "TERN_DATA",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sim serve")
+    quiet(
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["sim", "serve", "--listen", addr, "--speed", "600", "--seed"])
+            .arg(seed.to_string()),
+    )
+    .spawn()
+    .expect("sim serve")
 }
 
 /// A running `tern sim serve` (reaped with the test) and its URL.
