@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{free_port, sim_controller, start_sim, submit, tern_json, wait_for};
+use common::{free_port, sim_controller, sim_report, start_sim, submit, tern_json, wait_for};
 
 const TOKEN: &str = "state-token";
 
@@ -41,18 +41,7 @@ fn running_instances(server: &str) -> u64 {
 }
 
 fn sim_running(sim_url: &str) -> u64 {
-    let r = tern_json(
-        &[
-            "sim",
-            "report",
-            "--endpoint",
-            sim_url,
-            "--owner",
-            "tern",
-            "--json",
-        ],
-        TOKEN,
-    );
+    let r = sim_report(sim_url, None, TOKEN);
     r["running_instances"].as_u64().expect("running_instances")
 }
 

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tern::agent::{AgentConfig, NoticeSource, Torchrun, torchrun};
-use tern::api::client::Client;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum NoticeArg {
@@ -21,14 +20,8 @@ pub struct Args {
     /// The job this VM works for.
     #[arg(long)]
     job: String,
-    /// Controller base URL (`http://…` or `https://…`).
-    #[arg(long, env = "TERN_SERVER", default_value = "http://127.0.0.1:8470")]
-    server: String,
     #[command(flatten)]
-    token: super::token::TokenArgs,
-    /// PEM CA certificate to trust for an `https://` controller (beside the system's roots).
-    #[arg(long, env = "TERN_CA", value_name = "FILE")]
-    ca: Option<PathBuf>,
+    server: super::submit::Server,
     /// JSON file the training script keeps up to date (see the module docs / README).
     #[arg(long, value_name = "FILE")]
     progress_file: PathBuf,
@@ -90,8 +83,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         interval: Duration::from_secs_f64(args.interval.max(0.1)),
         command,
     };
-    let http = tern::http::client_with_ca(args.ca.as_deref())?;
-    let client = Client::new(&args.server, args.token.get()?, http.clone())?;
+    let http = args.server.http()?;
+    let client = args.server.client_with(http.clone())?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

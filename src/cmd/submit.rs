@@ -47,12 +47,18 @@ pub struct CancelArgs {
 }
 
 impl Server {
+    /// The process's HTTP client, trusting `--ca` too.
+    pub(super) fn http(&self) -> anyhow::Result<reqwest::Client> {
+        Ok(tern::http::client_with_ca(self.ca.as_deref())?)
+    }
+
+    /// The controller's API client over `http`.
+    pub(super) fn client_with(&self, http: reqwest::Client) -> anyhow::Result<Client> {
+        Ok(Client::new(&self.server, self.token.get()?, http)?)
+    }
+
     fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::new(
-            &self.server,
-            self.token.get()?,
-            tern::http::client_with_ca(self.ca.as_deref())?,
-        )?)
+        self.client_with(self.http()?)
     }
 }
 

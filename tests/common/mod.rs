@@ -80,25 +80,29 @@ pub fn tern_json(args: &[&str], token: &str) -> serde_json::Value {
     serde_json::from_str(text.lines().last().expect("output")).expect("json line")
 }
 
+/// `tern sim report --json` (owner `tern`; orphans judged against `state` when given).
+pub fn sim_report(sim_url: &str, state: Option<&str>, token: &str) -> serde_json::Value {
+    let mut args = vec![
+        "sim",
+        "report",
+        "--endpoint",
+        sim_url,
+        "--owner",
+        "tern",
+        "--json",
+    ];
+    if let Some(state) = state {
+        args.extend(["--state", state]);
+    }
+    tern_json(&args, token)
+}
+
 /// Poll `tern sim report` (owner `tern`, orphans judged against `state`) until the simulated
 /// cloud runs none of our instances, for at most 30 s; the last report.
 pub fn sim_report_when_empty(sim_url: &str, state: &str, token: &str) -> serde_json::Value {
     let t0 = Instant::now();
     loop {
-        let r = tern_json(
-            &[
-                "sim",
-                "report",
-                "--endpoint",
-                sim_url,
-                "--owner",
-                "tern",
-                "--state",
-                state,
-                "--json",
-            ],
-            token,
-        );
+        let r = sim_report(sim_url, Some(state), token);
         if r["running_instances"] == 0 {
             return r;
         }
