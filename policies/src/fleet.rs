@@ -144,21 +144,31 @@ pub fn dearest_first(nodes: &[Node]) -> Vec<usize> {
     order
 }
 
-/// Pick a disruption budget's worth of the dearest nodes that the target beats, and apply the
-/// move rule (DESIGN.md §4.3) to moving them.
-pub fn plan_move(input: &MoveInput<'_>) -> Result<Move, Stay> {
+/// A disruption budget's worth of the dearest nodes not in the target that `worth` accepts (at
+/// most the target's room); a gang moves whole or not at all (then: none).
+pub fn movers(input: &MoveInput<'_>, worth: impl Fn(&Node) -> bool) -> Vec<usize> {
     let n = input.nodes.len() as u32;
     let candidates: Vec<usize> = dearest_first(input.nodes)
         .into_iter()
-        .filter(|&i| !input.nodes[i].in_target && input.nodes[i].price > input.target.price)
+        .filter(|&i| !input.nodes[i].in_target && worth(&input.nodes[i]))
         .collect();
     let k = disruption_quota(input.fleet_nodes, input.budget_fraction)
         .min(candidates.len() as u32)
         .min(input.target.room.unwrap_or(u32::MAX));
     if k == 0 || (input.gang && k < n) {
+        return Vec::new();
+    }
+    candidates[..k as usize].to_vec()
+}
+
+/// Pick a disruption budget's worth of the dearest nodes that the target beats, and apply the
+/// move rule (DESIGN.md §4.3) to moving them.
+pub fn plan_move(input: &MoveInput<'_>) -> Result<Move, Stay> {
+    let movers = movers(input, |n| n.price > input.target.price);
+    if movers.is_empty() {
         return Err(Stay::NothingToMove);
     }
-    let movers = candidates[..k as usize].to_vec();
+    let k = movers.len() as u32;
     let current_rate: f64 = movers.iter().map(|&i| input.nodes[i].price).sum();
     let egress = if movers.iter().any(|&i| input.nodes[i].other_region) {
         input.checkpoint_gb * EGRESS_DOLLARS_PER_GB

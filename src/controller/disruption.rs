@@ -1,8 +1,10 @@
 //! Phase 5: jobs that run and need a change. Lost nodes are replaced (spot of the same shape
 //! first; on-demand only when the deadline needs it; a gang only in its zone, else it is
 //! released and placed anew), elastic jobs shrink to their survivors and grow back, and nodes
-//! move to cheaper spot when the saving beats the cost of moving. The decisions are
-//! `tern_policies::fleet`'s; this module gathers their inputs and acts on the answer.
+//! move to cheaper spot when the saving beats the cost of moving. For a job with a deadline the
+//! decisions are the deadline policy's (`super::policy`: spot in which zone, on-demand, or
+//! wait); without one they are `tern_policies::fleet`'s (never on-demand). This module gathers
+//! their inputs and acts on the answer.
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,8 +13,10 @@ use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer};
 use tern_policies::fleet::{self, Deadline, MoveInput, Node, SpotWait, Target};
 
 use super::events::{Event, ResizeWhy, WaitReason};
+use super::policy::offer_in;
 use super::{Controller, Result, fallbacks, hours};
-use crate::store::InstanceRecord;
+use crate::store::{InstanceRecord, JobRecord};
+use tern_policies::deadline::Placement as Policy;
 
 /// Offers of `shape` and `capacity` that are not known to be unavailable, cheapest first;
 /// `zone` pins a gang to where its nodes run.
@@ -50,7 +54,7 @@ fn nodes_of(running: &[(InstanceRecord, f64)], best: Option<&Offer>) -> Vec<Node
 
 impl Controller {
     /// Hours one restart takes the job: checkpoint save, provisioning, restore.
-    fn restart_hours(&self, name: &str) -> f64 {
+    pub(super) fn restart_hours(&self, name: &str) -> f64 {
         self.fleet.jobs.get(name).map_or(0.0, |e| {
             let c = &e.record.spec.checkpoint;
             (c.save_s + self.config.plan.provision_s + c.restore_s) / 3600.0
@@ -59,7 +63,7 @@ impl Controller {
 
     /// Samples per second of the job on `nodes` nodes of `offer`'s shape, if it can be
     /// forecast: (expected, pessimistic).
-    fn throughput(&self, name: &str, offer: &Offer, nodes: u32) -> Option<(f64, f64)> {
+    pub(super) fn throughput(&self, name: &str, offer: &Offer, nodes: u32) -> Option<(f64, f64)> {
         let acc = offer.accelerator()?.name.clone();
         let t = self
             .model(name)?
@@ -133,6 +137,39 @@ impl Controller {
         }
         let zone = gang.then_some(&first.zone);
         let shape = first.instance_type.name.as_str();
+        let planned = e.record.planned_count.max(target);
+        if let Some(call) = self.ask_policy(name, &first, planned, now) {
+            let wait = WaitReason::Policy(call.why());
+            let (list, on_demand) = match call.step.placement {
+                Policy::Idle => {
+                    return self
+                        .without_spot(name, &first, n_live, missing, wait, now)
+                        .await;
+                }
+                Policy::OnDemand => (pool(offers, shape, Capacity::OnDemand, zone), true),
+                // A gang's zone is gone: it gives its survivors back to start whole elsewhere.
+                p if gang && call.zone(p) != Some(&first.zone) => {
+                    return self
+                        .without_spot(name, &first, n_live, missing, wait, now)
+                        .await;
+                }
+                p => {
+                    let mut list = pool(offers, shape, Capacity::Spot, zone);
+                    list.sort_by_key(|o| Some(&o.zone) != call.zone(p));
+                    if list.is_empty() {
+                        // Spot holds the survivors but has no room for more: run on them.
+                        return self
+                            .without_spot(name, &first, n_live, missing, wait, now)
+                            .await;
+                    }
+                    (list, false)
+                }
+            };
+            let list = list.into_iter().cloned().collect();
+            return self
+                .launch_missing(name, list, missing, on_demand, now)
+                .await;
+        }
         let mut list: Vec<Offer> = pool(offers, shape, Capacity::Spot, zone)
             .into_iter()
             .cloned()
@@ -152,6 +189,19 @@ impl Controller {
                 .collect();
             on_demand = true;
         }
+        self.launch_missing(name, list, missing, on_demand, now)
+            .await
+    }
+
+    /// Launch `missing` nodes of a running job on the first offers of `list` that take them.
+    async fn launch_missing(
+        &mut self,
+        name: &str,
+        list: Vec<Offer>,
+        missing: u32,
+        on_demand: bool,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         if list.is_empty() {
             return self.wait(name, WaitReason::NoCapacity, now);
         }
@@ -333,6 +383,9 @@ impl Controller {
         let Some(first) = running.first().map(|(i, _)| i.offer.clone()) else {
             return Ok(());
         };
+        if r.deadline_at.is_some() {
+            return self.follow_policy(name, &r, running, n, offers, now).await;
+        }
         let zone = r.spec.gang.then_some(&first.zone);
         let Some(best) = pool(offers, &first.instance_type.name, Capacity::Spot, zone)
             .first()
@@ -380,11 +433,108 @@ impl Controller {
                 from_capacity: movers[0].offer.capacity,
                 from_price: plan.current_rate / f64::from(k),
                 from_zone: movers[0].offer.zone.clone(),
+                to_capacity: best.capacity,
                 to_price: best.price_per_hour,
                 to_zone: best.zone.clone(),
                 net_saving: plan.net_saving,
                 work_h,
                 budget: self.config.disruption_budget,
+                policy: None,
+            },
+        )?;
+        let from = movers.iter().map(|i| i.id.clone()).collect();
+        let mut to = vec![best.clone()];
+        if !r.spec.gang {
+            to.extend(fallbacks(offers, &best));
+        }
+        self.act(name, IntentKind::Migrate { from, to, count: k }, now)
+            .await
+    }
+
+    /// A running job with a deadline moves when the deadline policy wants it elsewhere: to
+    /// spot in another zone, from on-demand back to spot, or onto on-demand when the deadline
+    /// needs it. An elastic job moves a disruption budget's worth of nodes per check, dearest
+    /// first; a gang moves whole.
+    async fn follow_policy(
+        &mut self,
+        name: &str,
+        r: &JobRecord,
+        running: Vec<(InstanceRecord, f64)>,
+        n: u32,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(first) = running.first().map(|(i, _)| i.offer.clone()) else {
+            return Ok(());
+        };
+        let planned = r.planned_count.max(n);
+        let Some(call) = self.ask_policy(name, &first, planned, now) else {
+            return Ok(());
+        };
+        let want = call.step.placement;
+        if want == call.now || want == Policy::Idle {
+            return Ok(());
+        }
+        let shape = first.instance_type.name.as_str();
+        let target = match want {
+            Policy::OnDemand => offer_in(offers, shape, Capacity::OnDemand, None),
+            p => offer_in(offers, shape, Capacity::Spot, call.zone(p)),
+        };
+        let Some(best) = target.cloned() else {
+            return Ok(());
+        };
+        let nodes = nodes_of(&running, Some(&best));
+        let input = MoveInput {
+            nodes: &nodes,
+            fleet_nodes: n,
+            target: Target {
+                price: best.price_per_hour,
+                room: match best.availability {
+                    Availability::Available(Some(k)) => Some(k),
+                    _ => None,
+                },
+            },
+            gang: r.spec.gang,
+            budget_fraction: self.config.disruption_budget,
+            work_h: 0.0,
+            restart_h: self.restart_hours(name),
+            slack_h: f64::INFINITY,
+            hours_since_last_move: None,
+            checkpoint_gb: r.spec.checkpoint.size_gb,
+            on_demand_rate: best.price_per_hour,
+        };
+        let picked: Vec<usize> = if r.spec.gang {
+            (0..nodes.len()).filter(|&i| !nodes[i].in_target).collect()
+        } else {
+            fleet::movers(&input, |_| true)
+        };
+        if picked.is_empty() {
+            return Ok(());
+        }
+        let movers: Vec<&InstanceRecord> = picked.iter().map(|&k| &running[k].0).collect();
+        let k = movers.len() as u32;
+        let from_rate: f64 = picked.iter().map(|&i| nodes[i].price).sum();
+        let net_saving = match call.step.why.and_then(|w| w.moved) {
+            Some(tern_policies::migrate::Decision::Move { net_saving }) => net_saving,
+            _ => 0.0,
+        };
+        let (expected, _) = self.throughput(name, &first, n).unwrap_or((0.0, 0.0));
+        self.emit(
+            now,
+            Event::Migrating {
+                job: name.to_string(),
+                moved: k,
+                of: n,
+                from_capacity: movers[0].offer.capacity,
+                from_price: from_rate / f64::from(k),
+                from_zone: movers[0].offer.zone.clone(),
+                to_capacity: best.capacity,
+                to_price: best.price_per_hour,
+                to_zone: best.zone.clone(),
+                net_saving,
+                work_h: self.work_hours(name, expected),
+                budget: self.config.disruption_budget,
+                policy: Some(call.why()),
             },
         )?;
         let from = movers.iter().map(|i| i.id.clone()).collect();

@@ -29,6 +29,8 @@ pub enum WaitReason {
     },
     /// No offer of the job's shape, spot or on-demand.
     NoCapacity,
+    /// The deadline policy expects waiting to cost least ([`tern_policies::deadline::Why`]).
+    Policy(String),
     /// The job launched its hour's budget of instances
     /// ([`tern_policies::capacity::launch_budget`]).
     LaunchBudget { launched: u32, budget: u32 },
@@ -54,6 +56,7 @@ impl fmt::Display for WaitReason {
                 write!(f, "{why}; running on {survivors} survivor(s)")
             }
             WaitReason::NoCapacity => write!(f, "no capacity of the job's shape anywhere"),
+            WaitReason::Policy(why) => write!(f, "the deadline policy waits: {why}"),
             WaitReason::LaunchBudget { launched, budget } => write!(
                 f,
                 "launched {launched} instance(s) in the last hour, at its budget of {budget}; \
@@ -85,6 +88,8 @@ pub struct Placement {
     pub deadline_h: Option<f64>,
     /// How the choice compares with the cheapest $/accelerator-hour, when it is not that.
     pub versus_cheapest: Option<String>,
+    /// The deadline policy's reasons for spot, zone or on-demand (jobs with a deadline).
+    pub policy: Option<String>,
 }
 
 /// One decision or observation of the controller.
@@ -183,11 +188,14 @@ pub enum Event {
         from_capacity: Capacity,
         from_price: f64,
         from_zone: Zone,
+        to_capacity: Capacity,
         to_price: f64,
         to_zone: Zone,
         net_saving: f64,
         work_h: f64,
         budget: f64,
+        /// The deadline policy's reasons (jobs with a deadline).
+        policy: Option<String>,
     },
     Migrated {
         job: String,
@@ -275,6 +283,9 @@ impl fmt::Display for Placement {
         }
         if let Some(v) = &self.versus_cheapest {
             write!(f, "; {v}")?;
+        }
+        if let Some(p) = &self.policy {
+            write!(f, "; policy: {p}")?;
         }
         Ok(())
     }
@@ -402,17 +413,25 @@ impl fmt::Display for Event {
                 from_capacity,
                 from_price,
                 from_zone,
+                to_capacity,
                 to_price,
                 to_zone,
                 net_saving,
                 work_h,
                 budget,
+                policy,
                 ..
-            } => write!(
-                f,
-                "{moved} of {of} node(s) {from_capacity} ${from_price:.2}/h in {from_zone} → spot ${to_price:.2}/h in {to_zone}: net saving ${net_saving:.0} over {work_h:.1} h of work (disruption budget {:.0} %)",
-                budget * 100.0
-            ),
+            } => {
+                write!(
+                    f,
+                    "{moved} of {of} node(s) {from_capacity} ${from_price:.2}/h in {from_zone} → {to_capacity} ${to_price:.2}/h in {to_zone}: net saving ${net_saving:.0} over {work_h:.1} h of work (disruption budget {:.0} %)",
+                    budget * 100.0
+                )?;
+                match policy {
+                    Some(p) => write!(f, "; policy: {p}"),
+                    None => Ok(()),
+                }
+            }
             Event::Migrated { released, .. } => {
                 write!(f, "released {released} old node(s) after checkpoint")
             }

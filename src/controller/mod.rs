@@ -25,6 +25,7 @@ mod intents;
 pub mod lease;
 pub mod metrics;
 mod notices;
+mod policy;
 mod provision;
 pub mod service;
 mod sync;
@@ -93,6 +94,9 @@ pub struct ControllerConfig {
     pub migrate_check: Duration,
     /// How often an unplaced job is planned again when nothing happened.
     pub replan: Duration,
+    /// Tick of the deadline policy: spot availability is sampled once per tick, and a job's
+    /// deadline, work and restart are counted in ticks (`controller::policy`).
+    pub policy_tick: Duration,
     pub plan: PlanOptions,
 }
 
@@ -108,6 +112,7 @@ impl ControllerConfig {
             disruption_budget: fleet::DISRUPTION_BUDGET,
             migrate_check: Duration::from_secs(1800),
             replan: Duration::from_secs(300),
+            policy_tick: Duration::from_secs(300),
             plan: PlanOptions {
                 time_limit: Duration::from_secs(2),
                 ..PlanOptions::default()
@@ -198,6 +203,12 @@ pub struct Controller {
     ids: IntentIds,
     stats: Stats,
     event_counts: Mutex<BTreeMap<&'static str, u64>>,
+    /// Spot availability per pool and tick, what the deadline policy learns from.
+    pools: policy::Pools,
+    /// The last policy tick sampled.
+    sampled: Option<i64>,
+    /// Each deadline job's policy object (its learned counts and value table).
+    policies: HashMap<String, policy::JobPolicy>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -288,6 +299,7 @@ impl Controller {
         let salt = std::collections::hash_map::RandomState::new()
             .build_hasher()
             .finish();
+        let pools = policy::Pools::from_samples(store.pool_samples_since(i64::MIN)?);
         Ok(Controller {
             store,
             provider,
@@ -297,6 +309,9 @@ impl Controller {
             ids: IntentIds { salt, seq: 0 },
             stats: Stats::default(),
             event_counts: Mutex::new(BTreeMap::new()),
+            pools,
+            sampled: None,
+            policies: HashMap::new(),
         })
     }
 

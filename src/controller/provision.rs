@@ -9,8 +9,10 @@ use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
 use super::events::{Event, Placement, WaitReason};
+use super::policy::offer_in;
 use super::{Controller, Result, delta, fallbacks, hours};
 use crate::store::{InstanceRecord, JobState};
+use tern_policies::deadline::Placement as Policy;
 
 /// What each job needs this pass.
 #[derive(Debug, Default)]
@@ -37,12 +39,19 @@ impl Controller {
         for name in &triage.release {
             self.release(name, now).await?;
         }
-        if !triage.needs_offers() {
+        self.drop_policies();
+        // The deadline policy learns from one availability sample per pool and tick while
+        // any job is active.
+        let sample = self.sampled != Some(self.policy_tick(now))
+            && self.fleet.jobs.values().any(|e| !e.record.state.is_final());
+        if !(triage.needs_offers() || sample) {
             return Ok(());
         }
         let Some(offers) = self.offers(now).await else {
             return Ok(());
         };
+        self.observe_pools(&offers, now)?;
+        self.sampled = Some(self.policy_tick(now));
         if !triage.place.is_empty() {
             self.place(&triage.place, &offers, now).await?;
         }
@@ -268,13 +277,32 @@ impl Controller {
                 .unwrap_or_else(|| "no feasible configuration".into());
             return self.mark_unplaceable(&jp.job, &reason, now);
         };
-        let Some(offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
+        let Some(mut offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
             return Ok(());
         };
-        if offer.capacity != Capacity::Spot
-            && let Some(wait) = self.spot_wait(&jp.job, choice.finish_high_h, now)
-        {
-            return self.wait(&jp.job, wait, now);
+        let mut why = None;
+        match self.ask_policy(&jp.job, &offer, choice.nodes, now) {
+            Some(call) => {
+                let shape = offer.instance_type.name.clone();
+                let to = match call.step.placement {
+                    Policy::Idle => {
+                        return self.wait(&jp.job, WaitReason::Policy(call.why()), now);
+                    }
+                    Policy::OnDemand => offer_in(offers, &shape, Capacity::OnDemand, None),
+                    p => offer_in(offers, &shape, Capacity::Spot, call.zone(p)),
+                };
+                match to {
+                    Some(o) => offer = o.clone(),
+                    None => return self.wait(&jp.job, WaitReason::NoCapacity, now),
+                }
+                why = Some(call.why());
+            }
+            None if offer.capacity != Capacity::Spot => {
+                if let Some(wait) = self.spot_wait(&jp.job, choice.finish_high_h, now) {
+                    return self.wait(&jp.job, wait, now);
+                }
+            }
+            None => {}
         }
         let gang = self
             .fleet
@@ -286,7 +314,7 @@ impl Controller {
             list.extend(fallbacks(offers, &offer));
         }
         if let Some(e) = self.fleet.jobs.get_mut(&jp.job) {
-            e.record.target_offer = Some(choice.offer.clone());
+            e.record.target_offer = Some(offer.key());
             e.record.target_count = choice.nodes;
             e.record.planned_count = choice.nodes;
             e.waiting = None;
@@ -296,12 +324,13 @@ impl Controller {
             solver: solver.to_string(),
             nodes: choice.nodes,
             instance_type: choice.instance_type.clone(),
-            capacity: choice.capacity,
-            zone: choice.zone.clone(),
+            capacity: offer.capacity,
+            zone: offer.zone.to_string(),
             expected_cost: choice.expected_cost,
             finish_h: choice.finish_h,
             deadline_h: jp.deadline_h,
             versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),
+            policy: why,
         };
         self.emit(
             now,

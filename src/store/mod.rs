@@ -201,6 +201,23 @@ pub struct InstanceRecord {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// Pool samples kept in the store, in policy ticks (8 days of 5-minute ticks; with other tick
+/// lengths the policy's own lookback is what matters, and it is shorter).
+pub const POOL_SAMPLE_TICKS: i64 = 8 * 24 * 12;
+
+/// One spot pool's availability at one policy tick (see `controller::policy`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolSample {
+    /// `instance_type@zone`.
+    pub pool: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub region: String,
+    pub tick: i64,
+    pub available: u32,
+    pub spot_price: f64,
+}
+
 /// Most instances `job` started in any 60 minutes of `usage` (what the launch budget bounds).
 pub fn most_started_in_an_hour(usage: &[Usage], job: &str) -> u32 {
     let mut starts: Vec<DateTime<Utc>> = usage
@@ -808,6 +825,64 @@ impl Store {
         )?;
         let n = rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// Record spot pool samples (one per pool and policy tick; a later view of a tick wins),
+    /// and drop those older than a lookback of 8 days before the newest.
+    pub fn record_pool_samples(&self, samples: &[PoolSample]) -> Result<()> {
+        let mut batch = Vec::with_capacity(samples.len() + 1);
+        for s in samples {
+            batch.push(Stmt::exec(
+                "INSERT INTO pool_samples (pool, instance_type, zone, region, tick, available,
+                    spot_price)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (pool, tick) DO UPDATE SET available = excluded.available,
+                    spot_price = excluded.spot_price",
+                params![
+                    &s.pool,
+                    &s.instance_type,
+                    &s.zone,
+                    &s.region,
+                    s.tick,
+                    i64::from(s.available),
+                    s.spot_price,
+                ],
+            ));
+        }
+        if let Some(newest) = samples.iter().map(|s| s.tick).max()
+            && newest % 64 == 0
+        {
+            batch.push(Stmt::exec(
+                "DELETE FROM pool_samples WHERE tick < ?1",
+                params![newest - POOL_SAMPLE_TICKS],
+            ));
+        }
+        if !batch.is_empty() {
+            self.run(batch)?;
+        }
+        Ok(())
+    }
+
+    /// Pool samples at or after `tick`, oldest first.
+    pub fn pool_samples_since(&self, tick: i64) -> Result<Vec<PoolSample>> {
+        self.query(
+            "SELECT pool, instance_type, zone, region, tick, available, spot_price
+             FROM pool_samples WHERE tick >= ?1 ORDER BY tick, pool",
+            params![tick],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(PoolSample {
+                pool: r.text(0)?,
+                instance_type: r.text(1)?,
+                zone: r.text(2)?,
+                region: r.text(3)?,
+                tick: r.int(4)?,
+                available: u32::try_from(r.int(5)?.max(0)).unwrap_or(u32::MAX),
+                spot_price: r.real(6)?,
+            })
+        })
+        .collect()
     }
 
     pub fn usage(&self) -> Result<Vec<Usage>> {

@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_leases.sql"),
     include_str!("migrations/0003_planned_count.sql"),
     include_str!("migrations/0004_identity.sql"),
+    include_str!("migrations/0005_pool_samples.sql"),
 ];
 
 /// Key of the advisory lock that serialises migrations when several controllers start at once.

@@ -387,11 +387,104 @@ impl Observation<'_> {
     }
 }
 
+/// Why a policy chose what it chose, as its events show it: the expected dollars to finish from
+/// here for each action (∞ where the action could miss the deadline, or for `keep`, where
+/// there is nothing running to keep), and the move rule's
+/// verdict when a running spot job looked at another zone.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Why {
+    pub keep: f64,
+    pub spot: f64,
+    pub on_demand: f64,
+    pub wait: f64,
+    pub moved: Option<crate::migrate::Decision>,
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = |v: f64| {
+            if v.is_finite() {
+                format!("${v:.2}")
+            } else {
+                "could miss".to_string()
+            }
+        };
+        f.write_str("expected cost to finish: ")?;
+        if self.keep.is_finite() {
+            write!(f, "keep {}, ", d(self.keep))?;
+        }
+        write!(
+            f,
+            "spot {}, on-demand {}, wait {}",
+            d(self.spot),
+            d(self.on_demand),
+            d(self.wait)
+        )?;
+        match self.moved {
+            Some(crate::migrate::Decision::Move { net_saving }) => {
+                write!(f, "; a move saves ${net_saving:.2}")
+            }
+            Some(crate::migrate::Decision::NotWorth {
+                net_saving,
+                threshold,
+            }) => write!(
+                f,
+                "; a move would save ${net_saving:.2}, under the ${threshold:.2} threshold"
+            ),
+            Some(crate::migrate::Decision::DeadlineAtRisk) => {
+                write!(f, "; a move would put the deadline at risk")
+            }
+            Some(crate::migrate::Decision::CoolingDown) => {
+                write!(f, "; moved too recently to move again")
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// One decision as both the replay and the controller take it: what the policy wanted, what
+/// the deadline guard ([`safe`]) let it do, and the policy's reasons.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    pub placement: Placement,
+    pub wanted: Placement,
+    pub why: Option<Why>,
+}
+
+impl Step {
+    /// The deadline guard overrode the policy's wish.
+    pub fn guarded(&self) -> bool {
+        self.placement != self.wanted
+    }
+}
+
+/// The one way an online policy is asked: [`DeadlinePolicy::decide`], then [`safe`]. The
+/// replay of `tern simulate` and the controller both call this, so a figure of the replay
+/// describes what the controller does on the same state.
+pub fn step(
+    policy: &mut dyn DeadlinePolicy,
+    job: &Job,
+    state: &JobState,
+    obs: &Observation<'_>,
+) -> Step {
+    let wanted = policy.decide(job, state, obs);
+    Step {
+        placement: safe(job, state, obs, wanted),
+        wanted,
+        why: policy.why(),
+    }
+}
+
 /// A deadline policy. `decide` must be deterministic in its inputs; `&mut self` only lets a
 /// policy keep caches (running estimates, value tables) between ticks of one window.
 pub trait DeadlinePolicy {
     fn name(&self) -> &'static str;
     fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement;
+
+    /// Why the last [`DeadlinePolicy::decide`] chose what it did, when the policy can say.
+    fn why(&self) -> Option<Why> {
+        None
+    }
 
     /// Forget everything learned about a window before replaying another one. Caches that are
     /// pure functions of their key (tern's value tables) may survive.

@@ -3,7 +3,7 @@
 //! place because the three only make sense together: the table is solved for the model the
 //! counts give, and the decision reads both.
 
-use super::{DeadlinePolicy, INF, Job, JobState, Observation, Placement};
+use super::{DeadlinePolicy, INF, Job, JobState, Observation, Placement, Why};
 use crate::migrate::{self, MoveCandidate, MoveRule};
 
 /// Availability statistics of one zone, learned from the past with exponential forgetting.
@@ -337,6 +337,8 @@ pub struct Tern {
     /// deadline. `None` at the start of a window.
     solved_at: Option<u32>,
     rule: Option<MoveRule>,
+    /// The costs behind the last decision ([`DeadlinePolicy::why`]).
+    last: Option<Why>,
 }
 
 impl Tern {
@@ -492,7 +494,7 @@ impl Tern {
         m: &Model,
         rem: i64,
         sigma: i64,
-    ) -> Placement {
+    ) -> (Placement, Why) {
         let t = &self.table;
         let a = usize::from(zones.any_up);
         let idle = t.idle(m, a, rem, sigma);
@@ -503,7 +505,14 @@ impl Tern {
             Placement::OnDemand => t.od_continue(m, a, rem, sigma),
             _ => INF,
         };
-        if keep.is_finite() && keep <= idle.min(start_od).min(start_spot) {
+        let why = Why {
+            keep,
+            spot: start_spot,
+            on_demand: start_od,
+            wait: idle,
+            moved: None,
+        };
+        let choice = if keep.is_finite() && keep <= idle.min(start_od).min(start_spot) {
             state.placement
         } else if start_spot.is_finite() && start_spot <= idle.min(start_od) {
             zones.best_up.map_or(Placement::Idle, Placement::Spot)
@@ -511,7 +520,8 @@ impl Tern {
             Placement::OnDemand
         } else {
             Placement::Idle
-        }
+        };
+        (choice, why)
     }
 
     /// Expected cost of starting spot in zone `best_up` now.
@@ -591,6 +601,11 @@ impl DeadlinePolicy for Tern {
         self.seen = 0;
         self.solved_at = None;
         self.rule = None;
+        self.last = None;
+    }
+
+    fn why(&self) -> Option<Why> {
+        self.last
     }
 
     fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement {
@@ -603,6 +618,7 @@ impl DeadlinePolicy for Tern {
         });
         // A booting instance is committed: abandoning it only wastes what was paid.
         if state.booting > 0 {
+            self.last = None;
             return state.placement;
         }
         let zones = self.zones(job, state, obs);
@@ -611,17 +627,21 @@ impl DeadlinePolicy for Tern {
         let rem = i64::from(job.deadline) - i64::from(obs.tick);
         let sigma = rem - i64::from(job.ticks_left(state.done));
         let m = self.refresh_table(job, obs, raw, rem, sigma);
-        let choice = self.choose(job, state, &zones, &m, rem, sigma);
+        let (choice, mut why) = self.choose(job, state, &zones, &m, rem, sigma);
         // A running spot job may still move to a better zone; the migrate rule decides.
+        let mut placement = choice;
         if let (Placement::Spot(cur), Some(best)) = (choice, zones.best_up)
             && state.placement == Placement::Spot(cur)
             && best != cur
         {
             let candidate = self.move_candidate(job, state, obs, cur, best, sigma);
-            if migrate::decide(&rule, &candidate).is_move() {
-                return Placement::Spot(best);
+            let verdict = migrate::decide(&rule, &candidate);
+            if verdict.is_move() {
+                placement = Placement::Spot(best);
             }
+            why.moved = Some(verdict);
         }
-        choice
+        self.last = Some(why);
+        placement
     }
 }

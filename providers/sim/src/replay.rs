@@ -385,8 +385,7 @@ impl Prepared {
                 s.placement = Placement::Idle;
                 s.booting = 0;
             }
-            let want = policy.decide(job, &s, &obs);
-            let act = deadline::safe(job, &s, &obs, want);
+            let act = deadline::step(policy, job, &s, &obs).placement;
             if act == Placement::Idle {
                 s.placement = Placement::Idle;
                 s.booting = 0;

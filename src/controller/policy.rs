@@ -1,0 +1,536 @@
+//! The deadline policy on live state: the controller asks [`deadline::step`] with
+//! [`deadline::Tern`], the very call `tern simulate --policy tern` replays, for every job with
+//! a deadline. Whether the job runs on spot (and in which zone), on on-demand, or waits, and
+//! when it moves, all come from that one call.
+//!
+//! The policy thinks in ticks of [`ControllerConfig::policy_tick`](super::ControllerConfig).
+//! This module keeps what it learns from, each spot pool's availability per tick ([`Pools`],
+//! persisted so a restart does not forget it), and maps a job's records onto the tick model:
+//! tick 0 is the job's submission, the work is its samples at the forecast full-size speed,
+//! and progress is what its last checkpoint holds. What the controller does beyond one job's
+//! policy stays its own: the MILP picks the shape and size over all jobs and quotas, and the
+//! launch budget and pool backoff still bound what it launches.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use tern_cloud::{Availability, Capacity, InstanceState, Offer, Zone};
+use tern_policies::deadline::{self, Job, JobState, Observation, Placement, Step, Tern, ZoneView};
+use tern_policies::fleet::EGRESS_DOLLARS_PER_GB;
+
+use super::{Controller, Result, hours};
+use crate::store::PoolSample;
+
+/// Spot availability we record for a pool whose cloud does not say how many (AWS): capacity
+/// is "there" until a launch fails or a notice comes (the backoff marks it unavailable).
+pub const PLENTY: u32 = 1 << 16;
+/// Ticks of history the policy learns from before a job's submission.
+pub const LOOKBACK_TICKS: i64 = 7 * 24 * 12;
+/// Most ticks a job's window may span: a longer window is counted in ticks of several policy
+/// ticks (a pool is up in such a tick only if it was up in all of it). The policy's value
+/// table grows with window × slack ticks, so this bounds its memory (≤ 10 MB per job).
+pub const MAX_JOB_TICKS: i64 = 512;
+/// Jobs whose policy objects (learned counts and value table) stay in memory between passes;
+/// others are rebuilt from the pool logs when asked.
+pub const CACHED_POLICIES: usize = 32;
+
+/// One spot pool (an instance type in a zone): its availability per tick from `first` on.
+#[derive(Debug, Clone)]
+pub(super) struct PoolLog {
+    pub(super) instance_type: String,
+    pub(super) zone: Zone,
+    /// Region index source: pools of one region share egress-free checkpoints.
+    pub(super) region: String,
+    pub(super) spot_price: f64,
+    first: i64,
+    samples: Vec<u32>,
+}
+
+impl PoolLog {
+    fn last_tick(&self) -> i64 {
+        self.first + self.samples.len() as i64 - 1
+    }
+
+    /// Record `available` at `tick`: a tick already past is kept as it was; a gap since the
+    /// last sample (the controller was down) carries the last value forward. Returns whether a
+    /// new tick was added.
+    fn record(&mut self, tick: i64, available: u32) -> bool {
+        if self.samples.is_empty() {
+            self.first = tick;
+            self.samples.push(available);
+            return true;
+        }
+        let last = self.last_tick();
+        if tick < last {
+            return false;
+        }
+        if tick == last {
+            if let Some(s) = self.samples.last_mut() {
+                *s = available;
+            }
+            return false;
+        }
+        let carry = self.samples.last().copied().unwrap_or(available);
+        for _ in last + 1..tick {
+            self.samples.push(carry);
+        }
+        self.samples.push(available);
+        true
+    }
+
+    /// Availability for ticks `from..=to`; ticks before the first sample repeat it, ticks
+    /// after the last repeat the last.
+    fn history(&self, from: i64, to: i64) -> Vec<u32> {
+        (from..=to)
+            .map(|t| {
+                let i = (t - self.first).clamp(0, self.samples.len() as i64 - 1);
+                self.samples.get(i as usize).copied().unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
+/// Every spot pool's availability log, keyed `type@zone` (sorted, so zone indices are stable).
+#[derive(Debug, Default)]
+pub(super) struct Pools {
+    logs: BTreeMap<String, PoolLog>,
+}
+
+fn pool_key(instance_type: &str, zone: &str) -> String {
+    format!("{instance_type}@{zone}")
+}
+
+/// Instances of the pool a spot offer says are there now.
+fn available(offer: &Offer) -> u32 {
+    match offer.availability {
+        Availability::Unavailable => 0,
+        Availability::Available(Some(n)) => n,
+        Availability::Available(None) | Availability::Unknown => PLENTY,
+    }
+}
+
+impl Pools {
+    /// Rebuild from the store's samples (oldest first).
+    pub(super) fn from_samples(samples: Vec<PoolSample>) -> Pools {
+        let mut p = Pools::default();
+        for s in samples {
+            let log = p.logs.entry(s.pool.clone()).or_insert_with(|| PoolLog {
+                instance_type: s.instance_type.clone(),
+                zone: Zone::new(s.zone.clone()),
+                region: s.region.clone(),
+                spot_price: s.spot_price,
+                first: s.tick,
+                samples: Vec::new(),
+            });
+            log.spot_price = s.spot_price;
+            log.record(s.tick, s.available);
+        }
+        p
+    }
+
+    /// Fold this pass's spot offers in at `tick`; `held` counts the instances we hold in each
+    /// pool, which the cloud leaves out of what it still offers (the policy wants the pool's
+    /// capacity, as a trace records it). Returns the samples to persist.
+    pub(super) fn observe(
+        &mut self,
+        offers: &[Offer],
+        held: &HashMap<String, u32>,
+        tick: i64,
+    ) -> Vec<PoolSample> {
+        let mut fresh = Vec::new();
+        for o in offers.iter().filter(|o| o.capacity == Capacity::Spot) {
+            let key = pool_key(&o.instance_type.name, o.zone.as_str());
+            let log = self.logs.entry(key.clone()).or_insert_with(|| PoolLog {
+                instance_type: o.instance_type.name.clone(),
+                zone: o.zone.clone(),
+                region: o.region.to_string(),
+                spot_price: o.price_per_hour,
+                first: tick,
+                samples: Vec::new(),
+            });
+            log.spot_price = o.price_per_hour;
+            let a = available(o).saturating_add(held.get(&key).copied().unwrap_or(0));
+            log.record(tick, a);
+            fresh.push(PoolSample {
+                pool: key,
+                instance_type: log.instance_type.clone(),
+                zone: log.zone.to_string(),
+                region: log.region.clone(),
+                tick,
+                available: a,
+                spot_price: o.price_per_hour,
+            });
+        }
+        fresh
+    }
+
+    /// The spot pools of one instance type, in key order.
+    pub(super) fn of_type<'a>(
+        &'a self,
+        instance_type: &'a str,
+    ) -> impl Iterator<Item = &'a PoolLog> {
+        self.logs
+            .values()
+            .filter(move |l| l.instance_type == instance_type)
+    }
+}
+
+/// A job's policy object and what it was built for: a new shape or size starts it afresh.
+#[derive(Debug, Default)]
+pub(super) struct JobPolicy {
+    tern: Tern,
+    shape: Option<(String, u32)>,
+}
+
+/// The policy's answer for one job, with the zones its `Spot(i)` indexes.
+#[derive(Debug, Clone)]
+pub(super) struct PolicyCall {
+    pub(super) step: Step,
+    pub(super) zones: Vec<Zone>,
+    /// Where the job is now, in the same terms.
+    pub(super) now: Placement,
+}
+
+impl PolicyCall {
+    pub(super) fn zone(&self, p: Placement) -> Option<&Zone> {
+        match p {
+            Placement::Spot(i) => self.zones.get(i),
+            _ => None,
+        }
+    }
+
+    /// The policy's reasons, for the event log.
+    pub(super) fn why(&self) -> String {
+        let mut s = self.step.why.map_or_else(
+            || "a booting instance is kept".to_string(),
+            |w| w.to_string(),
+        );
+        if self.step.guarded() {
+            s.push_str("; the deadline needs on-demand now");
+        }
+        s
+    }
+}
+
+/// Everything [`deadline::step`] reads, owned.
+#[derive(Debug)]
+pub(super) struct PolicyInput {
+    pub(super) job: Job,
+    pub(super) state: JobState,
+    pub(super) histories: Vec<Vec<u32>>,
+    pub(super) prices: Vec<f64>,
+    pub(super) regions: Vec<usize>,
+    pub(super) zones: Vec<Zone>,
+    pub(super) tick: u32,
+    pub(super) on_demand_price: f64,
+    pub(super) tick_hours: f64,
+    pub(super) egress_cost: f64,
+}
+
+impl PolicyInput {
+    fn views(&self) -> Vec<ZoneView<'_>> {
+        self.histories
+            .iter()
+            .zip(&self.prices)
+            .zip(&self.regions)
+            .map(|((h, &p), &r)| ZoneView {
+                history: h,
+                spot_price: p,
+                region: r,
+            })
+            .collect()
+    }
+
+    /// Ask `policy`, exactly as the replay does.
+    pub(super) fn step(&self, policy: &mut dyn deadline::DeadlinePolicy) -> Step {
+        let views = self.views();
+        let obs = Observation {
+            tick: self.tick,
+            zones: &views,
+            on_demand_price: self.on_demand_price,
+            tick_hours: self.tick_hours,
+            egress_cost: self.egress_cost,
+        };
+        deadline::step(policy, &self.job, &self.state, &obs)
+    }
+}
+
+impl Controller {
+    fn tick_seconds(&self) -> i64 {
+        self.config.policy_tick.as_secs().max(1) as i64
+    }
+
+    /// Policy ticks per tick of the job's own grid (see [`MAX_JOB_TICKS`]).
+    fn job_ticks(&self, r: &crate::store::JobRecord) -> i64 {
+        let window = r
+            .deadline_at
+            .map_or(0, |d| (d - r.submitted_at).num_seconds());
+        let up = |a: i64, b: i64| (a + b - 1) / b;
+        up(up(window.max(0), self.tick_seconds()), MAX_JOB_TICKS).max(1)
+    }
+
+    /// The absolute policy tick of `at`.
+    pub(super) fn policy_tick(&self, at: DateTime<Utc>) -> i64 {
+        at.timestamp().div_euclid(self.tick_seconds())
+    }
+
+    /// Record this pass's spot availability and persist the new ticks.
+    pub(super) fn observe_pools(&mut self, offers: &[Offer], now: DateTime<Utc>) -> Result<()> {
+        let tick = self.policy_tick(now);
+        let mut held: HashMap<String, u32> = HashMap::new();
+        for i in self.fleet.instances.values() {
+            if !i.draining && i.offer.capacity == Capacity::Spot {
+                let key = pool_key(&i.offer.instance_type.name, i.offer.zone.as_str());
+                *held.entry(key).or_default() += 1;
+            }
+        }
+        let fresh = self.pools.observe(offers, &held, tick);
+        if !fresh.is_empty() {
+            self.store.record_pool_samples(&fresh)?;
+        }
+        Ok(())
+    }
+
+    /// The job on the tick grid at `nodes` nodes of `offer`'s shape, its work at the
+    /// pessimistic forecast; `None` without a deadline or a forecast.
+    fn policy_job(&self, name: &str, offer: &Offer, nodes: u32) -> Option<Job> {
+        let r = &self.fleet.jobs.get(name)?.record;
+        let deadline = r.deadline_at?;
+        // The pessimistic forecast: the guard then keeps the planner's worst case feasible
+        // (the replay knows the speed exactly; a live job does not).
+        let (full, pessimistic) = self.throughput(name, offer, nodes)?;
+        let work_h = tern_policies::fleet::work_hours(r.total_samples, pessimistic);
+        let window_h = hours(deadline - r.submitted_at).max(0.0);
+        let gap = u32::try_from(self.tick_seconds() * self.job_ticks(r)).unwrap_or(u32::MAX);
+        let job = Job::from_hours(work_h, window_h, self.restart_hours(name), gap, nodes);
+        let per_node = offer.accelerator_units().max(1);
+        let min_nodes = r.spec.workers.min.div_ceil(per_node).clamp(1, nodes.max(1));
+        if r.spec.gang || min_nodes >= nodes {
+            return Some(job);
+        }
+        let fractions: Vec<f64> = (0..=nodes)
+            .map(|n| {
+                if n == 0 {
+                    return 0.0;
+                }
+                self.throughput(name, offer, n).map_or(0.0, |t| t.0 / full)
+            })
+            .collect();
+        job.elastic(min_nodes, Some(&fractions)).ok()
+    }
+
+    /// What the job is doing now, in the policy's terms.
+    fn policy_state(&self, name: &str, job: &Job, zones: &[Zone], now: DateTime<Utc>) -> JobState {
+        let Some(r) = self.fleet.jobs.get(name).map(|e| &e.record) else {
+            return JobState::new();
+        };
+        let sub = self.policy_tick(r.submitted_at);
+        let k = self.job_ticks(r);
+        let rel = |at: DateTime<Utc>| {
+            ((self.policy_tick(at) - sub) / k).clamp(0, i64::from(u32::MAX)) as u32
+        };
+        let live = self.live_of(name);
+        let placement = if live.iter().any(|i| i.offer.capacity == Capacity::OnDemand) {
+            Placement::OnDemand
+        } else {
+            // An elastic job may span zones; the policy's model has one: where most run.
+            let mut count = vec![0u32; zones.len()];
+            for i in &live {
+                if let Some(z) = zones.iter().position(|z| *z == i.offer.zone) {
+                    count[z] += 1;
+                }
+            }
+            (0..zones.len())
+                .filter(|&z| count[z] > 0)
+                .max_by_key(|&z| (count[z], std::cmp::Reverse(z)))
+                .map_or(Placement::Idle, Placement::Spot)
+        };
+        let running = live
+            .iter()
+            .filter(|i| i.state == InstanceState::Running)
+            .count() as u32;
+        let started_at = live.iter().map(|i| rel(i.launched_at)).min().unwrap_or(0);
+        let t = rel(now);
+        let booting = if placement != Placement::Idle && running == 0 {
+            job.restart
+                .saturating_sub(t.saturating_sub(started_at))
+                .max(1)
+        } else {
+            0
+        };
+        let fraction = if r.total_samples > 0.0 {
+            (r.checkpoint_samples / r.total_samples).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        JobState {
+            done: (fraction * f64::from(job.total())).floor() as u32,
+            placement,
+            booting,
+            started_at,
+            checkpoint_region: None,
+            last_move: r.last_move_at.map(rel),
+            working: if matches!(placement, Placement::Spot(_)) {
+                running
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The policy's inputs for the job at `nodes` nodes of `offer`'s instance type.
+    pub(super) fn policy_input(
+        &self,
+        name: &str,
+        offer: &Offer,
+        nodes: u32,
+        now: DateTime<Utc>,
+    ) -> Option<PolicyInput> {
+        let job = self.policy_job(name, offer, nodes)?;
+        let r = &self.fleet.jobs.get(name)?.record;
+        let shape = offer.instance_type.name.as_str();
+        let pools: Vec<&PoolLog> = self.pools.of_type(shape).collect();
+        if pools.is_empty() {
+            return None;
+        }
+        let sub = self.policy_tick(r.submitted_at);
+        let k = self.job_ticks(r);
+        let to = self.policy_tick(now).max(sub);
+        // Learn from at most the lookback, and nothing from before the first sample; whole
+        // job ticks back from the submission.
+        let first = pools.iter().map(|p| p.first).min().unwrap_or(sub);
+        let back = (sub - (sub - LOOKBACK_TICKS).max(first)).max(0);
+        let from = sub - (back + k - 1) / k * k;
+        let mut region_names: Vec<&str> = Vec::new();
+        let regions: Vec<usize> = pools
+            .iter()
+            .map(|p| match region_names.iter().position(|r| *r == p.region) {
+                Some(i) => i,
+                None => {
+                    region_names.push(&p.region);
+                    region_names.len() - 1
+                }
+            })
+            .collect();
+        let zones: Vec<Zone> = pools.iter().map(|p| p.zone.clone()).collect();
+        let on_demand_price = self
+            .cloud
+            .on_demand
+            .iter()
+            .filter(|((_, t), _)| t == shape)
+            .map(|(_, p)| *p)
+            .min_by(f64::total_cmp)
+            .or_else(|| self.on_demand_price(offer))
+            .unwrap_or(offer.price_per_hour);
+        let mut state = self.policy_state(name, &job, &zones, now);
+        if let Placement::Spot(z) = state.placement {
+            state.checkpoint_region = Some(regions_at(&regions, z));
+        }
+        Some(PolicyInput {
+            tick: ((to - sub) / k) as u32,
+            histories: pools
+                .iter()
+                .map(|p| coarse(&p.history(from, to), k))
+                .collect(),
+            prices: pools.iter().map(|p| p.spot_price).collect(),
+            regions,
+            zones,
+            job,
+            state,
+            on_demand_price,
+            tick_hours: (self.tick_seconds() * k) as f64 / 3600.0,
+            egress_cost: r.spec.checkpoint.size_gb * EGRESS_DOLLARS_PER_GB,
+        })
+    }
+
+    /// Ask the deadline policy about the job at `nodes` nodes of `offer`'s shape. `None` when
+    /// it has no deadline or no forecast: such a job never pays on-demand and keeps the rules
+    /// of [`tern_policies::fleet`].
+    pub(super) fn ask_policy(
+        &mut self,
+        name: &str,
+        offer: &Offer,
+        nodes: u32,
+        now: DateTime<Utc>,
+    ) -> Option<PolicyCall> {
+        let input = self.policy_input(name, offer, nodes, now)?;
+        let shape = (offer.instance_type.name.clone(), nodes);
+        let mut p = self.policies.remove(name).unwrap_or_default();
+        if p.shape.as_ref() != Some(&shape) {
+            p = JobPolicy {
+                tern: Tern::new(),
+                shape: Some(shape),
+            };
+        }
+        let step = input.step(&mut p.tern);
+        if self.policies.len() < CACHED_POLICIES {
+            self.policies.insert(name.to_string(), p);
+        }
+        Some(PolicyCall {
+            step,
+            zones: input.zones,
+            now: input.state.placement,
+        })
+    }
+
+    /// Forget the policy objects of jobs that are done.
+    pub(super) fn drop_policies(&mut self) {
+        let jobs = &self.fleet.jobs;
+        self.policies
+            .retain(|name, _| jobs.get(name).is_some_and(|e| !e.record.state.is_final()));
+    }
+}
+
+/// A history in ticks of `k` samples each: the least of each (the last may be partial).
+fn coarse(fine: &[u32], k: i64) -> Vec<u32> {
+    if k <= 1 {
+        return fine.to_vec();
+    }
+    fine.chunks(k as usize)
+        .map(|c| c.iter().copied().min().unwrap_or(0))
+        .collect()
+}
+
+fn regions_at(regions: &[usize], z: usize) -> usize {
+    regions.get(z).copied().unwrap_or(0)
+}
+
+/// The cheapest offer of `shape` in `capacity` (and `zone`, if given) that is not unavailable.
+pub(super) fn offer_in<'a>(
+    offers: &'a [Offer],
+    shape: &str,
+    capacity: Capacity,
+    zone: Option<&Zone>,
+) -> Option<&'a Offer> {
+    offers
+        .iter()
+        .filter(|o| {
+            o.instance_type.name == shape
+                && o.capacity == capacity
+                && !matches!(o.availability, Availability::Unavailable)
+                && zone.is_none_or(|z| &o.zone == z)
+        })
+        .min_by(|a, b| a.price_per_hour.total_cmp(&b.price_per_hour))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_log_carries_gaps_forward_and_keeps_the_past() {
+        let mut log = PoolLog {
+            instance_type: "p3.2xlarge".into(),
+            zone: Zone::new("a"),
+            region: "r".into(),
+            spot_price: 1.0,
+            first: 0,
+            samples: Vec::new(),
+        };
+        assert!(log.record(10, 3));
+        assert!(log.record(13, 0));
+        assert!(!log.record(12, 9), "a past tick is not rewritten");
+        assert!(!log.record(13, 1), "the current tick takes the latest view");
+        assert_eq!(log.history(8, 14), vec![3, 3, 3, 3, 3, 1, 1]);
+    }
+}
