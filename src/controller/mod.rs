@@ -422,4 +422,6 @@ pub(crate) fn fmt_workers(spec: &JobSpec) -> String {
 #[cfg(test)]
 mod flapping_tests;
 #[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,206 @@
+//! The controller and `tern simulate --policy tern` take the same decision for the same state.
+//!
+//! A seeded two-zone trace drives the simulated cloud; the controller runs one pass per policy
+//! tick with a deadline job. At every tick the observation the controller hands the policy
+//! (each zone's availability history, spot prices, regions, the tick, the on-demand price) must
+//! equal the one the replay engine builds from the trace itself (`history = trace[..=t]`), and
+//! the policy, asked through `deadline::step` as the replay asks it, must decide the same on
+//! both for the job's state.
+
+use std::path::PathBuf;
+
+use chrono::TimeZone;
+use tern_cloud::{Cloud, parse_job_spec};
+use tern_policies::deadline::{self, Observation, Placement, Tern, ZoneView};
+use tern_sim::cloud::SimConfig;
+use tern_sim::{SimCloud, Trace};
+
+use super::*;
+use crate::controller::workload::Workload;
+
+const GAP: u32 = 1800;
+
+/// Runs of capacity and outages of 2–12 ticks, from a seeded generator (a splitmix step).
+fn runs(mut seed: u64, ticks: usize) -> Vec<u32> {
+    let mut next = || {
+        seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut out = Vec::with_capacity(ticks);
+    let mut up = next() % 2 == 0;
+    while out.len() < ticks {
+        let len = 2 + (next() % 11) as usize;
+        out.extend(std::iter::repeat_n(u32::from(up) * 2, len));
+        up = !up;
+    }
+    out.truncate(ticks);
+    out
+}
+
+fn trace(zone: &str, data: Vec<u32>, price: f64) -> Trace {
+    Trace {
+        source: PathBuf::from(format!("{zone}.json")),
+        cloud: Cloud::Aws,
+        region: "us-west-2".into(),
+        zone: zone.into(),
+        gap_seconds: GAP,
+        available: data,
+        prices: None,
+        spot_price: Some(price),
+        on_demand_price: Some(3.06),
+    }
+}
+
+async fn check_seed(seed: u64) -> usize {
+    let start = Utc
+        .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
+        .single()
+        .expect("time");
+    let ticks = 60;
+    let traces = vec![
+        trace("us-west-2a", runs(seed, ticks + 5), 0.9),
+        trace("us-west-2b", runs(seed + 1000, ticks + 5), 1.1),
+    ];
+    let avail: Vec<Vec<u32>> = traces.iter().map(|t| t.available.clone()).collect();
+    let sim = Arc::new(SimCloud::new(
+        traces,
+        SimConfig {
+            start,
+            boot: Duration::from_secs(60),
+            ..SimConfig::default()
+        },
+    ));
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut config = ControllerConfig::new("same", vec![Region::new("us-west-2")]);
+    config.policy_tick = Duration::from_secs(u64::from(GAP));
+    config.migrate_check = Duration::from_secs(u64::from(GAP));
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let spec = parse_job_spec(
+        "name = \"j\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+         deadline = \"24h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n",
+        "j.toml",
+    )
+    .expect("spec");
+    ctl.submit(spec, start).expect("submit");
+    let mut workload = Workload::new();
+    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+    let offer = offers
+        .iter()
+        .find(|o| o.capacity == tern_cloud::Capacity::Spot)
+        .expect("a spot offer")
+        .clone();
+    let mut compared = 0;
+    for t in 0..ticks {
+        let now = sim.now();
+        ctl.pass(now).await.expect("pass");
+        if ctl.job("j").is_some_and(|j| j.state.is_final()) {
+            break;
+        }
+        let Some(input) = ctl.policy_input("j", &offer, 1, now) else {
+            panic!("seed {seed}, tick {t}: the controller has no policy input");
+        };
+        // The replay's view of the same tick: each zone's trace up to and including it.
+        let views: Vec<ZoneView<'_>> = avail
+            .iter()
+            .zip([0.9, 1.1])
+            .map(|(a, p)| ZoneView {
+                history: &a[..=t],
+                spot_price: p,
+                region: 0,
+            })
+            .collect();
+        assert_eq!(input.tick as usize, t, "seed {seed}");
+        assert_eq!(input.tick_hours, f64::from(GAP) / 3600.0);
+        for (z, v) in views.iter().enumerate() {
+            assert_eq!(
+                input.histories[z].as_slice(),
+                v.history,
+                "seed {seed}, tick {t}, zone {z}: the controller learned another history"
+            );
+            assert_eq!(input.prices[z], v.spot_price, "seed {seed}, tick {t}");
+            assert_eq!(input.regions[z], v.region);
+        }
+        assert_eq!(input.on_demand_price, 3.06);
+        let replay = Observation {
+            tick: t as u32,
+            zones: &views,
+            on_demand_price: 3.06,
+            tick_hours: f64::from(GAP) / 3600.0,
+            egress_cost: input.egress_cost,
+        };
+        let mine = input.step(&mut Tern::new());
+        let theirs = deadline::step(&mut Tern::new(), &input.job, &input.state, &replay);
+        assert_eq!(mine, theirs, "seed {seed}, tick {t}: {:?}", input.state);
+        compared += 1;
+        let step = Duration::from_secs(u64::from(GAP));
+        sim.advance(step);
+        workload.step(&mut ctl, step, sim.now()).expect("workload");
+    }
+    compared
+}
+
+#[tokio::test]
+async fn the_controller_hands_the_policy_the_replays_view_and_gets_its_decision() {
+    let mut compared = 0;
+    for seed in [1, 2, 3] {
+        compared += check_seed(seed).await;
+    }
+    assert!(compared >= 30, "only {compared} ticks compared");
+}
+
+#[tokio::test]
+async fn the_controller_acts_on_the_policys_choice() {
+    // Zone a up for the first six hours, b never: with a loose deadline the policy picks spot
+    // in a, and the controller launches exactly there.
+    let start = Utc
+        .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
+        .single()
+        .expect("time");
+    let sim = Arc::new(SimCloud::new(
+        vec![
+            trace("us-west-2a", vec![2; 40], 0.9),
+            trace("us-west-2b", vec![0; 40], 0.5),
+        ],
+        SimConfig {
+            start,
+            boot: Duration::from_secs(60),
+            ..SimConfig::default()
+        },
+    ));
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut config = ControllerConfig::new("acts", vec![Region::new("us-west-2")]);
+    config.policy_tick = Duration::from_secs(u64::from(GAP));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config).expect("open");
+    let spec = parse_job_spec(
+        "name = \"j\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+         deadline = \"72h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n",
+        "j.toml",
+    )
+    .expect("spec");
+    ctl.submit(spec, start).expect("submit");
+    ctl.pass(start).await.expect("pass");
+    let launched: Vec<_> = ctl.instances().collect();
+    assert_eq!(launched.len(), 1);
+    assert_eq!(launched[0].offer.capacity, tern_cloud::Capacity::Spot);
+    assert_eq!(launched[0].offer.zone.as_str(), "us-west-2a");
+    let plan = store
+        .events(0, Some("j"))
+        .expect("events")
+        .into_iter()
+        .find(|e| e.kind == "plan")
+        .expect("a plan event");
+    assert!(
+        plan.message.contains("policy: expected cost to finish"),
+        "{}",
+        plan.message
+    );
+    let input = ctl
+        .policy_input("j", &launched[0].offer.clone(), 1, start)
+        .expect("input");
+    assert_eq!(input.state.placement, Placement::Spot(0));
+}
