@@ -380,7 +380,11 @@ impl Controller {
         let Some(e) = self.fleet.jobs.get_mut(name) else {
             return Ok(());
         };
-        let shown = reason.to_string();
+        // The policy's reasons carry costs that move every pass: one event while it waits.
+        let shown = match &reason {
+            WaitReason::Policy(_) => "policy".to_string(),
+            r => r.to_string(),
+        };
         if e.waiting.as_deref() == Some(shown.as_str()) {
             return Ok(());
         }
