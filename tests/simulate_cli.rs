@@ -319,3 +319,36 @@ fn one_second_ticks_are_refused_with_the_memory_they_would_need() {
         "{err}"
     );
 }
+
+#[test]
+fn the_controller_in_a_closed_loop_reports_like_the_replayed_policies() {
+    let out = job_args(&mut tern())
+        .args(["--policy", "optimal,tern,controller"])
+        .arg("--trace")
+        .arg(format!("{TRACES}/us-east-1c_v100_1.json"))
+        .arg(format!("{TRACES}/us-west-2a_v100_1.json"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let last = stdout.lines().last().unwrap();
+    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    let keys = |p: &str| -> Vec<String> {
+        let mut k: Vec<String> = v[p].as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys("controller"), keys("tern"), "{last}");
+    assert_eq!(v["controller"]["windows"], v["tern"]["windows"]);
+    assert_eq!(v["controller"]["deadline_misses"], 0, "{last}");
+    let ratio = |p: &str| v[p]["mean_cost_ratio"].as_f64().unwrap();
+    // The controller finishes every window, so it cannot beat the omniscient optimum, and on
+    // these traces spot is up most of the time: it must stay well below on-demand.
+    assert!(ratio("optimal") <= ratio("controller") + 1e-9, "{last}");
+    assert!(ratio("controller") < 0.8, "{last}");
+}

@@ -25,6 +25,9 @@ pub enum Command {
     Api(super::bench_api::Args),
     /// Time `tern simulate`: every trace in a folder as a zone, all five policies.
     Simulate(super::bench_simulate::Args),
+    /// Time the closed-loop replay (the real controller, `tern simulate --policy controller`)
+    /// of a folder of traces as one job's zones, next to the replayed `tern` policy.
+    ClosedLoop(super::bench_closed_loop::Args),
     /// Fault-injection soak: flapping capacity, throttling, transient errors, lost and late
     /// notices, SIGKILLed controller, a garbage-sending agent; prints what must stay zero.
     Soak(super::bench_soak::Args),
@@ -39,6 +42,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Simulate(args) => super::bench_simulate::run(args),
         Command::Api(args) => super::bench_api::run(args),
         Command::Soak(args) => super::bench_soak::run(args),
+        Command::ClosedLoop(args) => super::bench_closed_loop::run(args),
     }
 }
 

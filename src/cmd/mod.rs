@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod bench;
 pub mod bench_api;
+pub mod bench_closed_loop;
 pub mod bench_forecast;
 pub mod bench_plan;
 pub mod bench_reconcile;

@@ -13,6 +13,7 @@ use tern_sim::{Elasticity, PolicyKind, Scenario, Summary, Trace};
 
 use super::output::{print_json_line, table};
 use tern::jobs::LoadedJob;
+use tern::sim::closed_loop::LoopSetup;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -183,15 +184,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         vec![traces.clone()]
     };
     let prepared = groups
-        .into_iter()
-        .map(|g| scenario(g).prepare_elastic(&elastic))
+        .iter()
+        .map(|g| scenario(g.clone()).prepare_elastic(&elastic))
         .collect::<Result<Vec<_>, _>>()
         .context("cannot replay these traces")?;
     for p in &prepared {
         p.check_memory(&policies)
             .context("cannot replay these traces")?;
     }
-    let total: usize = prepared.iter().map(|p| p.windows()).sum();
+    let closed_loop = policies.contains(&PolicyKind::Controller);
+    let replayed = policies.iter().any(|p| *p != PolicyKind::Controller);
+    let passes = usize::from(closed_loop) + usize::from(replayed);
+    let total: usize = prepared.iter().map(|p| p.windows()).sum::<usize>() * passes;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(total as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
@@ -207,10 +211,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             b.inc(1);
         }
     };
-    let results: Vec<Vec<Summary>> = prepared
-        .iter()
-        .map(|p| p.replay(&policies, &tick))
-        .collect();
+    let mut results: Vec<Vec<Summary>> = Vec::new();
+    for (p, g) in prepared.iter().zip(&groups) {
+        let mut replayed = p.replay(&policies, &tick).into_iter();
+        let controller = if closed_loop {
+            let setup = LoopSetup {
+                traces: g,
+                prepared: p,
+                work_hours: args.work_hours,
+                deadline_hours: args.deadline_hours,
+                restart_hours: args.restart_hours,
+                nodes: args.nodes,
+                min_nodes,
+                checkpoint_gb: args.checkpoint_gb,
+            };
+            let windows = setup.replay(&tick).context("closed-loop replay")?;
+            Some(p.summarise(PolicyKind::Controller, windows.into_iter()))
+        } else {
+            None
+        };
+        let mut controller = controller.into_iter();
+        let row = policies
+            .iter()
+            .filter_map(|&k| {
+                if k == PolicyKind::Controller {
+                    controller.next()
+                } else {
+                    replayed.next()
+                }
+            })
+            .collect();
+        results.push(row);
+    }
     let elapsed = started.elapsed();
     if let Some(b) = &bar {
         b.finish_and_clear();
@@ -247,7 +279,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "{} trace(s), {} window(s) × {} policies; job {} h of work ({} ticks of {} s), deadline {} h, \
          restart {} h ({} ticks), {} node(s); on-demand ${:.4}/h; replayed in {:.2} s",
         traces.len(),
-        total,
+        total / passes.max(1),
         policies.len(),
         args.work_hours,
         first.job.work,

@@ -181,6 +181,17 @@ impl Controller {
             .map(|i| i.state)
             .collect();
         if launched.is_empty() {
+            // The new nodes came and went (reclaimed before the move finished): the move is
+            // off. Launching again would get the same, gone, instances back (same key).
+            if self.store.instances_of_intent(intent.id)? > 0 {
+                self.close_intent(
+                    intent.id,
+                    IntentState::Cancelled,
+                    Some("the new capacity was lost before the move finished"),
+                    now,
+                )?;
+                return Ok(true);
+            }
             return self.launch(intent, to, count, false, now).await;
         }
         if launched.iter().any(|s| *s != InstanceState::Running) {

@@ -46,6 +46,7 @@ use crate::store::{InstanceRecord, JobRecord, Store, StoreError};
 
 pub use events::{Event, WaitReason};
 pub use inputs::Admitted;
+pub use policy::LOOKBACK_TICKS as POLICY_LOOKBACK_TICKS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -97,6 +98,9 @@ pub struct ControllerConfig {
     /// Tick of the deadline policy: spot availability is sampled once per tick, and a job's
     /// deadline, work and restart are counted in ticks (`controller::policy`).
     pub policy_tick: Duration,
+    /// Treat forecasts as exact (pessimistic = expected). Only the closed-loop replay sets it:
+    /// there the simulated workers run at exactly the expected speed, as the replay's job does.
+    pub exact_forecast: bool,
     pub plan: PlanOptions,
 }
 
@@ -113,6 +117,7 @@ impl ControllerConfig {
             migrate_check: Duration::from_secs(1800),
             replan: Duration::from_secs(300),
             policy_tick: Duration::from_secs(300),
+            exact_forecast: false,
             plan: PlanOptions {
                 time_limit: Duration::from_secs(2),
                 ..PlanOptions::default()
@@ -239,6 +244,26 @@ fn observed(o: &tern_cloud::Observation) -> tern_cloud::ObservedStep {
     }
 }
 
+/// A model whose pessimistic throughput is its expected one.
+#[derive(Debug)]
+struct Exact(Arc<dyn ThroughputModel>);
+
+impl ThroughputModel for Exact {
+    fn throughput(
+        &self,
+        accelerator: &str,
+        per_node: u32,
+        nodes: u32,
+    ) -> Option<tern_plan::Throughput> {
+        self.0
+            .throughput(accelerator, per_node, nodes)
+            .map(|t| tern_plan::Throughput {
+                pessimistic: t.expected,
+                ..t
+            })
+    }
+}
+
 fn delta(d: Duration) -> TimeDelta {
     TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
 }
@@ -354,11 +379,19 @@ impl Controller {
     pub fn model(&self, job: &str) -> Option<Arc<dyn ThroughputModel>> {
         let e = self.fleet.jobs.get(job)?;
         let loaded = e.loaded.as_ref()?;
-        Some(
-            loaded
-                .plan_job(e.record.submitted_at, e.record.submitted_at, 0.0)
-                .model,
-        )
+        let model = loaded
+            .plan_job(e.record.submitted_at, e.record.submitted_at, 0.0)
+            .model;
+        Some(self.shaped(model))
+    }
+
+    /// The model as this controller uses it ([`ControllerConfig::exact_forecast`]).
+    fn shaped(&self, model: Arc<dyn ThroughputModel>) -> Arc<dyn ThroughputModel> {
+        if self.config.exact_forecast {
+            Arc::new(Exact(model))
+        } else {
+            model
+        }
     }
 
     fn cloud_error(&mut self, e: &ProviderError) {

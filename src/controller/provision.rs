@@ -223,6 +223,7 @@ impl Controller {
         let loaded = e.loaded.as_ref()?;
         let remaining = (e.record.total_samples - e.record.checkpoint_samples).max(0.0);
         let mut job = loaded.plan_job(e.record.submitted_at, now, remaining);
+        job.model = self.shaped(job.model);
         if let Some(d) = e.record.deadline_at {
             job.deadline_s = Some(((d - now).num_milliseconds() as f64 / 1e3).max(0.0));
         }

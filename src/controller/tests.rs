@@ -657,6 +657,51 @@ async fn a_spot_price_rise_moves_nodes_to_cheaper_spot_elsewhere() {
 }
 
 #[tokio::test]
+async fn a_move_whose_new_capacity_is_reclaimed_is_called_off_not_relaunched() {
+    // As above, but zone b loses its spot capacity at tick 16, while the move onto it is still
+    // open. Launching again would get the same (gone) instances back under the same key, pass
+    // after pass: the move is cancelled instead.
+    let mut a = trace("us-west-2a", vec![8; 300]);
+    a.prices = Some(
+        std::iter::repeat_n(0.9, 12)
+            .chain(std::iter::repeat_n(2.6, 288))
+            .collect(),
+    );
+    let mut b = trace("us-west-2b", [vec![8; 16], vec![0; 284]].concat());
+    b.prices = Some(vec![1.2; 300]);
+    let sim = sim(vec![a, b]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("mover", "{ min = 1, max = 2 }", false), sim.now())
+        .expect("submit");
+    run(&mut ctl, &sim, 110).await;
+    let events = store.events(0, Some("mover")).expect("events");
+    let moved_at = events
+        .iter()
+        .find(|e| e.kind == "migrate")
+        .map(|e| e.at)
+        .expect("a move toward zone b");
+    assert!(
+        moved_at < start() + TimeDelta::minutes(80),
+        "moved at {moved_at}"
+    );
+    let relaunches = events
+        .iter()
+        .filter(|e| e.kind == "launched" && e.at > start() + TimeDelta::minutes(80))
+        .count();
+    assert!(
+        relaunches <= 2,
+        "{relaunches} launches after zone b emptied: {events:?}"
+    );
+    assert_eq!(ctl.open_intents(), 0, "the move is closed");
+    assert!(
+        ctl.instances()
+            .any(|i| i.offer.zone.as_str() == "us-west-2a" && !i.draining),
+        "the job still runs in zone a"
+    );
+}
+
+#[tokio::test]
 async fn an_elastic_job_is_resized_to_its_survivors_and_grows_back() {
     // Zone a: 4 spot nodes, then 2 from tick 6 (30 min); zone b: nothing until tick 14
     // (70 min), then plenty.

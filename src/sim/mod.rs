@@ -3,6 +3,7 @@
 //! product feature, is the `tern-sim` crate.)
 
 pub mod clock;
+pub mod closed_loop;
 pub mod remote;
 pub mod server;
 pub mod soak;

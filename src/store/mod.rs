@@ -817,6 +817,16 @@ impl Store {
         .collect()
     }
 
+    /// Instances ever recorded for `intent`, ended ones included.
+    pub fn instances_of_intent(&self, intent: IntentId) -> Result<u32> {
+        let rows = self.query(
+            "SELECT COUNT(*) FROM instances WHERE intent = ?1",
+            params![intent.to_string()],
+        )?;
+        let n = rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
     /// Instances the job started at or after `since` (the launch budget's count).
     pub fn launched_since(&self, job: &str, since: DateTime<Utc>) -> Result<u32> {
         let rows = self.query(

@@ -21,6 +21,10 @@ pub enum PolicyKind {
     UniformProgress,
     Optimal,
     Tern,
+    /// The real controller in a closed loop (`tern simulate --policy controller`): not
+    /// replayed here but by the `tern` crate, which owns the controller; its windows are
+    /// summarised by [`Prepared::summarise`] like the others.
+    Controller,
 }
 
 impl PolicyKind {
@@ -39,6 +43,7 @@ impl PolicyKind {
             PolicyKind::UniformProgress => "up",
             PolicyKind::Optimal => "optimal",
             PolicyKind::Tern => "tern",
+            PolicyKind::Controller => "controller",
         }
     }
 
@@ -48,7 +53,7 @@ impl PolicyKind {
             PolicyKind::Greedy => Some(Box::new(Greedy)),
             PolicyKind::UniformProgress => Some(Box::new(UniformProgress)),
             PolicyKind::Tern => Some(Box::new(Tern::new())),
-            PolicyKind::Optimal => None,
+            PolicyKind::Optimal | PolicyKind::Controller => None,
         }
     }
 }
@@ -58,9 +63,12 @@ impl std::str::FromStr for PolicyKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         PolicyKind::ALL
             .into_iter()
+            .chain([PolicyKind::Controller])
             .find(|p| p.name() == s.trim().to_ascii_lowercase())
             .ok_or_else(|| SimError::Invalid {
-                reason: format!("unknown policy '{s}' (expected od, greedy, up, optimal or tern)"),
+                reason: format!(
+                    "unknown policy '{s}' (expected od, greedy, up, optimal, tern or controller)"
+                ),
             })
     }
 }
@@ -285,6 +293,11 @@ impl Scenario {
 }
 
 impl Prepared {
+    /// Spot $/h per trace tick of zone `z`, as the replay bills it.
+    pub fn spot_prices(&self, z: usize) -> &[f64] {
+        &self.prices[z]
+    }
+
     pub fn windows(&self) -> usize {
         self.starts.len()
     }
@@ -479,15 +492,32 @@ impl Prepared {
         }
     }
 
+    /// One window of one policy. [`PolicyKind::Controller`] is not replayed here: its result
+    /// is a miss with an unknown (NaN) cost.
     pub fn run_window(&self, policy: PolicyKind, start: usize) -> WindowResult {
-        match policy.online() {
-            Some(mut p) => self.run_online(p.as_mut(), start),
-            None => self.run_optimal(start),
+        match (policy, policy.online()) {
+            (_, Some(mut p)) => self.run_online(p.as_mut(), start),
+            (PolicyKind::Optimal, None) => self.run_optimal(start),
+            (_, None) => WindowResult {
+                cost: f64::NAN,
+                finished: false,
+                spot_ticks: 0,
+                on_demand_ticks: 0,
+                restarts: 0,
+                moves: 0,
+            },
         }
     }
 
     /// Replay every window for every policy, on all cores; `tick` is called after each window.
+    /// [`PolicyKind::Controller`] is not replayed here (the `tern` crate runs it) and is left out.
     pub fn replay(&self, policies: &[PolicyKind], tick: &(dyn Fn() + Sync)) -> Vec<Summary> {
+        let policies: Vec<PolicyKind> = policies
+            .iter()
+            .copied()
+            .filter(|p| *p != PolicyKind::Controller)
+            .collect();
+        let policies = policies.as_slice();
         let n = self.starts.len();
         let next = AtomicUsize::new(0);
         let threads = self.threads();
@@ -543,7 +573,8 @@ impl Prepared {
             .collect()
     }
 
-    fn summarise(
+    /// Figures of one policy over every window (in window order).
+    pub fn summarise(
         &self,
         policy: PolicyKind,
         results: impl Iterator<Item = WindowResult>,

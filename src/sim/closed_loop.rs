@@ -1,0 +1,302 @@
+//! `tern simulate --policy controller`: the closed-loop replay. Each window runs the real
+//! controller (its reconcile passes, planner, intents and deadline policy) on a temporary
+//! SQLite store, against the simulated cloud driven by the window's slice of the same traces
+//! and prices, one pass per trace tick on a virtual clock, with workers simulated from the
+//! forecast ([`Workload`]). What it reports is what the product does, in the same terms as the
+//! replayed policies ([`WindowResult`]).
+//!
+//! The job is the replay's: C hours of work at full size on the simulated cloud's one shape
+//! (its samples are C hours at the forecast's expected speed), due D hours after the window
+//! starts, with a restart of d hours (provisioning d − restore, then the restore). Before the
+//! window the store is given the lookback of each zone's trace as pool samples, as a
+//! controller that had been running would have them; the replay's `tern` sees the same past.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use tern_cloud::{Capacity, parse_job_spec};
+use tern_sim::cloud::SimConfig;
+use tern_sim::{Prepared, SimCloud, Trace, WindowResult};
+
+use crate::controller::workload::Workload;
+use crate::controller::{Controller, ControllerConfig, ControllerError};
+use crate::jobs::LoadedJob;
+use crate::sim::regions_of;
+use crate::store::{PoolSample, Store, StoreError};
+
+/// Samples/s of the replayed job on one node: an observed 0.2 s step of 64 samples on one V100
+/// (what the spec's observation says, so the forecast knows the speed well).
+const STEP_SECONDS: f64 = 0.2;
+const LOCAL_BATCH: u32 = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Controller(#[from] ControllerError),
+    #[error("closed-loop job: {0}")]
+    Job(String),
+    #[error("temporary store: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The replay's job and traces, as the closed loop runs them.
+#[derive(Debug)]
+pub struct LoopSetup<'a> {
+    pub traces: &'a [Trace],
+    pub prepared: &'a Prepared,
+    pub work_hours: f64,
+    pub deadline_hours: f64,
+    pub restart_hours: f64,
+    pub nodes: u32,
+    pub min_nodes: u32,
+    pub checkpoint_gb: f64,
+}
+
+impl LoopSetup<'_> {
+    /// Every window on all cores (one controller per window); `tick` after each.
+    pub fn replay(&self, tick: &(dyn Fn() + Sync)) -> Result<Vec<WindowResult>, LoopError> {
+        let starts = &self.prepared.starts;
+        let next = AtomicUsize::new(0);
+        let threads = self.prepared.threads();
+        let mut out: Vec<Option<WindowResult>> = vec![None; starts.len()];
+        let rows = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| -> Result<Vec<(usize, WindowResult)>, LoopError> {
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?;
+                        let mut mine = Vec::new();
+                        loop {
+                            let w = next.fetch_add(1, Ordering::Relaxed);
+                            if w >= starts.len() {
+                                break;
+                            }
+                            mine.push((w, runtime.block_on(self.window(starts[w]))?));
+                            tick();
+                        }
+                        Ok(mine)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(r) => r,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        for (w, r) in rows.into_iter().flatten() {
+            out[w] = Some(r);
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    fn gap(&self) -> u32 {
+        self.traces.first().map_or(60, |t| t.gap_seconds.max(1))
+    }
+
+    /// A virtual start on the policy's tick grid (a multiple of the trace's tick).
+    fn epoch(&self) -> DateTime<Utc> {
+        let gap = i64::from(self.gap());
+        let at = 1_750_000_000 / gap * gap;
+        Utc.timestamp_opt(at, 0)
+            .single()
+            .unwrap_or(DateTime::UNIX_EPOCH)
+    }
+
+    /// The window's slice of each trace, priced as the replay prices it.
+    fn slices(&self, start: usize) -> Vec<Trace> {
+        let ticks = self.prepared.job.deadline as usize + 2;
+        self.traces
+            .iter()
+            .enumerate()
+            .map(|(z, t)| {
+                let end = (start + ticks).min(t.available.len());
+                let prices = self.prepared.spot_prices(z);
+                Trace {
+                    available: t.available[start..end].to_vec(),
+                    prices: Some(prices[start..end.min(prices.len())].to_vec()),
+                    on_demand_price: Some(self.prepared.on_demand_price),
+                    ..t.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// What a controller that had been running would have sampled before the window.
+    fn history(&self, start: usize, config: &SimConfig, epoch: DateTime<Utc>) -> Vec<PoolSample> {
+        let gap = i64::from(self.gap());
+        let lookback = crate::controller::POLICY_LOOKBACK_TICKS as usize;
+        let base = epoch.timestamp() / gap;
+        let mut out = Vec::new();
+        for (z, t) in self.traces.iter().enumerate() {
+            let prices = self.prepared.spot_prices(z);
+            let from = start.saturating_sub(lookback);
+            for (i, (&available, &spot_price)) in t.available[from..start]
+                .iter()
+                .zip(&prices[from..start])
+                .enumerate()
+            {
+                out.push(PoolSample {
+                    pool: format!("{}@{}", config.instance_type.name, t.zone),
+                    instance_type: config.instance_type.name.clone(),
+                    zone: t.zone.clone(),
+                    region: t.region.clone(),
+                    tick: base - (start - from - i) as i64,
+                    available,
+                    spot_price,
+                });
+            }
+        }
+        out
+    }
+
+    fn spec_text(&self, samples: f64, restore_s: f64) -> String {
+        let workers = if self.min_nodes < self.nodes {
+            format!("{{ min = {}, max = {} }}", self.min_nodes, self.nodes)
+        } else {
+            self.nodes.to_string()
+        };
+        format!(
+            "name = \"job\"\nteam = \"replay\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
+             gang = {gang}\ndeadline = \"{deadline}s\"\nlocal_batch = {LOCAL_BATCH}\n\
+             [work]\nsamples = {samples}\n\
+             [checkpoint]\ninterval = \"10m\"\nsize_gb = {gb}\nsave_seconds = 0\nrestore_seconds = {restore_s}\n\
+             [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = {LOCAL_BATCH}\n\
+             step_seconds = {STEP_SECONDS}\n",
+            gang = self.min_nodes >= self.nodes && self.nodes > 1,
+            deadline = (self.deadline_hours * 3600.0).floor() as u64,
+            samples = samples.ceil() as u64,
+            gb = self.checkpoint_gb,
+        )
+    }
+
+    /// The job's samples: C hours at the forecast's expected speed on K nodes.
+    fn samples(&self, at: DateTime<Utc>) -> Result<f64, LoopError> {
+        let probe = parse_job_spec(&self.spec_text(1.0, 0.0), "replay.toml")
+            .map_err(|e| LoopError::Job(e.to_string()))?;
+        let loaded = LoadedJob::from_spec(probe, None, "replay", at)
+            .map_err(|e| LoopError::Job(e.to_string()))?;
+        let t = loaded
+            .plan_job(at, at, 0.0)
+            .model
+            .throughput("V100", 1, self.nodes)
+            .ok_or_else(|| LoopError::Job("no forecast for V100".into()))?;
+        Ok(self.work_hours * 3600.0 * t.expected)
+    }
+
+    /// One window, starting at trace tick `start`.
+    pub async fn window(&self, start: usize) -> Result<WindowResult, LoopError> {
+        let gap = self.gap();
+        let epoch = self.epoch();
+        let restart_s = (self.restart_hours * 3600.0).max(1.0);
+        let restore_s = (restart_s / 4.0).min(60.0);
+        let config = SimConfig {
+            start: epoch,
+            boot: Duration::from_secs_f64(restart_s - restore_s),
+            on_demand_price: self.prepared.on_demand_price,
+            ..SimConfig::default()
+        };
+        let slices = self.slices(start);
+        let regions = regions_of(&slices);
+        let history = self.history(start, &config, epoch);
+        let sim = Arc::new(SimCloud::new(slices, config));
+        let dir = TempDir::new()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        store.record_pool_samples(&history)?;
+        let mut cfg = ControllerConfig::new("tern-replay", regions);
+        let tick = Duration::from_secs(u64::from(gap));
+        cfg.policy_tick = tick;
+        cfg.migrate_check = tick;
+        cfg.replan = tick;
+        cfg.plan.provision_s = restart_s - restore_s;
+        // A launch is given its whole provisioning time, and more, before it counts as hung.
+        cfg.launch_timeout = Duration::from_secs_f64(2.0 * (restart_s - restore_s) + 300.0);
+        // The simulated workers run at exactly the expected speed: the forecast is exact here,
+        // as the replay's job speed is.
+        cfg.exact_forecast = true;
+        let mut ctl = Controller::open(store.clone(), sim.clone(), cfg)?;
+        let spec = parse_job_spec(
+            &self.spec_text(self.samples(epoch)?, restore_s),
+            "replay.toml",
+        )
+        .map_err(|e| LoopError::Job(e.to_string()))?;
+        ctl.submit(spec, epoch)?;
+        let deadline = epoch + TimeDelta::seconds((self.deadline_hours * 3600.0).floor() as i64);
+        let mut workload = Workload::new();
+        let mut now = epoch;
+        loop {
+            ctl.pass(now).await?;
+            let done = ctl.job("job").is_none_or(|j| j.state.is_final());
+            if done || now >= deadline {
+                break;
+            }
+            sim.advance(tick);
+            now = sim.now();
+            workload.step(&mut ctl, tick, now)?;
+        }
+        Ok(self.result(&ctl, &store, now, deadline)?)
+    }
+
+    fn result(
+        &self,
+        ctl: &Controller,
+        store: &Store,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<WindowResult, StoreError> {
+        let usage = store.usage()?;
+        let tick_h = f64::from(self.gap()) / 3600.0;
+        let hours = |c: Capacity| -> f64 {
+            usage
+                .iter()
+                .filter(|u| u.capacity == c)
+                .map(|u| u.hours(now))
+                .sum()
+        };
+        let cost: f64 = usage.iter().map(|u| u.hours(now) * u.price_per_hour).sum();
+        let finished = ctl
+            .job("job")
+            .is_some_and(|j| j.work_done() && j.finished_at.is_none_or(|f| f <= deadline));
+        let stats = ctl.stats();
+        Ok(WindowResult {
+            cost,
+            finished,
+            spot_ticks: (hours(Capacity::Spot) / tick_h).round() as u32,
+            on_demand_ticks: (hours(Capacity::OnDemand) / tick_h).round() as u32,
+            restarts: (stats.launches / u64::from(self.nodes.max(1))).saturating_sub(1) as u32,
+            moves: stats.migrations as u32,
+        })
+    }
+}
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> std::io::Result<TempDir> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("tern-loop-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&p)?;
+        Ok(TempDir(p))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
