@@ -30,7 +30,8 @@ pub struct Args {
     /// Hours without progress whenever a new instance starts (d).
     #[arg(long, value_name = "d", value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub restart_hours: f64,
-    /// On-demand $/h per instance [default: the trace's price_info, else 3.06 (p3.2xlarge)].
+    /// On-demand $/h per instance in every zone [default: each trace's own price_info, else
+    /// 3.06 (p3.2xlarge)]; ratios are relative to the cheapest zone's.
     #[arg(long, value_name = "P", value_parser = super::number::positive, allow_negative_numbers = true)]
     pub on_demand_price: Option<f64>,
     /// Spot $/h per instance for traces without a price series [default: the trace's
@@ -277,7 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let first = &prepared[0];
     let setup = format!(
         "{} trace(s), {} window(s) × {} policies; job {} h of work ({} ticks of {} s), deadline {} h, \
-         restart {} h ({} ticks), {} node(s); on-demand ${:.4}/h; replayed in {:.2} s",
+         restart {} h ({} ticks), {} node(s); cheapest on-demand ${:.4}/h; replayed in {:.2} s",
         traces.len(),
         total / passes.max(1),
         policies.len(),

@@ -123,7 +123,7 @@ impl LoopSetup<'_> {
                 Trace {
                     available: t.available[start..end].to_vec(),
                     prices: Some(prices[start..end.min(prices.len())].to_vec()),
-                    on_demand_price: Some(self.prepared.on_demand_price),
+                    on_demand_price: Some(self.prepared.on_demand_prices()[z]),
                     ..t.clone()
                 }
             })

@@ -52,7 +52,7 @@ mod tern;
 mod tests;
 
 pub use baseline::{Greedy, OnDemandOnly, UniformProgress};
-pub use optimal::{Optimum, Outcome, ZoneFuture, optimal};
+pub use optimal::{Optimum, Outcome, ZoneFuture, optimal, optimal_priced};
 pub use tern::Tern;
 
 /// Costs in the policies are dollars; `INF` marks states from which the deadline cannot be met.

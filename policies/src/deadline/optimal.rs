@@ -72,7 +72,8 @@ enum Edge {
 pub struct Optimum<'a> {
     job: Job,
     zones: &'a [ZoneFuture<'a>],
-    od_tick: f64,
+    /// On-demand $ per tick of the whole job, per region (the cheapest zone of each).
+    od_tick: Vec<f64>,
     egress: f64,
     regions: usize,
     width: usize,
@@ -88,14 +89,18 @@ pub struct Optimum<'a> {
 }
 
 impl<'a> Optimum<'a> {
+    /// `on_demand` is the on-demand $/h per instance of each region (index = region), the
+    /// cheapest zone of it; a region missing from it costs the last one given.
     pub fn new(
         job: &Job,
         zones: &'a [ZoneFuture<'a>],
-        on_demand_price: f64,
+        on_demand: &[f64],
         tick_hours: f64,
         egress_cost: f64,
     ) -> Optimum<'a> {
         let job = job.clone();
+        let cheapest = on_demand.iter().copied().fold(f64::INFINITY, f64::min);
+        let on_demand_price = if cheapest.is_finite() { cheapest } else { 0.0 };
         let t_len = job.deadline as usize;
         let run = zones.iter().map(|z| usable_runs(&job, z, t_len)).collect();
         let cum = zones
@@ -105,8 +110,14 @@ impl<'a> Optimum<'a> {
         let held = zones.iter().map(|z| held_prefix(&job, z, t_len)).collect();
         let gain = zones.iter().map(|z| spot_gains(&job, z, t_len)).collect();
         let regions = zones.iter().map(|z| z.region + 1).max().unwrap_or(1);
+        let od_tick = (0..regions)
+            .map(|g| {
+                let p = on_demand.get(g).or(on_demand.last()).copied();
+                p.unwrap_or(on_demand_price) * f64::from(job.nodes) * tick_hours
+            })
+            .collect();
         Optimum {
-            od_tick: on_demand_price * f64::from(job.nodes) * tick_hours,
+            od_tick,
             egress: egress_cost,
             regions,
             width: (job.slack() as usize) * job.unit as usize + 1,
@@ -176,7 +187,7 @@ impl<'a> Optimum<'a> {
         match n {
             Node::None(g) => self.stopped_options(g, t, sigma, f),
             Node::Od(g) => {
-                f(self.od_tick, n, t + 1, sigma, Edge::Run { spot: false });
+                f(self.od_tick[g], n, t + 1, sigma, Edge::Run { spot: false });
                 f(0.0, Node::None(g), t, sigma, Edge::Stop);
             }
             Node::Spot(z) | Node::Fresh(z) => {
@@ -208,13 +219,17 @@ impl<'a> Optimum<'a> {
         let r = self.job.restart as usize;
         let u = i64::from(self.job.unit);
         f(0.0, Node::None(g), t + 1, sigma - u, Edge::Idle);
-        f(
-            self.od_tick * r as f64,
-            Node::Od(g),
-            t + r,
-            sigma - r as i64 * u,
-            Edge::Boot { spot: None },
-        );
+        // On-demand in any region; another region than the checkpoint's pays egress.
+        for h in 0..self.regions {
+            let egress = if h != g { self.egress } else { 0.0 };
+            f(
+                self.od_tick[h] * r as f64 + egress,
+                Node::Od(h),
+                t + r,
+                sigma - r as i64 * u,
+                Edge::Boot { spot: None },
+            );
+        }
         for (z, zone) in self.zones.iter().enumerate() {
             if self.run[z][t] as usize >= r {
                 let egress = if zone.region != g { self.egress } else { 0.0 };
@@ -259,7 +274,6 @@ impl<'a> Optimum<'a> {
         let r = self.job.restart as usize;
         let u = i64::from(self.job.unit);
         let ru = r as i64 * u;
-        let boot_od = self.od_tick * r as f64;
         // Spot boots land in `Fresh` for elastic jobs.
         let landing = if self.job.is_elastic() {
             2 * gs + zs
@@ -268,7 +282,11 @@ impl<'a> Optimum<'a> {
         };
         for g in 0..gs {
             let mut best = self.lookup(table, g, t + 1, s - u);
-            best = best.min(boot_od + self.lookup(table, gs + g, t + r, s - ru));
+            for h in 0..gs {
+                let egress = if h != g { self.egress } else { 0.0 };
+                let boot = self.od_tick[h] * r as f64 + egress;
+                best = best.min(boot + self.lookup(table, gs + h, t + r, s - ru));
+            }
             for (z, zone) in self.zones.iter().enumerate() {
                 if self.run[z][t] as usize >= r {
                     let egress = if zone.region != g { self.egress } else { 0.0 };
@@ -284,7 +302,7 @@ impl<'a> Optimum<'a> {
     fn fill_on_demand(&self, table: &mut [f64], base: usize, t: usize, s: i64) {
         let gs = self.regions;
         for g in 0..gs {
-            let run = self.od_tick + self.lookup(table, gs + g, t + 1, s);
+            let run = self.od_tick[g] + self.lookup(table, gs + g, t + 1, s);
             table[base + gs + g] = run.min(table[base + g]);
         }
     }
@@ -415,7 +433,8 @@ impl<'a> Optimum<'a> {
     }
 }
 
-/// The omniscient optimum of one window (it knows the future; a yardstick, not a policy).
+/// The omniscient optimum of one window (it knows the future; a yardstick, not a policy),
+/// with one on-demand price everywhere.
 pub fn optimal(
     job: &Job,
     zones: &[ZoneFuture<'_>],
@@ -423,7 +442,19 @@ pub fn optimal(
     tick_hours: f64,
     egress_cost: f64,
 ) -> Outcome {
-    Optimum::new(job, zones, on_demand_price, tick_hours, egress_cost).run()
+    optimal_priced(job, zones, &[on_demand_price], tick_hours, egress_cost)
+}
+
+/// [`optimal`] with an on-demand price per region (`on_demand[g]`: the cheapest zone of
+/// region `g`); starting on-demand in another region than the checkpoint's pays egress.
+pub fn optimal_priced(
+    job: &Job,
+    zones: &[ZoneFuture<'_>],
+    on_demand: &[f64],
+    tick_hours: f64,
+    egress_cost: f64,
+) -> Outcome {
+    Optimum::new(job, zones, on_demand, tick_hours, egress_cost).run()
 }
 
 /// Whether zone `z` can hold the job at tick `t` (at least `min_nodes` available).

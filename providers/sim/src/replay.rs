@@ -155,6 +155,10 @@ pub struct Prepared {
     avail: Vec<Vec<u32>>,
     prices: Vec<Vec<f64>>,
     regions: Vec<usize>,
+    /// On-demand $/h per instance of each region: its cheapest zone.
+    od_by_region: Vec<f64>,
+    /// On-demand $/h per instance of each zone.
+    od_by_zone: Vec<f64>,
     /// Cost of on-demand only at exactly C hours: the denominator of every ratio.
     reference: f64,
 }
@@ -221,15 +225,23 @@ impl Scenario {
                 job.deadline
             )));
         }
-        let od = self
-            .on_demand_price
-            .or(first.on_demand_price)
-            .unwrap_or(DEFAULT_ON_DEMAND);
-        if !(od.is_finite() && od > 0.0) {
+        // Each zone's own on-demand price (its trace's price_info), unless the flag sets one
+        // for all; the cheapest is the job's on-demand price and the ratios' denominator.
+        let od_by_zone: Vec<f64> = self
+            .traces
+            .iter()
+            .map(|t| {
+                self.on_demand_price
+                    .or(t.on_demand_price)
+                    .unwrap_or(DEFAULT_ON_DEMAND)
+            })
+            .collect();
+        if let Some(bad) = od_by_zone.iter().find(|p| !(p.is_finite() && **p > 0.0)) {
             return Err(invalid(format!(
-                "on-demand price must be positive, got {od}"
+                "on-demand price must be positive, got {bad}"
             )));
         }
+        let od = od_by_zone.iter().copied().fold(f64::INFINITY, f64::min);
         if let Some(s) = self.spot_price.filter(|s| !(s.is_finite() && *s >= 0.0)) {
             return Err(invalid(format!(
                 "spot price must be a finite $/h ≥ 0, got {s}"
@@ -266,16 +278,24 @@ impl Scenario {
             .map(|t| match &t.prices {
                 Some(p) => p[..len].to_vec(),
                 None => {
-                    let flat = self
-                        .spot_price
-                        .or(t.spot_price)
-                        .unwrap_or(od * DEFAULT_SPOT_FRACTION);
+                    let flat = self.spot_price.or(t.spot_price).unwrap_or(
+                        self.on_demand_price
+                            .or(t.on_demand_price)
+                            .unwrap_or(DEFAULT_ON_DEMAND)
+                            * DEFAULT_SPOT_FRACTION,
+                    );
                     vec![flat; len]
                 }
             })
             .collect();
+        let mut od_by_region = vec![f64::INFINITY; region_names.len().max(1)];
+        for (&g, &p) in regions.iter().zip(&od_by_zone) {
+            od_by_region[g] = od_by_region[g].min(p);
+        }
         Ok(Prepared {
             reference: self.work_hours * od * f64::from(job.nodes),
+            od_by_region,
+            od_by_zone,
             job,
             tick_hours,
             on_demand_price: od,
@@ -371,6 +391,8 @@ impl Prepared {
             moves: 0,
         };
         let (mut starts, mut last_spot) = (0u32, None);
+        // Region of the current on-demand run (the cheapest net of moving the checkpoint).
+        let mut od_region = 0usize;
         let mut views = Vec::with_capacity(self.avail.len());
         for t in 0..job.deadline {
             if s.done >= job.total() {
@@ -408,7 +430,10 @@ impl Prepared {
                 starts += 1;
                 let region = match act {
                     Placement::Spot(z) => Some(self.regions[z]),
-                    _ => s.checkpoint_region,
+                    _ => {
+                        od_region = self.on_demand_region(&s);
+                        Some(od_region)
+                    }
                 };
                 if let (Some(from), Some(to)) = (s.checkpoint_region, region)
                     && from != to
@@ -422,9 +447,8 @@ impl Prepared {
                     }
                     last_spot = Some(z);
                 }
-                // The checkpoint lives where the job last ran; an on-demand start before any spot
-                // pins it to the first trace's region (the optimum may pick any region instead).
-                s.checkpoint_region = region.or(Some(0));
+                // The checkpoint lives where the job last ran.
+                s.checkpoint_region = region;
                 s.placement = act;
                 s.booting = job.restart;
                 s.started_at = t;
@@ -442,7 +466,7 @@ impl Prepared {
                     out.spot_ticks += held;
                 }
                 _ => {
-                    out.cost += self.on_demand_price * k;
+                    out.cost += self.od_by_region[od_region] * k;
                     out.on_demand_ticks += held;
                 }
             }
@@ -461,6 +485,29 @@ impl Prepared {
         out
     }
 
+    /// The region an on-demand start at window tick `t` runs in: the one whose cheapest zone
+    /// costs least for the work left, net of moving the checkpoint there (egress).
+    fn on_demand_region(&self, s: &JobState) -> usize {
+        let left = f64::from(self.job.ticks_left(s.done).max(1))
+            * f64::from(self.job.nodes)
+            * self.tick_hours;
+        let cost = |g: usize| {
+            let egress = match s.checkpoint_region {
+                Some(c) if c != g => self.egress_cost,
+                _ => 0.0,
+            };
+            self.od_by_region[g] * left + egress
+        };
+        (0..self.od_by_region.len())
+            .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+            .unwrap_or(0)
+    }
+
+    /// On-demand $/h per instance of each zone.
+    pub fn on_demand_prices(&self) -> &[f64] {
+        &self.od_by_zone
+    }
+
     /// The omniscient optimum of the window starting at trace tick `start`.
     pub fn run_optimal(&self, start: usize) -> WindowResult {
         let end = start + self.job.deadline as usize;
@@ -475,10 +522,10 @@ impl Prepared {
                 region,
             })
             .collect();
-        let o = deadline::optimal(
+        let o = deadline::optimal_priced(
             &self.job,
             &zones,
-            self.on_demand_price,
+            &self.od_by_region,
             self.tick_hours,
             self.egress_cost,
         );
@@ -645,6 +692,53 @@ mod tests {
         }
     }
 
+    #[test]
+    fn each_zone_bills_its_own_on_demand_price_and_on_demand_goes_to_the_cheapest() {
+        // No spot anywhere; zone b (another region) sells on-demand at 2.0, zone a at 3.0.
+        let mut a = trace("us-east-1a", vec![0; 40]);
+        a.on_demand_price = Some(3.0);
+        let mut b = trace("us-west-2a", vec![0; 40]);
+        b.on_demand_price = Some(2.0);
+        let mut sc = scenario(vec![a, b]);
+        sc.on_demand_price = None;
+        sc.egress_cost = 5.0;
+        let p = sc.prepare().expect("prepare");
+        assert_eq!(
+            p.on_demand_price, 2.0,
+            "the cheapest zone is the job's on-demand price"
+        );
+        assert_eq!(p.on_demand_prices(), &[3.0, 2.0]);
+        let od = p.run_window(PolicyKind::OnDemand, 0);
+        // 10 h of work + 1 h restart at 2.0 $/h; no checkpoint yet, so no egress.
+        assert!((od.cost - 22.0).abs() < 1e-9, "{od:?}");
+        let best = p.run_window(PolicyKind::Optimal, 0);
+        assert!((best.cost - 22.0).abs() < 1e-9, "{best:?}");
+        // The ratio's denominator is C hours at the cheapest on-demand price.
+        let s = p.summarise(PolicyKind::OnDemand, std::iter::once(od));
+        assert!((s.mean_cost_ratio - 1.1).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn on_demand_stays_with_the_checkpoint_when_moving_it_costs_more_than_it_saves() {
+        // Spot in zone a (region 0) for the first 3 hours, then nothing; on-demand is 0.1 $/h
+        // cheaper in zone b's region, but moving the checkpoint there costs 5 $.
+        let mut a = trace("us-east-1a", [vec![1; 3], vec![0; 37]].concat());
+        a.on_demand_price = Some(1.0);
+        let mut b = trace("us-west-2a", vec![0; 40]);
+        b.on_demand_price = Some(0.9);
+        let mut sc = scenario(vec![a, b]);
+        sc.on_demand_price = None;
+        sc.egress_cost = 5.0;
+        let p = sc.prepare().expect("prepare");
+        let g = p.run_window(PolicyKind::Greedy, 0);
+        // 3 ticks of spot (1 boot + 2 work) at 0.3, then on-demand in region 0 at 1.0: a restart
+        // plus 8 ticks of work left = 9 ticks; staying beats 9 × 0.9 + 5.
+        assert!((g.cost - (3.0 * 0.3 + 9.0 * 1.0)).abs() < 1e-9, "{g:?}");
+        assert!(g.finished);
+        let best = p.run_window(PolicyKind::Optimal, 0);
+        assert!(best.cost <= g.cost + 1e-9);
+    }
+
     fn scenario(traces: Vec<Trace>) -> Scenario {
         Scenario {
             traces,
@@ -743,10 +837,16 @@ mod tests {
             let traces: Vec<Trace> = (0..zones)
                 .map(|z| {
                     let name = ["us-east-1a", "us-west-2b"][z];
-                    trace(name, lumpy(seed * 7 + z as u64, 60, k))
+                    let mut t = trace(name, lumpy(seed * 7 + z as u64, 60, k));
+                    // Per-zone on-demand prices on odd seeds (region b cheaper).
+                    t.on_demand_price = (seed % 2 == 1).then_some([1.0, 0.8][z]);
+                    t
                 })
                 .collect();
             let mut sc = scenario(traces);
+            if seed % 2 == 1 {
+                sc.on_demand_price = None;
+            }
             sc.nodes = k;
             sc.egress_cost = 0.5;
             let table: Vec<f64> = (0..=k)
