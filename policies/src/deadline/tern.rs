@@ -548,6 +548,21 @@ impl Tern {
         }
     }
 
+    /// What the `restart` ticks of slack a move burns are worth: the expected cost to finish on
+    /// spot with that much less slack, minus with it (the value table's own price of slack,
+    /// which grows as the deadline nears and on-demand becomes the likely ending).
+    fn slack_value(&self, job: &Job, m: &Model, rem: i64, sigma: i64) -> f64 {
+        let r = i64::from(job.restart);
+        let t = &self.table;
+        let with = t.spot_running(m, rem - r, sigma);
+        let without = t.spot_running(m, rem - r, sigma - r);
+        if with.is_finite() && without.is_finite() {
+            (without - with).max(0.0)
+        } else {
+            INF
+        }
+    }
+
     /// What [`migrate::decide`] weighs for a move of a running spot job from `cur` to `best`.
     fn move_candidate(
         &self,
@@ -634,7 +649,8 @@ impl DeadlinePolicy for Tern {
             && state.placement == Placement::Spot(cur)
             && best != cur
         {
-            let candidate = self.move_candidate(job, state, obs, cur, best, sigma);
+            let mut candidate = self.move_candidate(job, state, obs, cur, best, sigma);
+            candidate.lost_progress_cost = self.slack_value(job, &m, rem, sigma);
             let verdict = migrate::decide(&rule, &candidate);
             if verdict.is_move() {
                 placement = Placement::Spot(best);
