@@ -11,6 +11,18 @@ fn tern() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tern"))
 }
 
+/// The last stdout line of a successful run, parsed, and as text.
+fn last_json(out: &std::process::Output) -> (serde_json::Value, String) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().expect("some output").to_string();
+    (serde_json::from_str(&last).expect("the last line is JSON"), last)
+}
+
 fn job_args(cmd: &mut Command) -> &mut Command {
     cmd.args(["simulate", "--work-hours", "10", "--deadline-hours", "14"])
         .args(["--restart-hours", "0.2", "--stride-hours", "48"])
@@ -330,14 +342,7 @@ fn the_controller_in_a_closed_loop_reports_like_the_replayed_policies() {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let last = stdout.lines().last().unwrap();
-    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    let (v, last) = last_json(&out);
     let keys = |p: &str| -> Vec<String> {
         let mut k: Vec<String> = v[p].as_object().unwrap().keys().cloned().collect();
         k.sort();

@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use tern::sim::closed_loop::LoopSetup;
-use tern_sim::{PolicyKind, Scenario, Trace};
+use tern_sim::PolicyKind;
 
+use super::bench_simulate::{WindowJob, load_folder};
 use super::output::print_json_line;
 
 #[derive(Debug, clap::Args)]
@@ -16,14 +16,8 @@ pub struct Args {
     /// Folder of trace files (`*.json`): all of them are zones of the one job.
     #[arg(long, value_name = "DIR")]
     pub traces: PathBuf,
-    #[arg(long, default_value_t = 48.0, value_parser = super::number::positive, allow_negative_numbers = true)]
-    pub work_hours: f64,
-    #[arg(long, default_value_t = 52.0, value_parser = super::number::positive, allow_negative_numbers = true)]
-    pub deadline_hours: f64,
-    #[arg(long, default_value_t = 0.2, value_parser = super::number::non_negative, allow_negative_numbers = true)]
-    pub restart_hours: f64,
-    #[arg(long, default_value_t = 6.0, value_parser = super::number::positive, allow_negative_numbers = true)]
-    pub stride_hours: f64,
+    #[command(flatten)]
+    pub job: WindowJob,
     #[arg(long)]
     pub json: bool,
 }
@@ -44,42 +38,17 @@ struct Figure {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&args.traces)
-        .with_context(|| format!("cannot list {}", args.traces.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    anyhow::ensure!(
-        !files.is_empty(),
-        "no *.json trace in {}",
-        args.traces.display()
-    );
-    let traces = files
-        .iter()
-        .map(|f| Trace::load(f))
-        .collect::<Result<Vec<_>, _>>()?;
-    let prepared = Scenario {
-        traces: traces.clone(),
-        work_hours: args.work_hours,
-        deadline_hours: args.deadline_hours,
-        restart_hours: args.restart_hours,
-        on_demand_price: None,
-        spot_price: None,
-        stride_hours: args.stride_hours,
-        egress_cost: 0.0,
-        nodes: 1,
-    }
-    .prepare()?;
+    let traces = load_folder(&args.traces)?;
+    let prepared = args.job.scenario(traces.clone()).prepare()?;
     let t0 = Instant::now();
     let tern = prepared.replay(&[PolicyKind::Tern], &|| ()).remove(0);
     let tern_seconds = t0.elapsed().as_secs_f64();
     let setup = LoopSetup {
         traces: &traces,
         prepared: &prepared,
-        work_hours: args.work_hours,
-        deadline_hours: args.deadline_hours,
-        restart_hours: args.restart_hours,
+        work_hours: args.job.work_hours,
+        deadline_hours: args.job.deadline_hours,
+        restart_hours: args.job.restart_hours,
         nodes: 1,
         min_nodes: 1,
         checkpoint_gb: 0.0,

@@ -14,6 +14,16 @@ pub struct Args {
     /// Folder of trace files (`*.json`), e.g. the 9-AZ aws-02-15-2023 V100 traces.
     #[arg(long, value_name = "DIR")]
     pub traces: PathBuf,
+    #[command(flatten)]
+    pub job: WindowJob,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The job a trace benchmark replays: C hours of work, due D hours after each window starts,
+/// d hours per restart, a window every H hours.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct WindowJob {
     #[arg(long, default_value_t = 48.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     pub work_hours: f64,
     #[arg(long, default_value_t = 52.0, value_parser = super::number::positive, allow_negative_numbers = true)]
@@ -22,8 +32,38 @@ pub struct Args {
     pub restart_hours: f64,
     #[arg(long, default_value_t = 6.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     pub stride_hours: f64,
-    #[arg(long)]
-    pub json: bool,
+}
+
+impl WindowJob {
+    /// The replay of `traces` as the zones of this job (one node, flags' default prices).
+    pub fn scenario(&self, traces: Vec<Trace>) -> Scenario {
+        Scenario {
+            traces,
+            work_hours: self.work_hours,
+            deadline_hours: self.deadline_hours,
+            restart_hours: self.restart_hours,
+            on_demand_price: None,
+            spot_price: None,
+            stride_hours: self.stride_hours,
+            egress_cost: 0.0,
+            nodes: 1,
+        }
+    }
+}
+
+/// Every `*.json` trace in `dir`, in name order.
+pub fn load_folder(dir: &std::path::Path) -> anyhow::Result<Vec<Trace>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    anyhow::ensure!(!files.is_empty(), "no *.json trace in {}", dir.display());
+    Ok(files
+        .iter()
+        .map(|f| Trace::load(f))
+        .collect::<Result<Vec<_>, _>>()?)
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -37,37 +77,10 @@ struct Figure {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&args.traces)
-        .with_context(|| format!("cannot list {}", args.traces.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    anyhow::ensure!(
-        !files.is_empty(),
-        "no *.json trace in {}",
-        args.traces.display()
-    );
-    let traces = files
-        .iter()
-        .map(|f| Trace::load(f))
-        .collect::<Result<Vec<_>, _>>()?;
+    let traces = load_folder(&args.traces)?;
     let prepared = traces
         .iter()
-        .map(|t| {
-            Scenario {
-                traces: vec![t.clone()],
-                work_hours: args.work_hours,
-                deadline_hours: args.deadline_hours,
-                restart_hours: args.restart_hours,
-                on_demand_price: None,
-                spot_price: None,
-                stride_hours: args.stride_hours,
-                egress_cost: 0.0,
-                nodes: 1,
-            }
-            .prepare()
-        })
+        .map(|t| args.job.scenario(vec![t.clone()]).prepare())
         .collect::<Result<Vec<_>, _>>()?;
     let mut per_policy = Vec::new();
     let all = Instant::now();

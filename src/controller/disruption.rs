@@ -13,14 +13,13 @@ use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer};
 use tern_policies::fleet::{self, Deadline, MoveInput, Node, SpotWait, Target};
 
 use super::events::{Event, ResizeWhy, WaitReason};
-use super::policy::offer_in;
 use super::{Controller, Result, fallbacks, hours};
 use crate::store::{InstanceRecord, JobRecord};
 use tern_policies::deadline::Placement as Policy;
 
 /// Offers of `shape` and `capacity` that are not known to be unavailable, cheapest first;
 /// `zone` pins a gang to where its nodes run.
-fn pool<'a>(
+pub(super) fn pool<'a>(
     offers: &'a [Offer],
     shape: &str,
     capacity: Capacity,
@@ -40,6 +39,29 @@ fn pool<'a>(
 }
 
 /// The running nodes as the move rule sees them, against the target pool `best`.
+/// The move the controller starts: which nodes leave, for which offer, and why.
+#[derive(Debug)]
+struct MoveStep {
+    movers: Vec<InstanceRecord>,
+    /// $/h of the movers now.
+    from_rate: f64,
+    to: Offer,
+    net_saving: f64,
+    work_h: f64,
+    policy: Option<String>,
+}
+
+/// A pool as the move rule sees it: its price and, when the cloud says, its room.
+fn target_of(offer: &Offer) -> Target {
+    Target {
+        price: offer.price_per_hour,
+        room: match offer.availability {
+            Availability::Available(Some(k)) => Some(k),
+            _ => None,
+        },
+    }
+}
+
 fn nodes_of(running: &[(InstanceRecord, f64)], best: Option<&Offer>) -> Vec<Node> {
     running
         .iter()
@@ -401,13 +423,7 @@ impl Controller {
         let input = MoveInput {
             nodes: &nodes,
             fleet_nodes: n,
-            target: Target {
-                price: best.price_per_hour,
-                room: match best.availability {
-                    Availability::Available(Some(k)) => Some(k),
-                    _ => None,
-                },
-            },
+            target: target_of(&best),
             gang: r.spec.gang,
             budget_fraction: self.config.disruption_budget,
             work_h,
@@ -422,30 +438,56 @@ impl Controller {
         let Ok(plan) = fleet::plan_move(&input) else {
             return Ok(());
         };
-        let movers: Vec<&InstanceRecord> = plan.movers.iter().map(|&k| &running[k].0).collect();
-        let k = movers.len() as u32;
+        let movers = plan.movers.iter().map(|&k| running[k].0.clone()).collect();
+        let step = MoveStep {
+            movers,
+            from_rate: plan.current_rate,
+            to: best,
+            net_saving: plan.net_saving,
+            work_h,
+            policy: None,
+        };
+        self.start_move(name, r.spec.gang, n, step, offers, now)
+            .await
+    }
+
+    /// Report a move and open its intent: launch on `to` (an elastic job may fall back to
+    /// other offers of the shape), then release the movers once the job has checkpointed.
+    async fn start_move(
+        &mut self,
+        name: &str,
+        gang: bool,
+        n: u32,
+        step: MoveStep,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let k = step.movers.len() as u32;
+        let Some(lead) = step.movers.first() else {
+            return Ok(());
+        };
         self.emit(
             now,
             Event::Migrating {
                 job: name.to_string(),
                 moved: k,
                 of: n,
-                from_capacity: movers[0].offer.capacity,
-                from_price: plan.current_rate / f64::from(k),
-                from_zone: movers[0].offer.zone.clone(),
-                to_capacity: best.capacity,
-                to_price: best.price_per_hour,
-                to_zone: best.zone.clone(),
-                net_saving: plan.net_saving,
-                work_h,
+                from_capacity: lead.offer.capacity,
+                from_price: step.from_rate / f64::from(k),
+                from_zone: lead.offer.zone.clone(),
+                to_capacity: step.to.capacity,
+                to_price: step.to.price_per_hour,
+                to_zone: step.to.zone.clone(),
+                net_saving: step.net_saving,
+                work_h: step.work_h,
                 budget: self.config.disruption_budget,
-                policy: None,
+                policy: step.policy,
             },
         )?;
-        let from = movers.iter().map(|i| i.id.clone()).collect();
-        let mut to = vec![best.clone()];
-        if !r.spec.gang {
-            to.extend(fallbacks(offers, &best));
+        let from = step.movers.iter().map(|i| i.id.clone()).collect();
+        let mut to = vec![step.to.clone()];
+        if !gang {
+            to.extend(fallbacks(offers, &step.to));
         }
         self.act(name, IntentKind::Migrate { from, to, count: k }, now)
             .await
@@ -477,23 +519,17 @@ impl Controller {
         }
         let shape = first.instance_type.name.as_str();
         let target = match want {
-            Policy::OnDemand => offer_in(offers, shape, Capacity::OnDemand, None),
-            p => offer_in(offers, shape, Capacity::Spot, call.zone(p)),
+            Policy::OnDemand => pool(offers, shape, Capacity::OnDemand, None),
+            p => pool(offers, shape, Capacity::Spot, call.zone(p)),
         };
-        let Some(best) = target.cloned() else {
+        let Some(best) = target.first().map(|o| (*o).clone()) else {
             return Ok(());
         };
         let nodes = nodes_of(&running, Some(&best));
         let input = MoveInput {
             nodes: &nodes,
             fleet_nodes: n,
-            target: Target {
-                price: best.price_per_hour,
-                room: match best.availability {
-                    Availability::Available(Some(k)) => Some(k),
-                    _ => None,
-                },
-            },
+            target: target_of(&best),
             gang: r.spec.gang,
             budget_fraction: self.config.disruption_budget,
             work_h: 0.0,
@@ -511,38 +547,19 @@ impl Controller {
         if picked.is_empty() {
             return Ok(());
         }
-        let movers: Vec<&InstanceRecord> = picked.iter().map(|&k| &running[k].0).collect();
-        let k = movers.len() as u32;
-        let from_rate: f64 = picked.iter().map(|&i| nodes[i].price).sum();
-        let net_saving = match call.step.why.and_then(|w| w.moved) {
-            Some(tern_policies::migrate::Decision::Move { net_saving }) => net_saving,
-            _ => 0.0,
-        };
         let (expected, _) = self.throughput(name, &first, n).unwrap_or((0.0, 0.0));
-        self.emit(
-            now,
-            Event::Migrating {
-                job: name.to_string(),
-                moved: k,
-                of: n,
-                from_capacity: movers[0].offer.capacity,
-                from_price: from_rate / f64::from(k),
-                from_zone: movers[0].offer.zone.clone(),
-                to_capacity: best.capacity,
-                to_price: best.price_per_hour,
-                to_zone: best.zone.clone(),
-                net_saving,
-                work_h: self.work_hours(name, expected),
-                budget: self.config.disruption_budget,
-                policy: Some(call.why()),
+        let step = MoveStep {
+            movers: picked.iter().map(|&k| running[k].0.clone()).collect(),
+            from_rate: picked.iter().map(|&i| nodes[i].price).sum(),
+            to: best,
+            net_saving: match call.step.why.and_then(|w| w.moved) {
+                Some(tern_policies::migrate::Decision::Move { net_saving }) => net_saving,
+                _ => 0.0,
             },
-        )?;
-        let from = movers.iter().map(|i| i.id.clone()).collect();
-        let mut to = vec![best.clone()];
-        if !r.spec.gang {
-            to.extend(fallbacks(offers, &best));
-        }
-        self.act(name, IntentKind::Migrate { from, to, count: k }, now)
+            work_h: self.work_hours(name, expected),
+            policy: Some(call.why()),
+        };
+        self.start_move(name, r.spec.gang, n, step, offers, now)
             .await
     }
 }

@@ -496,24 +496,6 @@ fn regions_at(regions: &[usize], z: usize) -> usize {
     regions.get(z).copied().unwrap_or(0)
 }
 
-/// The cheapest offer of `shape` in `capacity` (and `zone`, if given) that is not unavailable.
-pub(super) fn offer_in<'a>(
-    offers: &'a [Offer],
-    shape: &str,
-    capacity: Capacity,
-    zone: Option<&Zone>,
-) -> Option<&'a Offer> {
-    offers
-        .iter()
-        .filter(|o| {
-            o.instance_type.name == shape
-                && o.capacity == capacity
-                && !matches!(o.availability, Availability::Unavailable)
-                && zone.is_none_or(|z| &o.zone == z)
-        })
-        .min_by(|a, b| a.price_per_hour.total_cmp(&b.price_per_hour))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,12 +9,11 @@
 
 use std::path::PathBuf;
 
-use chrono::TimeZone;
 use tern_cloud::{Cloud, parse_job_spec};
 use tern_policies::deadline::{self, Observation, Placement, Tern, ZoneView};
-use tern_sim::cloud::SimConfig;
-use tern_sim::{SimCloud, Trace};
+use tern_sim::Trace;
 
+use super::tests::{sim, start};
 use super::*;
 use crate::controller::workload::Workload;
 
@@ -40,6 +39,20 @@ fn runs(mut seed: u64, ticks: usize) -> Vec<u32> {
     out
 }
 
+/// A one-node job due `deadline` after submission, with a measured step time.
+fn spec(deadline: &str) -> JobSpec {
+    parse_job_spec(
+        &format!(
+            "name = \"j\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+             deadline = \"{deadline}\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
+             [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\n\
+             step_seconds = 0.2\n"
+        ),
+        "j.toml",
+    )
+    .expect("spec")
+}
+
 fn trace(zone: &str, data: Vec<u32>, price: f64) -> Trace {
     Trace {
         source: PathBuf::from(format!("{zone}.json")),
@@ -55,36 +68,20 @@ fn trace(zone: &str, data: Vec<u32>, price: f64) -> Trace {
 }
 
 async fn check_seed(seed: u64) -> usize {
-    let start = Utc
-        .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
-        .single()
-        .expect("time");
+    let start = start();
     let ticks = 60;
     let traces = vec![
         trace("us-west-2a", runs(seed, ticks + 5), 0.9),
         trace("us-west-2b", runs(seed + 1000, ticks + 5), 1.1),
     ];
     let avail: Vec<Vec<u32>> = traces.iter().map(|t| t.available.clone()).collect();
-    let sim = Arc::new(SimCloud::new(
-        traces,
-        SimConfig {
-            start,
-            boot: Duration::from_secs(60),
-            ..SimConfig::default()
-        },
-    ));
+    let sim = sim(traces);
     let store = Arc::new(Store::in_memory().expect("store"));
     let mut config = ControllerConfig::new("same", vec![Region::new("us-west-2")]);
     config.policy_tick = Duration::from_secs(u64::from(GAP));
     config.migrate_check = Duration::from_secs(u64::from(GAP));
     let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
-    let spec = parse_job_spec(
-        "name = \"j\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
-         deadline = \"24h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n",
-        "j.toml",
-    )
-    .expect("spec");
+    let spec = spec("24h");
     ctl.submit(spec, start).expect("submit");
     let mut workload = Workload::new();
     let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
@@ -156,32 +153,16 @@ async fn the_controller_hands_the_policy_the_replays_view_and_gets_its_decision(
 async fn the_controller_acts_on_the_policys_choice() {
     // Zone a up for the first six hours, b never: with a loose deadline the policy picks spot
     // in a, and the controller launches exactly there.
-    let start = Utc
-        .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
-        .single()
-        .expect("time");
-    let sim = Arc::new(SimCloud::new(
-        vec![
-            trace("us-west-2a", vec![2; 40], 0.9),
-            trace("us-west-2b", vec![0; 40], 0.5),
-        ],
-        SimConfig {
-            start,
-            boot: Duration::from_secs(60),
-            ..SimConfig::default()
-        },
-    ));
+    let start = start();
+    let sim = sim(vec![
+        trace("us-west-2a", vec![2; 40], 0.9),
+        trace("us-west-2b", vec![0; 40], 0.5),
+    ]);
     let store = Arc::new(Store::in_memory().expect("store"));
     let mut config = ControllerConfig::new("acts", vec![Region::new("us-west-2")]);
     config.policy_tick = Duration::from_secs(u64::from(GAP));
     let mut ctl = Controller::open(store.clone(), sim.clone(), config).expect("open");
-    let spec = parse_job_spec(
-        "name = \"j\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
-         deadline = \"72h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n",
-        "j.toml",
-    )
-    .expect("spec");
+    let spec = spec("72h");
     ctl.submit(spec, start).expect("submit");
     ctl.pass(start).await.expect("pass");
     let launched: Vec<_> = ctl.instances().collect();

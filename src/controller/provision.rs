@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
+use super::disruption::pool;
 use super::events::{Event, Placement, WaitReason};
-use super::policy::offer_in;
 use super::{Controller, Result, delta, fallbacks, hours};
 use crate::store::{InstanceRecord, JobState};
 use tern_policies::deadline::Placement as Policy;
@@ -289,11 +289,11 @@ impl Controller {
                     Policy::Idle => {
                         return self.wait(&jp.job, WaitReason::Policy(call.why()), now);
                     }
-                    Policy::OnDemand => offer_in(offers, &shape, Capacity::OnDemand, None),
-                    p => offer_in(offers, &shape, Capacity::Spot, call.zone(p)),
+                    Policy::OnDemand => pool(offers, &shape, Capacity::OnDemand, None),
+                    p => pool(offers, &shape, Capacity::Spot, call.zone(p)),
                 };
-                match to {
-                    Some(o) => offer = o.clone(),
+                match to.first() {
+                    Some(o) => offer = (*o).clone(),
                     None => return self.wait(&jp.job, WaitReason::NoCapacity, now),
                 }
                 why = Some(call.why());

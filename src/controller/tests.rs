@@ -28,13 +28,13 @@ fn trace(zone: &str, data: Vec<u32>) -> Trace {
     }
 }
 
-fn start() -> DateTime<Utc> {
+pub(super) fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
         .single()
         .expect("time")
 }
 
-fn sim(zones: Vec<Trace>) -> Arc<SimCloud> {
+pub(super) fn sim(zones: Vec<Trace>) -> Arc<SimCloud> {
     Arc::new(SimCloud::new(
         zones,
         SimConfig {
@@ -598,23 +598,29 @@ async fn seeded_cloud_faults_slow_the_controller_down_but_lose_nothing() {
     }
 }
 
-#[tokio::test]
-async fn a_spot_price_rise_moves_nodes_to_cheaper_spot_elsewhere() {
-    // Spot in zone a starts cheapest, then its price nearly triples at tick 12 (1 h);
-    // zone b's spot price stays put. The price change is the event that re-checks the job.
+/// Zone a's spot starts cheapest, then its price nearly triples at tick 12 (1 h); zone b
+/// (capacity `b`) stays at 1.2. An elastic job "mover" is submitted.
+fn price_rise(b: Vec<u32>) -> (Arc<SimCloud>, Arc<Store>, Controller) {
     let mut a = trace("us-west-2a", vec![8; 300]);
     a.prices = Some(
         std::iter::repeat_n(0.9, 12)
             .chain(std::iter::repeat_n(2.6, 288))
             .collect(),
     );
-    let mut b = trace("us-west-2b", vec![8; 300]);
+    let mut b = trace("us-west-2b", b);
     b.prices = Some(vec![1.2; 300]);
     let sim = sim(vec![a, b]);
     let store = Arc::new(Store::in_memory().expect("store"));
     let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
     ctl.submit(job("mover", "{ min = 1, max = 2 }", false), sim.now())
         .expect("submit");
+    (sim, store, ctl)
+}
+
+#[tokio::test]
+async fn a_spot_price_rise_moves_nodes_to_cheaper_spot_elsewhere() {
+    // The price change is the event that re-checks the job.
+    let (sim, store, mut ctl) = price_rise(vec![8; 300]);
     let zones = |ctl: &Controller| -> Vec<String> {
         let mut z: Vec<String> = ctl
             .instances()
@@ -661,19 +667,7 @@ async fn a_move_whose_new_capacity_is_reclaimed_is_called_off_not_relaunched() {
     // As above, but zone b loses its spot capacity at tick 16, while the move onto it is still
     // open. Launching again would get the same (gone) instances back under the same key, pass
     // after pass: the move is cancelled instead.
-    let mut a = trace("us-west-2a", vec![8; 300]);
-    a.prices = Some(
-        std::iter::repeat_n(0.9, 12)
-            .chain(std::iter::repeat_n(2.6, 288))
-            .collect(),
-    );
-    let mut b = trace("us-west-2b", [vec![8; 16], vec![0; 284]].concat());
-    b.prices = Some(vec![1.2; 300]);
-    let sim = sim(vec![a, b]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    ctl.submit(job("mover", "{ min = 1, max = 2 }", false), sim.now())
-        .expect("submit");
+    let (sim, store, mut ctl) = price_rise([vec![8; 16], vec![0; 284]].concat());
     run(&mut ctl, &sim, 110).await;
     let events = store.events(0, Some("mover")).expect("events");
     let moved_at = events
