@@ -20,7 +20,10 @@ fn last_json(out: &std::process::Output) -> (serde_json::Value, String) {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().last().expect("some output").to_string();
-    (serde_json::from_str(&last).expect("the last line is JSON"), last)
+    (
+        serde_json::from_str(&last).expect("the last line is JSON"),
+        last,
+    )
 }
 
 fn job_args(cmd: &mut Command) -> &mut Command {

@@ -148,9 +148,16 @@ impl Pools {
                 first: tick,
                 samples: Vec::new(),
             });
-            log.spot_price = o.price_per_hour;
             let a = available(o).saturating_add(held.get(&key).copied().unwrap_or(0));
+            let same_tick = !log.samples.is_empty() && log.last_tick() == tick;
+            let unchanged =
+                same_tick && log.samples.last() == Some(&a) && log.spot_price == o.price_per_hour;
+            log.spot_price = o.price_per_hour;
             log.record(tick, a);
+            // Only what the store does not have yet: a new tick, or a new view of this one.
+            if unchanged || log.last_tick() != tick {
+                continue;
+            }
             fresh.push(PoolSample {
                 pool: key,
                 instance_type: log.instance_type.clone(),
@@ -499,6 +506,46 @@ fn regions_at(regions: &[usize], z: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn only_new_ticks_or_new_views_are_written() {
+        let trace = |zone: &str| tern_sim::Trace {
+            source: std::path::PathBuf::from("t.json"),
+            cloud: tern_cloud::Cloud::Aws,
+            region: "us-west-2".into(),
+            zone: zone.into(),
+            gap_seconds: 300,
+            available: vec![3; 10],
+            prices: None,
+            spot_price: Some(0.9),
+            on_demand_price: Some(3.06),
+        };
+        let sim = crate::controller::tests::sim(vec![trace("a"), trace("b")]);
+        let offers =
+            tern_cloud::Provider::offers(sim.as_ref(), &tern_cloud::Region::new("us-west-2"))
+                .await
+                .expect("offers");
+        let mut pools = Pools::default();
+        let none = HashMap::new();
+        assert_eq!(
+            pools.observe(&offers, &none, 7).len(),
+            2,
+            "a new tick of both pools"
+        );
+        assert!(
+            pools.observe(&offers, &none, 7).is_empty(),
+            "the same view again"
+        );
+        let held = HashMap::from([("p3.2xlarge@a".to_string(), 1)]);
+        let changed = pools.observe(&offers, &held, 7);
+        assert_eq!(changed.len(), 1, "pool a now counts what we hold");
+        assert_eq!(changed[0].available, 4);
+        assert!(
+            pools.observe(&offers, &none, 6).is_empty(),
+            "the past is kept"
+        );
+        assert_eq!(pools.observe(&offers, &none, 8).len(), 2);
+    }
 
     #[test]
     fn a_pool_log_carries_gaps_forward_and_keeps_the_past() {
