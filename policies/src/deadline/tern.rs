@@ -131,6 +131,14 @@ struct Model {
 }
 
 impl Model {
+    /// Hazard of a start on capacity of unknown age: the young-run hazard, but never below the
+    /// established one. A later start in the table must not look safer than starting on
+    /// established capacity now, or waiting would win by an artefact of the two estimates
+    /// (where young runs happened to last better) and burn slack for nothing.
+    fn boot_hazard(&self) -> f64 {
+        self.hb.max(self.h)
+    }
+
     /// Whether `raw` estimates moved more than one grid step (and a half) away from this
     /// snapped model: the hysteresis that keeps wobbling estimates from re-solving the table.
     fn far_from(&self, raw: &Model) -> bool {
@@ -278,7 +286,7 @@ impl ValueTable {
                     cell[N0] = idle0.min(self.start_od(&m, 0, rem, sigma));
                     cell[N1] = idle1
                         .min(self.start_od(&m, 1, rem, sigma))
-                        .min(self.start_spot(&m, m.hb, rem, sigma));
+                        .min(self.start_spot(&m, m.boot_hazard(), rem, sigma));
                     cell[SP] = self.spot_continue(&m, rem, sigma).min(cell[N1]);
                 }
                 cell[O0] = self.od_continue(&m, 0, rem, sigma).min(cell[N0]);
@@ -544,7 +552,7 @@ impl Tern {
             INF
         } else {
             self.table
-                .start_spot(m, if fresh { m.hb } else { m.h }, rem, sigma)
+                .start_spot(m, if fresh { m.boot_hazard() } else { m.h }, rem, sigma)
         }
     }
 
