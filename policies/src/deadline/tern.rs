@@ -394,10 +394,14 @@ impl Tern {
 
     /// Expected $ per progress tick of spot in zone `z`: price plus the restarts it will cost.
     fn zone_score(&self, job: &Job, obs: &Observation<'_>, z: usize) -> f64 {
-        let v = &obs.zones[z];
         let h = self.counts.get(z).map_or(0.5, Counts::hazard);
+        self.score_at(job, obs, z, h)
+    }
+
+    /// [`Tern::zone_score`] at hazard `h`.
+    fn score_at(&self, job: &Job, obs: &Observation<'_>, z: usize, h: f64) -> f64 {
         let k = f64::from(job.nodes) * obs.tick_hours;
-        v.spot_price * k + h * f64::from(job.restart) * obs.on_demand_price * k
+        obs.zones[z].spot_price * k + h * f64::from(job.restart) * obs.on_demand_price * k
     }
 
     fn pooled_model(&self, job: &Job, obs: &Observation<'_>, best: usize) -> Model {
@@ -582,14 +586,22 @@ impl Tern {
         sigma: i64,
     ) -> MoveCandidate {
         let k = f64::from(job.nodes) * obs.tick_hours;
+        let established = |z: usize| self.counts.get(z).map_or(0.5, Counts::hazard_established);
+        let starting = |z: usize| {
+            self.counts
+                .get(z)
+                .map_or(0.5, |c| c.hazard_young().max(c.hazard_established()))
+        };
         let egress = match state.checkpoint_region {
             Some(g) if g != obs.zones[best].region => obs.egress_cost,
             _ => 0.0,
         };
         MoveCandidate {
             remaining_work_hours: f64::from(job.ticks_left(state.done)) * obs.tick_hours,
-            current_rate: self.zone_score(job, obs, cur) / obs.tick_hours,
-            candidate_rate: self.zone_score(job, obs, best) / obs.tick_hours,
+            // The running instance has outlived its boot; a new one must live through it
+            // first, at the young-run hazard where that is the higher one.
+            current_rate: self.score_at(job, obs, cur, established(cur)) / obs.tick_hours,
+            candidate_rate: self.score_at(job, obs, best, starting(best)) / obs.tick_hours,
             restart_hours: f64::from(job.restart) * obs.tick_hours,
             held_rate: obs.zones[best].spot_price * k / obs.tick_hours,
             lost_progress_cost: 0.0,
