@@ -168,13 +168,17 @@ impl LoopSetup<'_> {
             "name = \"job\"\nteam = \"replay\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
              gang = {gang}\ndeadline = \"{deadline}s\"\nlocal_batch = {LOCAL_BATCH}\n\
              [work]\nsamples = {samples}\n\
-             [checkpoint]\ninterval = \"10m\"\nsize_gb = {gb}\nsave_seconds = 0\nrestore_seconds = {restore_s}\n\
+             [checkpoint]\ninterval = \"{gap}s\"\nsize_gb = {gb}\nsave_seconds = 0\nrestore_seconds = {restore_s}\n\
              [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = {LOCAL_BATCH}\n\
              step_seconds = {STEP_SECONDS}\n",
             gang = self.min_nodes >= self.nodes && self.nodes > 1,
             deadline = (self.deadline_hours * 3600.0).floor() as u64,
             samples = samples.ceil() as u64,
             gb = self.checkpoint_gb,
+            // A checkpoint every tick: the replay keeps all progress on a reclaim (the agent
+            // checkpoints within the notice), and one pass per tick sees a notice and its
+            // reclaim together, too late for the drain to checkpoint.
+            gap = self.gap(),
         )
     }
 
