@@ -42,6 +42,19 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("api/mod.rs", &["agent", "sim", "http"]),
     ("sim", &["agent", "api::router", "api::ApiState"]),
     ("agent", &["controller", "jobs", "sim", "store"]),
+    (
+        "scratch",
+        &[
+            "agent",
+            "api",
+            "controller",
+            "http",
+            "jobs",
+            "serve",
+            "sim",
+            "store",
+        ],
+    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

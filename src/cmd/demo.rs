@@ -3,7 +3,7 @@
 //! Prints each decision as it happens and ends with a cost summary against on-demand.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use tern_sim::{FaultSchedule, SimCloud};
 
 use tern::controller::workload::Workload;
 use tern::controller::{Controller, ControllerConfig};
+use tern::scratch::TempDir;
 use tern::store::{JobState, Store};
 
 /// The example jobs, embedded so `tern demo` runs from any directory.
@@ -137,7 +138,7 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     let instance_type = config.instance_type.name.clone();
     let sim = Arc::new(SimCloud::new(traces, config));
 
-    let tmp = tempfile_dir()?;
+    let tmp = TempDir::new("tern-demo")?;
     let state = args
         .state
         .clone()
@@ -200,28 +201,6 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         print_summary(&summary);
     }
     Ok(())
-}
-
-fn tempfile_dir() -> anyhow::Result<TempDir> {
-    let base = std::env::temp_dir().join(format!("tern-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&base)?;
-    Ok(TempDir(base))
-}
-
-/// A directory removed when dropped.
-#[derive(Debug)]
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn clock(d: chrono::TimeDelta) -> String {

@@ -11,7 +11,6 @@
 //! window the store is given the lookback of each zone's trace as pool samples, as a
 //! controller that had been running would have them; the replay's `tern` sees the same past.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,6 +23,7 @@ use tern_sim::{Prepared, SimCloud, Trace, WindowResult};
 use crate::controller::workload::Workload;
 use crate::controller::{Controller, ControllerConfig, ControllerError};
 use crate::jobs::LoadedJob;
+use crate::scratch::TempDir;
 use crate::sim::regions_of;
 use crate::store::{PoolSample, Store, StoreError};
 
@@ -212,7 +212,7 @@ impl LoopSetup<'_> {
         let regions = regions_of(&slices);
         let history = self.history(start, &config, epoch);
         let sim = Arc::new(SimCloud::new(slices, config));
-        let dir = TempDir::new()?;
+        let dir = TempDir::new("tern-loop")?;
         let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
         store.record_pool_samples(&history)?;
         let mut cfg = ControllerConfig::new("tern-replay", regions);
@@ -278,29 +278,5 @@ impl LoopSetup<'_> {
             restarts: (stats.launches / u64::from(self.nodes.max(1))).saturating_sub(1) as u32,
             moves: stats.migrations as u32,
         })
-    }
-}
-
-/// A directory removed when dropped.
-#[derive(Debug)]
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> std::io::Result<TempDir> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("tern-loop-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&p)?;
-        Ok(TempDir(p))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
