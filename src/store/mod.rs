@@ -819,22 +819,25 @@ impl Store {
 
     /// Instances ever recorded for `intent`, ended ones included.
     pub fn instances_of_intent(&self, intent: IntentId) -> Result<u32> {
-        let rows = self.query(
+        self.count(
             "SELECT COUNT(*) FROM instances WHERE intent = ?1",
             params![intent.to_string()],
-        )?;
+        )
+    }
+
+    /// The single number a `SELECT COUNT(*)` returns.
+    fn count(&self, sql: &str, params: Vec<sql::Value>) -> Result<u32> {
+        let rows = self.query(sql, params)?;
         let n = rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// Instances the job started at or after `since` (the launch budget's count).
     pub fn launched_since(&self, job: &str, since: DateTime<Utc>) -> Result<u32> {
-        let rows = self.query(
+        self.count(
             "SELECT COUNT(*) FROM usage WHERE job = ?1 AND started_at >= ?2",
             params![job, ms(since)],
-        )?;
-        let n = rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0);
-        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        )
     }
 
     /// Record spot pool samples (one per pool and policy tick; a later view of a tick wins),
