@@ -407,7 +407,11 @@ impl Tern {
         self.seen = 0;
     }
 
-    /// Expected $ per progress tick of spot in zone `z`: price plus the restarts it will cost.
+    /// Expected $ per progress tick of spot in zone `z`: its price, plus what its expected
+    /// restarts bill (that zone's price while a new instance boots). The time they lose is
+    /// priced by the value table and, for a move, by [`Tern::slack_value`]; pricing the boot at
+    /// on-demand as well counted it twice, and made noisy hazard gaps between zones of one price
+    /// look worth a move (4-node gang, 3 zones, D = 52 h: 0.423 → 0.397 of on-demand).
     fn zone_score(&self, job: &Job, obs: &Observation<'_>, z: usize) -> f64 {
         let h = self.counts.get(z).map_or(0.5, Counts::hazard);
         self.score_at(job, obs, z, h)
@@ -416,7 +420,7 @@ impl Tern {
     /// [`Tern::zone_score`] at hazard `h`.
     fn score_at(&self, job: &Job, obs: &Observation<'_>, z: usize, h: f64) -> f64 {
         let k = f64::from(job.nodes) * obs.tick_hours;
-        obs.zones[z].spot_price * k + h * f64::from(job.restart) * obs.on_demand_price * k
+        obs.zones[z].spot_price * k + h * f64::from(job.restart) * obs.zones[z].spot_price * k
     }
 
     fn pooled_model(&self, job: &Job, obs: &Observation<'_>, best: usize) -> Model {

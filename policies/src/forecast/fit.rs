@@ -274,11 +274,19 @@ impl Objective<'_> {
         let mut s = 0.0;
         for x in self.samples {
             let r = p.step_s(&x.shape).ln() - x.step_s.ln();
-            s += r * r;
+            s += robust(r);
         }
         let v = (s + OBS_NOISE * OBS_NOISE * self.prior.penalty(t)) / self.samples.len() as f64;
         if v.is_finite() { v } else { f64::MAX / 4.0 }
     }
+}
+
+/// Pseudo-Huber loss of a log residual: r² near zero, 2δ|r| in the tails (δ = OBS_NOISE).
+/// Measured step times carry stragglers and stalls; a squared loss lets a few of them drag
+/// every prediction, where the error we are judged by (MAPE) weighs them linearly.
+fn robust(r: f64) -> f64 {
+    let d = OBS_NOISE;
+    2.0 * d * d * ((1.0 + (r / d).powi(2)).sqrt() - 1.0)
 }
 
 impl CostFunction for Objective<'_> {
