@@ -407,20 +407,22 @@ impl Tern {
         self.seen = 0;
     }
 
-    /// Expected $ per progress tick of spot in zone `z`: its price, plus what its expected
-    /// restarts bill (that zone's price while a new instance boots). The time they lose is
-    /// priced by the value table and, for a move, by [`Tern::slack_value`]; pricing the boot at
-    /// on-demand as well counted it twice, and made noisy hazard gaps between zones of one price
-    /// look worth a move (4-node gang, 3 zones, D = 52 h: 0.423 → 0.397 of on-demand).
-    fn zone_score(&self, job: &Job, obs: &Observation<'_>, z: usize) -> f64 {
+    /// Expected $ per progress tick of spot in zone `z`: its price, plus what each expected
+    /// restart costs: the zone's price while a new instance boots, and `lost`, what the slack
+    /// the boot burns is worth ([`Tern::slack_value`]: nothing with time to spare, up to the
+    /// on-demand ending when slack is short). A fixed price per restart got one end wrong:
+    /// at on-demand it made noisy hazard gaps between zones of one price look worth a move
+    /// with slack to spare, at the spot price it sent tight jobs to cheap, flaky zones.
+    fn zone_score(&self, job: &Job, obs: &Observation<'_>, z: usize, lost: f64) -> f64 {
         let h = self.counts.get(z).map_or(0.5, Counts::hazard);
-        self.score_at(job, obs, z, h)
+        self.score_at(job, obs, z, h, lost)
     }
 
     /// [`Tern::zone_score`] at hazard `h`.
-    fn score_at(&self, job: &Job, obs: &Observation<'_>, z: usize, h: f64) -> f64 {
+    fn score_at(&self, job: &Job, obs: &Observation<'_>, z: usize, h: f64, lost: f64) -> f64 {
         let k = f64::from(job.nodes) * obs.tick_hours;
-        obs.zones[z].spot_price * k + h * f64::from(job.restart) * obs.zones[z].spot_price * k
+        let boot = f64::from(job.restart) * obs.zones[z].spot_price * k;
+        obs.zones[z].spot_price * k + h * (boot + lost)
     }
 
     fn pooled_model(&self, job: &Job, obs: &Observation<'_>, best: usize) -> Model {
@@ -448,12 +450,15 @@ impl Tern {
     }
 
     /// Which zones are up now, which score best, and whether the job's spot zone still holds.
-    fn zones(&self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Zones {
+    /// `lost` prices the slack of a restart, as in [`Tern::zone_score`].
+    fn zones(&self, job: &Job, state: &JobState, obs: &Observation<'_>, lost: f64) -> Zones {
         let up: Vec<usize> = (0..obs.zones.len())
             .filter(|&z| obs.zones[z].up(job.min_nodes))
             .collect();
-        let best_up = self.best_zone(job, obs, up.iter().copied());
-        let best_any = self.best_zone(job, obs, 0..obs.zones.len()).unwrap_or(0);
+        let best_up = self.best_zone(job, obs, up.iter().copied(), lost);
+        let best_any = self
+            .best_zone(job, obs, 0..obs.zones.len(), lost)
+            .unwrap_or(0);
         let here = match state.placement {
             Placement::Spot(z) if up.contains(&z) => Some(z),
             _ => None,
@@ -472,10 +477,11 @@ impl Tern {
         job: &Job,
         obs: &Observation<'_>,
         zones: impl Iterator<Item = usize>,
+        lost: f64,
     ) -> Option<usize> {
         zones.min_by(|&a, &b| {
-            self.zone_score(job, obs, a)
-                .total_cmp(&self.zone_score(job, obs, b))
+            self.zone_score(job, obs, a, lost)
+                .total_cmp(&self.zone_score(job, obs, b, lost))
         })
     }
 
@@ -576,6 +582,14 @@ impl Tern {
         }
     }
 
+    /// [`Tern::slack_value`], bounded by finishing the work left on on-demand instead of
+    /// spot: where one more restart could miss the deadline, the table calls it priceless,
+    /// but ranking zones needs a number.
+    fn restart_value(&self, job: &Job, state: &JobState, m: &Model, rem: i64, sigma: i64) -> f64 {
+        let cap = f64::from(job.ticks_left(state.done)) * (m.od_tick - m.spot_tick).max(0.0);
+        self.slack_value(job, m, rem, sigma).min(cap)
+    }
+
     /// What the `restart` ticks of slack a move burns are worth: the expected cost to finish on
     /// spot with that much less slack, minus with it (the value table's own price of slack,
     /// which grows as the deadline nears and on-demand becomes the likely ending).
@@ -615,9 +629,11 @@ impl Tern {
         MoveCandidate {
             remaining_work_hours: f64::from(job.ticks_left(state.done)) * obs.tick_hours,
             // The running instance has outlived its boot; a new one must live through it
-            // first, at the young-run hazard where that is the higher one.
-            current_rate: self.score_at(job, obs, cur, established(cur)) / obs.tick_hours,
-            candidate_rate: self.score_at(job, obs, best, starting(best)) / obs.tick_hours,
+            // first, at the young-run hazard where that is the higher one. Rates count billed
+            // boots only: a gap between two zones' hazard estimates is partly noise, and a
+            // move pays its own restart (and the slack it burns) for certain.
+            current_rate: self.score_at(job, obs, cur, established(cur), 0.0) / obs.tick_hours,
+            candidate_rate: self.score_at(job, obs, best, starting(best), 0.0) / obs.tick_hours,
             restart_hours: f64::from(job.restart) * obs.tick_hours,
             held_rate: obs.zones[best].spot_price * k / obs.tick_hours,
             lost_progress_cost: 0.0,
@@ -673,12 +689,17 @@ impl DeadlinePolicy for Tern {
             self.last = None;
             return state.placement;
         }
-        let zones = self.zones(job, state, obs);
-        let model_zone = zones.here.or(zones.best_up).unwrap_or(zones.best_any);
+        // The table is solved for the zone the job would run in, ranked first by price and
+        // billed boots; once solved, it prices the slack a restart burns, and the zones are
+        // ranked again with that.
+        let first = self.zones(job, state, obs, 0.0);
+        let model_zone = first.here.or(first.best_up).unwrap_or(first.best_any);
         let raw = self.pooled_model(job, obs, model_zone);
         let rem = i64::from(job.deadline) - i64::from(obs.tick);
         let sigma = rem - i64::from(job.ticks_left(state.done));
         let m = self.refresh_table(job, obs, raw, rem, sigma);
+        let lost = self.restart_value(job, state, &m, rem, sigma);
+        let zones = self.zones(job, state, obs, lost);
         let (choice, mut why) = self.choose(job, state, &zones, &m, rem, sigma);
         // A running spot job may still move to a better zone; the migrate rule decides.
         let mut placement = choice;
@@ -687,7 +708,7 @@ impl DeadlinePolicy for Tern {
             && best != cur
         {
             let mut candidate = self.move_candidate(job, state, obs, cur, best, sigma);
-            candidate.lost_progress_cost = self.slack_value(job, &m, rem, sigma);
+            candidate.lost_progress_cost = lost;
             let verdict = migrate::decide(&rule, &candidate);
             if verdict.is_move() {
                 placement = Placement::Spot(best);
