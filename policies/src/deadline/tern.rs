@@ -99,6 +99,12 @@ impl Counts {
         (down + 0.5) / (up + down + self.prior)
     }
 
+    /// Hazard of a new instance: the young-run hazard, never below the established one (see
+    /// [`Model::boot_hazard`], the same rule on the snapped model).
+    fn hazard_start(&self) -> f64 {
+        self.hazard_young().max(self.hazard_established())
+    }
+
     /// Per-tick hazard of losing capacity.
     fn hazard(&self) -> f64 {
         (self.went_down + 0.5) / (self.stay_up + self.went_down + self.prior)
@@ -617,11 +623,7 @@ impl Tern {
     ) -> MoveCandidate {
         let k = f64::from(job.nodes) * obs.tick_hours;
         let established = |z: usize| self.counts.get(z).map_or(0.5, Counts::hazard_established);
-        let starting = |z: usize| {
-            self.counts
-                .get(z)
-                .map_or(0.5, |c| c.hazard_young().max(c.hazard_established()))
-        };
+        let starting = |z: usize| self.counts.get(z).map_or(0.5, Counts::hazard_start);
         let egress = match state.checkpoint_region {
             Some(g) if g != obs.zones[best].region => obs.egress_cost,
             _ => 0.0,
