@@ -11,6 +11,7 @@ pub mod api;
 pub mod controller;
 pub mod http;
 pub mod jobs;
+pub mod report;
 pub mod scratch;
 pub mod serve;
 pub mod sim;

@@ -210,6 +210,8 @@ pub struct Controller {
     event_counts: Mutex<BTreeMap<&'static str, u64>>,
     /// Spot availability per pool and tick, what the deadline policy learns from.
     pools: policy::Pools,
+    /// Offer key → the last price persisted for it (`prices` table): only changes are written.
+    prices: BTreeMap<String, f64>,
     /// The last policy tick sampled.
     sampled: Option<i64>,
     /// Each deadline job's policy object (its learned counts and value table).
@@ -325,6 +327,7 @@ impl Controller {
             .build_hasher()
             .finish();
         let pools = policy::Pools::from_samples(store.pool_samples_since(i64::MIN)?);
+        let prices = store.latest_prices()?;
         Ok(Controller {
             store,
             provider,
@@ -335,6 +338,7 @@ impl Controller {
             stats: Stats::default(),
             event_counts: Mutex::new(BTreeMap::new()),
             pools,
+            prices,
             sampled: None,
             policies: HashMap::new(),
         })

@@ -51,6 +51,7 @@ impl Controller {
             return Ok(());
         };
         self.observe_pools(&offers, now)?;
+        self.record_prices(&offers, now)?;
         self.sampled = Some(self.policy_tick(now));
         if !triage.place.is_empty() {
             self.place(&triage.place, &offers, now).await?;
@@ -160,6 +161,21 @@ impl Controller {
             }
         }
         Some(all)
+    }
+
+    /// Persist the prices that changed since the last pass (cost reports bill usage at the
+    /// prices that held over it). Offers the cloud marks unavailable still carry its price.
+    fn record_prices(&mut self, offers: &[Offer], now: DateTime<Utc>) -> Result<()> {
+        let changed: Vec<(String, f64)> = offers
+            .iter()
+            .map(|o| (o.key(), o.price_per_hour))
+            .filter(|(k, p)| self.prices.get(k) != Some(p))
+            .collect();
+        if !changed.is_empty() {
+            self.store.record_prices(now, &changed)?;
+            self.prices.extend(changed);
+        }
+        Ok(())
     }
 
     /// The job's instances that count toward its fleet, in id order (deterministic).
@@ -318,6 +334,7 @@ impl Controller {
             e.record.target_offer = Some(offer.key());
             e.record.target_count = choice.nodes;
             e.record.planned_count = choice.nodes;
+            e.record.planned_cost.get_or_insert(choice.expected_cost);
             e.waiting = None;
             self.store.update_job(&e.record, now)?;
         }

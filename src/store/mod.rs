@@ -17,6 +17,7 @@ mod progress;
 pub mod sql;
 mod sqlite;
 
+use std::collections::BTreeMap;
 use std::error::Error as _;
 use std::path::Path;
 use std::time::Duration;
@@ -159,6 +160,8 @@ pub struct JobRecord {
     pub planned_count: u32,
     pub last_move_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// What the planner expected the job to cost when it first placed it.
+    pub planned_cost: Option<f64>,
 }
 
 impl JobRecord {
@@ -179,6 +182,7 @@ impl JobRecord {
             planned_count: 0,
             last_move_at: None,
             finished_at: None,
+            planned_cost: None,
         }
     }
 
@@ -238,6 +242,9 @@ pub fn most_started_in_an_hour(usage: &[Usage], job: &str) -> u32 {
         .max()
         .unwrap_or(0)
 }
+
+/// Offer key → recorded price changes (time, $/h), oldest first.
+pub type PriceLog = BTreeMap<String, Vec<(DateTime<Utc>, f64)>>;
 
 /// One row of the usage table.
 #[derive(Debug, Clone, PartialEq)]
@@ -542,7 +549,8 @@ impl Store {
     pub fn update_job(&self, job: &JobRecord, now: DateTime<Utc>) -> Result<()> {
         let n = self.exec(
             "UPDATE jobs SET state = ?2, reason = ?3, target_offer = ?4, target_count = ?5,
-                last_move_at = ?6, finished_at = ?7, updated_at = ?8, planned_count = ?9
+                last_move_at = ?6, finished_at = ?7, updated_at = ?8, planned_count = ?9,
+                planned_cost = ?10
              WHERE name = ?1 AND (state <> 'cancelled' OR ?2 = 'cancelled')",
             params![
                 job.name(),
@@ -554,6 +562,7 @@ impl Store {
                 job.finished_at.map(ms),
                 ms(now),
                 job.planned_count,
+                job.planned_cost,
             ],
         )?;
         self.changed_job(n, job.name())
@@ -905,19 +914,68 @@ impl Store {
             vec![],
         )?
         .iter()
+        .map(usage_from_row)
+        .collect()
+    }
+
+    /// Every usage interval with the offer its instance ran on (for cost reports).
+    pub fn usage_with_offers(&self) -> Result<Vec<(Usage, Option<Offer>)>> {
+        self.query(
+            "SELECT u.instance, u.job, u.offer_key, u.capacity, u.price_per_hour,
+                u.on_demand_per_hour, u.started_at, u.ended_at, i.offer
+             FROM usage u LEFT JOIN instances i ON i.id = u.instance ORDER BY u.id",
+            vec![],
+        )?
+        .iter()
         .map(|r| {
-            Ok(Usage {
-                instance: r.text(0)?,
-                job: r.text(1)?,
-                offer_key: r.text(2)?,
-                capacity: r.text(3)?.parse().map_err(StoreError::Invalid)?,
-                price_per_hour: r.real(4)?,
-                on_demand_per_hour: r.opt_real(5)?,
-                started_at: time(r.int(6)?),
-                ended_at: r.opt_int(7)?.map(time),
-            })
+            let usage = usage_from_row(r)?;
+            let offer = r.opt_text(8)?.map(|o| parse("offer", &o)).transpose()?;
+            Ok((usage, offer))
         })
         .collect()
+    }
+
+    /// Record prices seen at `at` (offer key, $/h). Callers pass changes only; a second write
+    /// of one key at one time keeps the first.
+    pub fn record_prices(&self, at: DateTime<Utc>, prices: &[(String, f64)]) -> Result<()> {
+        let batch: Vec<Stmt> = prices
+            .iter()
+            .map(|(key, price)| {
+                Stmt::exec(
+                    "INSERT INTO prices (offer_key, at, price_per_hour) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (offer_key, at) DO NOTHING",
+                    params![key, ms(at), *price],
+                )
+            })
+            .collect();
+        if !batch.is_empty() {
+            self.run(batch)?;
+        }
+        Ok(())
+    }
+
+    /// Every recorded price, per offer key, oldest first.
+    pub fn prices(&self) -> Result<PriceLog> {
+        let mut out = PriceLog::new();
+        for r in self.query(
+            "SELECT offer_key, at, price_per_hour FROM prices ORDER BY offer_key, at",
+            vec![],
+        )? {
+            out.entry(r.text(0)?)
+                .or_default()
+                .push((time(r.int(1)?), r.real(2)?));
+        }
+        Ok(out)
+    }
+
+    /// The newest recorded price of each offer key (what a restarted controller compares
+    /// fresh offers with).
+    pub fn latest_prices(&self) -> Result<BTreeMap<String, f64>> {
+        Ok(self
+            .prices()?
+            .into_iter()
+            .filter_map(|(k, v)| v.last().map(|p| (k, p.1)))
+            .collect())
     }
 
     /// What a restarted controller needs: every job, open intents, instances not yet ended.
@@ -967,7 +1025,7 @@ impl Store {
 
 const JOB_SELECT: &str = "SELECT spec, state, reason, submitted_at, deadline_at, total_samples,
     done_samples, checkpoint_samples, checkpoint_at, drain_requested, target_offer, target_count,
-    last_move_at, finished_at, planned_count FROM jobs";
+    last_move_at, finished_at, planned_count, planned_cost FROM jobs";
 
 fn job_from_row(r: &Row) -> Result<JobRecord> {
     Ok(JobRecord {
@@ -986,6 +1044,22 @@ fn job_from_row(r: &Row) -> Result<JobRecord> {
         last_move_at: r.opt_int(12)?.map(time),
         finished_at: r.opt_int(13)?.map(time),
         planned_count: r.u32(14)?,
+        planned_cost: r.opt_real(15)?,
+    })
+}
+
+/// Columns: instance, job, offer_key, capacity, price_per_hour, on_demand_per_hour,
+/// started_at, ended_at.
+fn usage_from_row(r: &Row) -> Result<Usage> {
+    Ok(Usage {
+        instance: r.text(0)?,
+        job: r.text(1)?,
+        offer_key: r.text(2)?,
+        capacity: r.text(3)?.parse().map_err(StoreError::Invalid)?,
+        price_per_hour: r.real(4)?,
+        on_demand_per_hour: r.opt_real(5)?,
+        started_at: time(r.int(6)?),
+        ended_at: r.opt_int(7)?.map(time),
     })
 }
 

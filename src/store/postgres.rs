@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_planned_count.sql"),
     include_str!("migrations/0004_identity.sql"),
     include_str!("migrations/0005_pool_samples.sql"),
+    include_str!("migrations/0006_costs.sql"),
 ];
 
 /// Key of the advisory lock that serialises migrations when several controllers start at once.

@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_planned_count.sql"),
     include_str!("migrations/0004_identity.sql"),
     include_str!("migrations/0005_pool_samples.sql"),
+    include_str!("migrations/0006_costs.sql"),
 ];
 
 impl rusqlite::ToSql for Value {

@@ -46,7 +46,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     };
     {
         let store = open();
-        assert_eq!(store.schema_version().expect("version"), 5);
+        assert_eq!(store.schema_version().expect("version"), 6);
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -60,7 +60,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let store = open();
     assert_eq!(
         store.schema_version().expect("no migration applied twice"),
-        5
+        6
     );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
@@ -109,9 +109,28 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     assert_eq!(usage[0].ended_at, Some(t1));
     assert!((usage[0].hours(t1) - 1.5).abs() < 1e-9);
     assert_eq!(usage[0].capacity, Capacity::Spot);
+    let with_offers = store.usage_with_offers().expect("usage with offers");
+    assert_eq!(with_offers.len(), 1);
+    assert_eq!(with_offers[0].1.as_ref(), Some(&offer()));
+
+    // Prices: changes per offer key, oldest first; a second write at one time keeps the first.
+    let key = offer().key();
+    store
+        .record_prices(t0, &[(key.clone(), 0.9), ("other".into(), 2.0)])
+        .expect("prices");
+    store
+        .record_prices(t1, &[(key.clone(), 1.2)])
+        .expect("prices");
+    store
+        .record_prices(t1, &[(key.clone(), 7.0)])
+        .expect("same time");
+    let prices = store.prices().expect("prices");
+    assert_eq!(prices[&key], vec![(t0, 0.9), (t1, 1.2)]);
+    assert_eq!(store.latest_prices().expect("latest")[&key], 1.2);
 
     let mut job = store.job("j1").expect("job").expect("exists");
     job.state = JobState::Running;
+    job.planned_cost = Some(41.5);
     store.update_job(&job, t1).expect("update");
     // Progress and the drain flag have statements of their own (agents write them through
     // the API while a pass runs).
@@ -335,7 +354,7 @@ fn postgres_store_passes_the_same_checks() {
             .collect()
     });
     for s in &stores {
-        assert_eq!(s.schema_version().expect("version"), 5);
+        assert_eq!(s.schema_version().expect("version"), 6);
     }
     // One database, one identity, however many controllers created it at once.
     assert!(
@@ -385,7 +404,7 @@ fn postgres_store_speaks_tls_and_checks_the_certificate() {
         certs.ca.display()
     ));
     let store = Store::connect(&url).expect("verify-full against the right CA");
-    assert_eq!(store.schema_version().expect("version"), 5);
+    assert_eq!(store.schema_version().expect("version"), 6);
     assert!(pg_ssl_in_use(&store), "the connection is not encrypted");
 
     for query in [

@@ -5,6 +5,7 @@
 //! its cloud's API onto them. See DESIGN.md §3 and ARCHITECTURE.md.
 
 mod accelerator;
+mod billing;
 mod error;
 pub mod input;
 mod instance;
@@ -17,6 +18,7 @@ mod provider;
 mod spec;
 
 pub use accelerator::{Accelerator, AcceleratorKind};
+pub use billing::{BillingRule, Piece, PriceSteps};
 pub use error::ProviderError;
 pub use instance::{Instance, InstanceId, InstanceState, Interruption, InterruptionKind, Tags};
 pub use intent::{IdempotencyKey, Intent, IntentId, IntentKind, IntentState};

@@ -1,0 +1,171 @@
+//! The cost report as one self-contained HTML page: a summary, the three charts inline as
+//! SVG, and the tables. No scripts, no external files: it opens anywhere and can be mailed.
+
+use std::fmt::Write as _;
+
+use super::chart::{self, ChartError};
+use super::{CostReport, CostRow, GroupBy};
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn dollars(v: f64) -> String {
+    format!("${v:.2}")
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "–".into(), dollars)
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222}\
+table{border-collapse:collapse;margin:12px 0}td,th{padding:4px 10px;border-bottom:1px solid #ddd}\
+td.n,th.n{text-align:right}tr.total td{font-weight:bold;border-top:2px solid #444}\
+.summary{display:flex;gap:32px;margin:12px 0}.summary div{font-size:14px}\
+.summary b{display:block;font-size:22px}figure{margin:8px 0}";
+
+fn row_html(out: &mut String, r: &CostRow, by: GroupBy, class: &str) {
+    let _ = write!(out, "<tr class=\"{class}\"><td>{}</td>", escape(&r.key));
+    if by == GroupBy::Job {
+        let _ = write!(out, "<td>{}</td>", escape(r.state.as_deref().unwrap_or("")));
+    }
+    let cells = [
+        r.instances.to_string(),
+        format!("{:.1}", r.instance_hours),
+        dollars(r.cost),
+        dollars(r.on_demand_cost),
+        dollars(r.savings),
+        format!("{:.0}%", r.savings_pct),
+        format!("{:.0}%", 100.0 * r.spot_share),
+        opt(r.planned_cost),
+        r.plan_error
+            .map_or_else(|| "–".into(), |e| format!("{e:+.2}")),
+    ];
+    for c in cells {
+        let _ = write!(out, "<td class=\"n\">{c}</td>");
+    }
+    out.push_str("</tr>\n");
+}
+
+/// The whole page.
+pub fn page(report: &CostReport) -> Result<String, ChartError> {
+    let t = &report.total;
+    let mut out = String::new();
+    let window = match report.since {
+        Some(s) => format!("{} – {}", s.to_rfc3339(), report.until.to_rfc3339()),
+        None => format!("up to {}", report.until.to_rfc3339()),
+    };
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>tern cost report</title><style>{STYLE}</style></head><body>\n\
+         <h1>tern cost report</h1><p>{}; by {}; generated {}</p>\n\
+         <div class=\"summary\">\
+         <div>spent<b id=\"total-cost\">{}</b></div>\
+         <div>on demand<b id=\"total-on-demand\">{}</b></div>\
+         <div>saved<b id=\"total-savings\">{} ({:.0}%)</b></div>\
+         <div>spot share<b>{:.0}%</b></div>\
+         <div>plan<b>{}</b></div></div>\n",
+        escape(&window),
+        report.by.as_str(),
+        report.generated_at.to_rfc3339(),
+        dollars(t.cost),
+        dollars(t.on_demand_cost),
+        dollars(t.savings),
+        t.savings_pct,
+        100.0 * t.spot_share,
+        opt(t.planned_cost),
+    );
+    for (id, svg) in [
+        ("chart-daily", chart::daily(report)?),
+        ("chart-cumulative", chart::cumulative(report)?),
+        ("chart-rows", chart::rows(report)?),
+    ] {
+        let _ = writeln!(out, "<figure id=\"{id}\">{svg}</figure>");
+    }
+    out.push_str("<h2>Rows</h2><table><tr>");
+    let _ = write!(out, "<th>{}</th>", report.by.as_str());
+    if report.by == GroupBy::Job {
+        out.push_str("<th>state</th>");
+    }
+    for h in [
+        "instances",
+        "inst-h",
+        "cost",
+        "on demand",
+        "saved",
+        "saved",
+        "spot",
+        "plan",
+        "vs plan",
+    ] {
+        let _ = write!(out, "<th class=\"n\">{h}</th>");
+    }
+    out.push_str("</tr>\n");
+    for r in &report.rows {
+        row_html(&mut out, r, report.by, "row");
+    }
+    row_html(&mut out, t, report.by, "total");
+    out.push_str("</table>\n");
+    budgets_html(&mut out, report);
+    segments_html(&mut out, report);
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
+
+fn budgets_html(out: &mut String, report: &CostReport) {
+    if report.budgets.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>Budgets</h2><table><tr><th>team</th><th class=\"n\">spent</th>\
+         <th class=\"n\">budget</th><th class=\"n\">left</th><th class=\"n\">burn $/h</th>\
+         <th class=\"n\">at deadline</th></tr>\n",
+    );
+    for b in &report.budgets {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{:.2}</td><td class=\"n\">{}</td></tr>",
+            escape(&b.team),
+            dollars(b.spent),
+            opt(b.budget_usd),
+            opt(b.left),
+            b.burn_per_hour,
+            opt(b.projected_at_deadline),
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+fn segments_html(out: &mut String, report: &CostReport) {
+    if report.segments.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>Segments</h2><table><tr><th>job</th><th>instance</th><th>where</th>\
+         <th>capacity</th><th>from</th><th>to</th><th class=\"n\">billed h</th>\
+         <th class=\"n\">cost</th></tr>\n",
+    );
+    for g in &report.segments {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"n\">{:.3}</td><td class=\"n\">{}</td></tr>",
+            escape(&g.job),
+            escape(&g.instance),
+            escape(&g.instance_type),
+            escape(&g.zone),
+            g.capacity,
+            g.started_at.to_rfc3339(),
+            g.ended_at
+                .map_or_else(|| "running".into(), |e| e.to_rfc3339()),
+            g.billed_hours,
+            dollars(g.cost),
+        );
+    }
+    out.push_str("</table>\n");
+}

@@ -1,0 +1,544 @@
+//! Cost reports (`tern cost-report`, `GET /v1/costs`, `tern simulate --report`): what each job
+//! cost, billed at the prices that held while it ran (never today's catalog), against the
+//! same instance-hours on demand and against the plan's estimate.
+//!
+//! [`build`] is pure: a [`Ledger`] (jobs, usage intervals, recorded prices, budgets) and a
+//! [`CostQuery`] in, a [`CostReport`] out. `render`, `chart` and `html` turn it into tables,
+//! CSV, SVG charts and a self-contained HTML page.
+
+mod bill;
+pub mod chart;
+pub mod html;
+pub mod render;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tern_cloud::{Budget, Capacity, Offer};
+
+pub use bill::{Billed, bill, by_day, cloud_of};
+
+use crate::store::{JobRecord, JobState, PriceLog, Store, StoreError, Usage};
+
+/// How rows are grouped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupBy {
+    #[default]
+    Job,
+    Team,
+    Day,
+    Cloud,
+    Capacity,
+    InstanceType,
+}
+
+impl GroupBy {
+    pub const ALL: [GroupBy; 6] = [
+        GroupBy::Job,
+        GroupBy::Team,
+        GroupBy::Day,
+        GroupBy::Cloud,
+        GroupBy::Capacity,
+        GroupBy::InstanceType,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Job => "job",
+            GroupBy::Team => "team",
+            GroupBy::Day => "day",
+            GroupBy::Cloud => "cloud",
+            GroupBy::Capacity => "capacity",
+            GroupBy::InstanceType => "instance-type",
+        }
+    }
+}
+
+impl FromStr for GroupBy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        GroupBy::ALL
+            .into_iter()
+            .find(|g| g.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<&str> = GroupBy::ALL.iter().map(|g| g.as_str()).collect();
+                format!("unknown grouping '{s}'; expected one of {}", all.join(", "))
+            })
+    }
+}
+
+/// What to report on: the `tern cost-report` flags and `GET /v1/costs` query parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostQuery {
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub by: GroupBy,
+    pub job: Option<String>,
+    pub team: Option<String>,
+    /// Hide jobs that never launched an instance.
+    #[serde(default)]
+    pub launched_only: bool,
+    /// Also list every instance of every job (its segments across recoveries and moves).
+    #[serde(default)]
+    pub split: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("--since {since} is after --until {until}")]
+    SinceAfterUntil {
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    },
+    #[error("no job named '{name}' in this store{}", known_list(known))]
+    UnknownJob { name: String, known: Vec<String> },
+    #[error("no team named '{name}' in this store{}", known_list(known))]
+    UnknownTeam { name: String, known: Vec<String> },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ReportError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ReportError::Store(e) if e.is_retryable())
+    }
+
+    /// Bad input (HTTP 400), as opposed to a store failure.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, ReportError::Store(_))
+    }
+}
+
+fn known_list(known: &[String]) -> String {
+    match known.len() {
+        0 => String::new(),
+        n if n <= 10 => format!(" (known: {})", known.join(", ")),
+        n => format!(" (known: {}, and {} more)", known[..10].join(", "), n - 10),
+    }
+}
+
+/// Everything a report is computed from.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    pub jobs: Vec<JobRecord>,
+    pub usage: Vec<(Usage, Option<Offer>)>,
+    /// Offer key → recorded price changes, oldest first.
+    pub prices: PriceLog,
+    /// Team → budget (from the quota/budget file).
+    pub budgets: BTreeMap<String, Budget>,
+}
+
+impl Ledger {
+    pub fn load(store: &Store, budgets: BTreeMap<String, Budget>) -> Result<Ledger, StoreError> {
+        Ok(Ledger {
+            jobs: store.load()?.jobs,
+            usage: store.usage_with_offers()?,
+            prices: store.prices()?,
+            budgets,
+        })
+    }
+}
+
+/// One row: a job, team, day, cloud, capacity type or instance type (`key`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostRow {
+    pub key: String,
+    /// The job's state (rows by job only).
+    pub state: Option<String>,
+    pub jobs: usize,
+    pub instances: usize,
+    pub instance_hours: f64,
+    pub spot_hours: f64,
+    /// Dollars billed, at the prices that held.
+    pub cost: f64,
+    /// The same instance-hours at the on-demand price of the same type and zone.
+    pub on_demand_cost: f64,
+    /// `on_demand_cost - cost`.
+    pub savings: f64,
+    /// `savings / on_demand_cost × 100` (0 with no usage).
+    pub savings_pct: f64,
+    /// Spot instance-hours ÷ instance-hours (0 with no usage).
+    pub spot_share: f64,
+    /// The planner's estimate for the whole job when it first placed it (summed over jobs).
+    pub planned_cost: Option<f64>,
+    /// `cost - planned_cost`: the forecast error in dollars.
+    pub plan_error: Option<f64>,
+}
+
+/// One instance of a job: a segment of its run between interruptions, moves and resizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub job: String,
+    pub instance: String,
+    pub cloud: String,
+    pub zone: String,
+    pub instance_type: String,
+    pub capacity: String,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub billed_hours: f64,
+    pub cost: f64,
+    pub on_demand_cost: f64,
+}
+
+/// Spend of one day by capacity type (the HTML report's stacked bars).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DayCost {
+    pub day: String,
+    pub spot: f64,
+    pub on_demand: f64,
+}
+
+/// A team against its budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamBudget {
+    pub team: String,
+    /// Billed up to the report's end, since the beginning (budgets are not windowed).
+    pub spent: f64,
+    pub budget_usd: Option<f64>,
+    pub budget_per_hour_usd: Option<f64>,
+    pub left: Option<f64>,
+    /// $/h of the team's instances running at the report's end.
+    pub burn_per_hour: f64,
+    /// The latest deadline of the team's unfinished jobs.
+    pub deadline: Option<DateTime<Utc>>,
+    /// `spent + burn_per_hour × hours to deadline`.
+    pub projected_at_deadline: Option<f64>,
+}
+
+/// A cost report; its JSON is a public interface (README "Cost reports").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostReport {
+    pub generated_at: DateTime<Utc>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: DateTime<Utc>,
+    pub by: GroupBy,
+    pub rows: Vec<CostRow>,
+    pub total: CostRow,
+    pub segments: Vec<Segment>,
+    pub days: Vec<DayCost>,
+    pub budgets: Vec<TeamBudget>,
+}
+
+#[derive(Default)]
+struct Acc {
+    jobs: BTreeSet<String>,
+    instances: BTreeSet<String>,
+    hours: f64,
+    spot_hours: f64,
+    cost: f64,
+    on_demand: f64,
+}
+
+impl Acc {
+    fn add(&mut self, job: &str, instance: &str, capacity: Capacity, pieces: &[Billed]) {
+        self.jobs.insert(job.to_string());
+        self.instances.insert(instance.to_string());
+        for b in pieces {
+            let h = b.piece.hours();
+            self.hours += h;
+            if capacity == Capacity::Spot {
+                self.spot_hours += h;
+            }
+            self.cost += b.piece.dollars();
+            self.on_demand += b.on_demand_dollars();
+        }
+    }
+
+    fn row(&self, key: String) -> CostRow {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        CostRow {
+            key,
+            state: None,
+            jobs: self.jobs.len(),
+            instances: self.instances.len(),
+            instance_hours: self.hours,
+            spot_hours: self.spot_hours,
+            cost: self.cost,
+            on_demand_cost: self.on_demand,
+            savings: self.on_demand - self.cost,
+            savings_pct: 100.0 * ratio(self.on_demand - self.cost, self.on_demand),
+            spot_share: ratio(self.spot_hours, self.hours),
+            planned_cost: None,
+            plan_error: None,
+        }
+    }
+}
+
+/// Build the report for `query` over `ledger` as of `now`.
+pub fn build(
+    ledger: &Ledger,
+    query: &CostQuery,
+    now: DateTime<Utc>,
+) -> Result<CostReport, ReportError> {
+    let until = query.until.unwrap_or(now);
+    if let Some(since) = query.since.filter(|s| *s > until) {
+        return Err(ReportError::SinceAfterUntil { since, until });
+    }
+    let jobs = select_jobs(ledger, query)?;
+    let billed = bill_all(ledger, &jobs, (query.since, until), now);
+    let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
+    let mut total = Acc::default();
+    let mut days: BTreeMap<String, DayCost> = BTreeMap::new();
+    for (u, offer, pieces) in &billed {
+        total.add(&u.job, &u.instance, u.capacity, pieces);
+        for (day, p) in by_day(pieces) {
+            let d = days.entry(day.clone()).or_default();
+            let dollars: f64 = p.iter().map(|b| b.piece.dollars()).sum();
+            match u.capacity {
+                Capacity::Spot => d.spot += dollars,
+                _ => d.on_demand += dollars,
+            }
+            if query.by == GroupBy::Day {
+                groups
+                    .entry(day)
+                    .or_default()
+                    .add(&u.job, &u.instance, u.capacity, &p);
+            }
+        }
+        if query.by != GroupBy::Day {
+            let key = group_key(query.by, u, offer.as_ref(), &jobs);
+            groups
+                .entry(key)
+                .or_default()
+                .add(&u.job, &u.instance, u.capacity, pieces);
+        }
+    }
+    let mut rows: Vec<CostRow> = match query.by {
+        GroupBy::Job => job_rows(&jobs, &groups, query.launched_only),
+        GroupBy::Team => team_rows(&jobs, &groups),
+        _ => groups.iter().map(|(k, a)| a.row(k.clone())).collect(),
+    };
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut total_row = total.row("total".into());
+    total_row.jobs = match query.by {
+        GroupBy::Job | GroupBy::Team if !query.launched_only => jobs.len(),
+        _ => total.jobs.len(),
+    };
+    total_row.planned_cost = sum_planned(jobs.values().copied());
+    total_row.plan_error = total_row.planned_cost.map(|p| total_row.cost - p);
+    Ok(CostReport {
+        generated_at: now,
+        since: query.since,
+        until,
+        by: query.by,
+        rows,
+        total: total_row,
+        segments: if query.split {
+            segments(&billed)
+        } else {
+            Vec::new()
+        },
+        days: days
+            .into_iter()
+            .map(|(day, d)| DayCost { day, ..d })
+            .collect(),
+        budgets: budgets(ledger, &jobs, until, now),
+    })
+}
+
+/// The jobs in scope, by name; an unknown `--job` or `--team` is an error naming the known ones.
+fn select_jobs<'a>(
+    ledger: &'a Ledger,
+    query: &CostQuery,
+) -> Result<BTreeMap<&'a str, &'a JobRecord>, ReportError> {
+    if let Some(name) = &query.job
+        && !ledger.jobs.iter().any(|j| j.name() == name)
+    {
+        return Err(ReportError::UnknownJob {
+            name: name.clone(),
+            known: ledger.jobs.iter().map(|j| j.name().to_string()).collect(),
+        });
+    }
+    if let Some(team) = &query.team
+        && !ledger.jobs.iter().any(|j| &j.spec.team == team)
+    {
+        let known: BTreeSet<String> = ledger.jobs.iter().map(|j| j.spec.team.clone()).collect();
+        return Err(ReportError::UnknownTeam {
+            name: team.clone(),
+            known: known.into_iter().collect(),
+        });
+    }
+    Ok(ledger
+        .jobs
+        .iter()
+        .filter(|j| query.job.as_ref().is_none_or(|n| j.name() == n))
+        .filter(|j| query.team.as_ref().is_none_or(|t| &j.spec.team == t))
+        .map(|j| (j.name(), j))
+        .collect())
+}
+
+type BilledUsage<'a> = (&'a Usage, Option<Offer>, Vec<Billed>);
+
+/// Every interval of the jobs in scope, billed inside the window (empty ones dropped).
+fn bill_all<'a>(
+    ledger: &'a Ledger,
+    jobs: &BTreeMap<&str, &JobRecord>,
+    window: (Option<DateTime<Utc>>, DateTime<Utc>),
+    now: DateTime<Utc>,
+) -> Vec<BilledUsage<'a>> {
+    ledger
+        .usage
+        .iter()
+        .filter(|(u, _)| jobs.contains_key(u.job.as_str()))
+        .map(|(u, o)| {
+            let pieces = bill(u, o.as_ref(), ledger.prices.get(&u.offer_key), window, now);
+            (u, o.clone(), pieces)
+        })
+        .filter(|(_, _, p)| !p.is_empty())
+        .collect()
+}
+
+fn group_key(
+    by: GroupBy,
+    u: &Usage,
+    offer: Option<&Offer>,
+    jobs: &BTreeMap<&str, &JobRecord>,
+) -> String {
+    let part = |i: usize| u.offer_key.split('/').nth(i).unwrap_or("?").to_string();
+    match by {
+        GroupBy::Job | GroupBy::Day => u.job.clone(),
+        GroupBy::Team => jobs
+            .get(u.job.as_str())
+            .map_or_else(|| "?".into(), |j| j.spec.team.clone()),
+        GroupBy::Cloud => cloud_of(u, offer).to_string(),
+        GroupBy::Capacity => u.capacity.as_str().to_string(),
+        GroupBy::InstanceType => offer.map_or_else(|| part(2), |o| o.instance_type.name.clone()),
+    }
+}
+
+fn sum_planned<'a>(jobs: impl Iterator<Item = &'a JobRecord>) -> Option<f64> {
+    jobs.filter_map(|j| j.planned_cost)
+        .fold(None, |acc, p| Some(acc.unwrap_or(0.0) + p))
+}
+
+/// One row per job in scope, launched or not (a job that never ran costs $0 and says why).
+fn job_rows(
+    jobs: &BTreeMap<&str, &JobRecord>,
+    groups: &BTreeMap<String, Acc>,
+    launched_only: bool,
+) -> Vec<CostRow> {
+    jobs.values()
+        .filter_map(|j| {
+            let acc = groups.get(j.name());
+            if launched_only && acc.is_none() {
+                return None;
+            }
+            let mut row = acc.map_or_else(
+                || Acc::default().row(j.name().into()),
+                |a| a.row(j.name().into()),
+            );
+            row.jobs = 1;
+            row.state = Some(match &j.reason {
+                Some(r) if j.state != JobState::Running => format!("{}: {r}", j.state.as_str()),
+                _ => j.state.as_str().to_string(),
+            });
+            row.planned_cost = j.planned_cost;
+            row.plan_error = j.planned_cost.map(|p| row.cost - p);
+            Some(row)
+        })
+        .collect()
+}
+
+fn team_rows(jobs: &BTreeMap<&str, &JobRecord>, groups: &BTreeMap<String, Acc>) -> Vec<CostRow> {
+    let teams: BTreeSet<&str> = jobs.values().map(|j| j.spec.team.as_str()).collect();
+    teams
+        .into_iter()
+        .map(|team| {
+            let mut row = groups
+                .get(team)
+                .map_or_else(|| Acc::default().row(team.into()), |a| a.row(team.into()));
+            let members = jobs.values().copied().filter(|j| j.spec.team == team);
+            row.jobs = members.clone().count();
+            row.planned_cost = sum_planned(members);
+            row.plan_error = row.planned_cost.map(|p| row.cost - p);
+            row
+        })
+        .collect()
+}
+
+fn segments(billed: &[BilledUsage<'_>]) -> Vec<Segment> {
+    let mut out: Vec<Segment> = billed
+        .iter()
+        .map(|(u, offer, pieces)| {
+            let part = |i: usize| u.offer_key.split('/').nth(i).unwrap_or("?").to_string();
+            Segment {
+                job: u.job.clone(),
+                instance: u.instance.clone(),
+                cloud: cloud_of(u, offer.as_ref()).to_string(),
+                zone: offer
+                    .as_ref()
+                    .map_or_else(|| part(1), |o| o.zone.to_string()),
+                instance_type: offer
+                    .as_ref()
+                    .map_or_else(|| part(2), |o| o.instance_type.name.clone()),
+                capacity: u.capacity.as_str().to_string(),
+                started_at: u.started_at,
+                ended_at: u.ended_at,
+                billed_hours: pieces.iter().map(|b| b.piece.hours()).sum(),
+                cost: pieces.iter().map(|b| b.piece.dollars()).sum(),
+                on_demand_cost: pieces.iter().map(Billed::on_demand_dollars).sum(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (&a.job, a.started_at, &a.instance).cmp(&(&b.job, b.started_at, &b.instance))
+    });
+    out
+}
+
+/// Each team in scope against its budget: all-time spend up to `until`, the burn rate of what
+/// runs at `until`, and the spend projected at the team's latest open deadline.
+fn budgets(
+    ledger: &Ledger,
+    jobs: &BTreeMap<&str, &JobRecord>,
+    until: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Vec<TeamBudget> {
+    let teams: BTreeSet<&str> = jobs.values().map(|j| j.spec.team.as_str()).collect();
+    teams
+        .into_iter()
+        .map(|team| {
+            let members: BTreeMap<&str, &JobRecord> = jobs
+                .iter()
+                .filter(|(_, j)| j.spec.team == team)
+                .map(|(k, j)| (*k, *j))
+                .collect();
+            let billed = bill_all(ledger, &members, (None, until), now);
+            let spent: f64 = billed
+                .iter()
+                .flat_map(|(_, _, p)| p)
+                .map(|b| b.piece.dollars())
+                .sum();
+            let burn_per_hour: f64 = billed
+                .iter()
+                .filter(|(u, _, _)| u.started_at <= until && u.ended_at.is_none_or(|e| e > until))
+                .filter_map(|(_, _, p)| p.last().map(|b| b.piece.price_per_hour))
+                .sum();
+            let deadline = members
+                .values()
+                .filter(|j| !j.state.is_final())
+                .filter_map(|j| j.deadline_at)
+                .max();
+            let budget = ledger.budgets.get(team).copied().unwrap_or_default();
+            let hours_to = |d: DateTime<Utc>| (d - until).num_milliseconds().max(0) as f64 / 3.6e6;
+            TeamBudget {
+                team: team.to_string(),
+                spent,
+                budget_usd: budget.total_usd,
+                budget_per_hour_usd: budget.per_hour_usd,
+                left: budget.total_usd.map(|b| b - spent),
+                burn_per_hour,
+                deadline,
+                projected_at_deadline: deadline.map(|d| spent + burn_per_hour * hours_to(d)),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,245 @@
+use chrono::{DateTime, TimeDelta, Utc};
+use tern_cloud::{Capacity, JobSpec};
+
+use super::*;
+
+fn t(h: f64) -> DateTime<Utc> {
+    // 2023-11-15T00:00:00Z plus `h` hours.
+    DateTime::from_timestamp(1_700_006_400, 0).expect("time")
+        + TimeDelta::milliseconds((h * 3.6e6) as i64)
+}
+
+fn job(name: &str, team: &str, state: JobState) -> JobRecord {
+    let spec: JobSpec = tern_cloud::parse_job_spec(&format!(
+        "name = \"{name}\"\nteam = \"{team}\"\naccelerators = [\"V100\"]\ndeadline = \"48h\"\nworkers = 1\n[work]\nsteps = 100\nbatch = 10\n"
+    ), "job.toml")
+    .expect("spec");
+    let mut j = JobRecord::new(spec, t(0.0));
+    j.state = state;
+    j
+}
+
+fn usage(job: &str, id: &str, cap: Capacity, price: f64, from: f64, to: Option<f64>) -> Usage {
+    Usage {
+        instance: id.into(),
+        job: job.into(),
+        offer_key: format!("aws/use1-az1/p3.2xlarge/{}", cap.as_str()),
+        capacity: cap,
+        price_per_hour: price,
+        on_demand_per_hour: Some(3.0),
+        started_at: t(from),
+        ended_at: to.map(t),
+    }
+}
+
+fn ledger() -> Ledger {
+    let mut a = job("a", "nlp", JobState::Finished);
+    a.planned_cost = Some(4.0);
+    let b = job("b", "vision", JobState::Unplaceable);
+    // Job a: three recoveries (four instances), one on demand at the end.
+    let usage = vec![
+        usage("a", "i-1", Capacity::Spot, 1.0, 0.0, Some(1.0)),
+        usage("a", "i-2", Capacity::Spot, 1.0, 1.5, Some(2.5)),
+        usage("a", "i-3", Capacity::Spot, 1.0, 3.0, Some(4.0)),
+        usage("a", "i-4", Capacity::OnDemand, 3.0, 4.0, Some(4.5)),
+    ];
+    Ledger {
+        jobs: vec![a, b],
+        usage: usage.into_iter().map(|u| (u, None)).collect(),
+        prices: BTreeMap::new(),
+        budgets: BTreeMap::from([(
+            "nlp".to_string(),
+            Budget {
+                total_usd: Some(10.0),
+                per_hour_usd: None,
+            },
+        )]),
+    }
+}
+
+#[test]
+fn a_job_with_three_recoveries_is_one_row_and_a_job_that_never_ran_costs_nothing() {
+    let r = build(&ledger(), &CostQuery::default(), t(10.0)).expect("report");
+    assert_eq!(r.rows.len(), 2);
+    let a = &r.rows[0];
+    assert_eq!((a.key.as_str(), a.instances), ("a", 4));
+    // 3 spot hours at $1 + 0.5 on-demand hours at $3.
+    assert!((a.cost - 4.5).abs() < 1e-9, "{}", a.cost);
+    // The same 3.5 instance-hours on demand at $3.
+    assert!((a.on_demand_cost - 10.5).abs() < 1e-9);
+    assert!((a.spot_share - 3.0 / 3.5).abs() < 1e-9);
+    assert_eq!(a.plan_error.map(|e| (e * 100.0).round()), Some(50.0));
+    let b = &r.rows[1];
+    assert_eq!(b.cost, 0.0);
+    assert!(
+        b.state
+            .as_deref()
+            .is_some_and(|s| s.starts_with("unplaceable"))
+    );
+    assert!((r.total.cost - 4.5).abs() < 1e-9);
+    let hidden = CostQuery {
+        launched_only: true,
+        ..CostQuery::default()
+    };
+    assert_eq!(build(&ledger(), &hidden, t(10.0)).expect("r").rows.len(), 1);
+    let split = CostQuery {
+        split: true,
+        ..CostQuery::default()
+    };
+    assert_eq!(
+        build(&ledger(), &split, t(10.0)).expect("r").segments.len(),
+        4
+    );
+}
+
+#[test]
+fn a_price_change_mid_interval_is_billed_at_both_prices() {
+    let mut l = ledger();
+    // i-1 ran 0–1 h launched at $1/h; the spot price moved to $2/h at 15 min.
+    l.prices.insert(
+        "aws/use1-az1/p3.2xlarge/spot".into(),
+        vec![(t(0.25), 2.0), (t(1.6), 1.0)],
+    );
+    let q = CostQuery {
+        job: Some("a".into()),
+        split: true,
+        ..CostQuery::default()
+    };
+    let r = build(&l, &q, t(10.0)).expect("report");
+    // i-1: 0.25 × 1 + 0.75 × 2 = 1.75; i-2 (1.5–2.5, launched at $1, change to $2 at 0.25 h
+    // is before its launch, to $1 at 1.6 h): 0.1 × 1 + 0.9 × 1 = 1.0 — the launch price
+    // holds until the first change after the launch; i-3: 1.0; i-4: 1.5.
+    let i1 = &r.segments[0];
+    assert!((i1.cost - 1.75).abs() < 1e-9, "{}", i1.cost);
+    assert!(
+        (r.total.cost - (1.75 + 1.0 + 1.0 + 1.5)).abs() < 1e-9,
+        "{}",
+        r.total.cost
+    );
+}
+
+#[test]
+fn groupings_add_up_to_the_same_total() {
+    let l = ledger();
+    let total = build(&l, &CostQuery::default(), t(10.0))
+        .expect("r")
+        .total
+        .cost;
+    for by in GroupBy::ALL {
+        let q = CostQuery {
+            by,
+            ..CostQuery::default()
+        };
+        let r = build(&l, &q, t(10.0)).expect("report");
+        let sum: f64 = r.rows.iter().map(|x| x.cost).sum();
+        assert!((sum - total).abs() < 1e-9, "{by:?}: {sum} vs {total}");
+        assert!((r.total.cost - total).abs() < 1e-9);
+    }
+    let by_cap = build(
+        &l,
+        &CostQuery {
+            by: GroupBy::Capacity,
+            ..CostQuery::default()
+        },
+        t(10.0),
+    )
+    .expect("r");
+    let keys: Vec<&str> = by_cap.rows.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["on-demand", "spot"]);
+}
+
+#[test]
+fn the_window_clips_intervals() {
+    let q = CostQuery {
+        since: Some(t(0.5)),
+        until: Some(t(2.0)),
+        ..CostQuery::default()
+    };
+    let r = build(&ledger(), &q, t(10.0)).expect("report");
+    // i-1 from 0.5 to 1.0 and i-2 from 1.5 to 2.0, at $1/h.
+    assert!((r.total.cost - 1.0).abs() < 1e-9, "{}", r.total.cost);
+}
+
+#[test]
+fn bad_queries_are_refused_with_what_exists() {
+    let l = ledger();
+    let late = CostQuery {
+        since: Some(t(5.0)),
+        until: Some(t(1.0)),
+        ..CostQuery::default()
+    };
+    let e = build(&l, &late, t(10.0)).expect_err("since after until");
+    assert!(e.to_string().contains("is after --until"), "{e}");
+    let q = CostQuery {
+        job: Some("nope".into()),
+        ..CostQuery::default()
+    };
+    let e = build(&l, &q, t(10.0)).expect_err("unknown job");
+    assert!(
+        e.to_string().contains("no job named 'nope'") && e.to_string().contains("a, b"),
+        "{e}"
+    );
+    assert!(e.is_bad_input());
+    let q = CostQuery {
+        team: Some("infra".into()),
+        ..CostQuery::default()
+    };
+    let e = build(&l, &q, t(10.0)).expect_err("unknown team");
+    assert!(e.to_string().contains("nlp, vision"), "{e}");
+}
+
+#[test]
+fn a_team_is_measured_against_its_budget() {
+    let mut l = ledger();
+    // A running job of team nlp: $1/h since 8 h, deadline 48 h after submission (t = 48).
+    let mut c = job("c", "nlp", JobState::Running);
+    c.spec.name = "c".into();
+    l.jobs.push(c);
+    l.usage
+        .push((usage("c", "i-9", Capacity::Spot, 1.0, 8.0, None), None));
+    let q = CostQuery {
+        by: GroupBy::Team,
+        ..CostQuery::default()
+    };
+    let r = build(&l, &q, t(10.0)).expect("report");
+    let nlp = r.budgets.iter().find(|b| b.team == "nlp").expect("nlp");
+    assert!((nlp.spent - 6.5).abs() < 1e-9, "{}", nlp.spent);
+    assert_eq!(nlp.left.map(|x| (x * 100.0).round()), Some(350.0));
+    assert!((nlp.burn_per_hour - 1.0).abs() < 1e-9);
+    // 6.5 + 1 $/h × 38 h to the deadline.
+    assert_eq!(nlp.projected_at_deadline.map(|x| x.round()), Some(45.0));
+}
+
+#[test]
+fn every_format_renders_the_same_totals() {
+    let q = CostQuery {
+        split: true,
+        ..CostQuery::default()
+    };
+    let r = build(&ledger(), &q, t(10.0)).expect("report");
+    let table = render::table_text(&r);
+    assert!(table.contains("4.50") && table.contains("10.50"), "{table}");
+    let csv = render::csv_text(&r).expect("csv");
+    let header = csv.lines().next().expect("header");
+    assert_eq!(header, render::CSV_COLUMNS.join(","));
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("total,job,total,") && l.contains("4.500000"))
+    );
+    let json: CostReport =
+        serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("round trip");
+    assert_eq!(json, r);
+    for svg in [
+        chart::daily(&r).expect("daily"),
+        chart::cumulative(&r).expect("cumulative"),
+        chart::rows(&r).expect("rows"),
+    ] {
+        assert!(svg.starts_with("<svg") && svg.contains("<rect"), "{svg}");
+    }
+    let html = html::page(&r).expect("html");
+    assert!(
+        html.contains("id=\"total-cost\">$4.50<"),
+        "total in the page"
+    );
+    assert_eq!(html.matches("<svg").count(), 3);
+}
