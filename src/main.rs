@@ -29,6 +29,9 @@ enum Command {
     Status(cmd::submit::StatusArgs),
     /// Cancel a job on a running controller.
     Cancel(cmd::submit::CancelArgs),
+    /// What jobs cost, billed at the prices that held: by job, team, day, cloud, capacity or
+    /// instance type, against on-demand and the plan; table, CSV, JSON, HTML or SVG.
+    CostReport(cmd::cost_report::Args),
     /// Worker agent for a training VM: progress reports, notices, drain, torchrun.
     Agent(cmd::agent::Args),
     /// The simulated cloud as a process (`serve`) and what it holds and bills (`report`).
@@ -60,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Command::Submit(args) => cmd::submit::submit(args),
         Command::Status(args) => cmd::submit::status(args),
         Command::Cancel(args) => cmd::submit::cancel(args),
+        Command::CostReport(args) => cmd::cost_report::run(args),
         Command::Agent(args) => cmd::agent::run(args),
         Command::Sim(command) => cmd::sim::run(command),
         Command::Prices(command) => cmd::prices::run(command),

@@ -28,8 +28,29 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &["agent", "api", "controller", "http", "jobs", "sim"],
     ),
     (
-        "api/wire.rs",
-        &["agent", "api", "controller", "http", "jobs", "sim", "store"],
+        "api/wire",
+        &[
+            "agent",
+            "api",
+            "controller",
+            "http",
+            "jobs",
+            "report",
+            "sim",
+            "store",
+        ],
+    ),
+    (
+        "report",
+        &[
+            "agent",
+            "api::client",
+            "api::router",
+            "controller",
+            "http",
+            "jobs",
+            "sim",
+        ],
     ),
     (
         "api/client.rs",

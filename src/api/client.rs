@@ -4,6 +4,7 @@
 
 use serde::de::DeserializeOwned;
 
+use super::wire::costs::{CostQuery, CostReport};
 use super::wire::{ErrorBody, EventView, JobStatus, Progress, ProgressReply};
 
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +152,12 @@ impl Client {
     ) -> Result<ProgressReply, ClientError> {
         let url = self.url(&format!("/v1/jobs/{}/progress", path_segment(name)));
         self.send(self.http.post(&url).json(progress), url).await
+    }
+
+    /// The cost report for `query` (`GET /v1/costs`).
+    pub async fn costs(&self, query: &CostQuery) -> Result<CostReport, ClientError> {
+        let url = self.url("/v1/costs");
+        self.send(self.http.get(&url).query(query), url).await
     }
 
     /// Events after id `after`, of one job or all.

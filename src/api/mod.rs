@@ -14,9 +14,11 @@
 pub mod client;
 pub mod wire;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::middleware;
@@ -28,8 +30,11 @@ use crate::controller::inputs::{Request as Change, admit, refit_with};
 use crate::controller::metrics::Metrics;
 use crate::controller::service::{Clock, Shared};
 use crate::controller::{ControllerError, inputs};
+use crate::report::{self, ReportError};
 use crate::serve;
 use crate::store::{Store, StoreError};
+use tern_cloud::Budget;
+use wire::costs::CostQuery;
 use wire::{EventView, Progress, ProgressReply};
 
 /// What the handlers share.
@@ -40,6 +45,8 @@ pub struct ApiState {
     pub token: Arc<str>,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
+    /// Team budgets for cost reports (`tern controller --quota`).
+    pub budgets: Arc<BTreeMap<String, Budget>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -268,6 +275,34 @@ async fn events(State(state): State<ApiState>, Query(q): Query<EventQuery>) -> R
     }
 }
 
+/// `GET /v1/costs`: the cost report, read from the store on a blocking thread.
+async fn costs(
+    State(state): State<ApiState>,
+    query: Result<Query<CostQuery>, QueryRejection>,
+) -> Response {
+    let Query(query) = match query {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let store = state.store.clone();
+    let budgets = state.budgets.as_ref().clone();
+    let now = state.clock.last();
+    let built = tokio::task::spawn_blocking(move || {
+        let ledger = report::Ledger::load(&store, budgets)?;
+        report::build(&ledger, &query, now)
+    })
+    .await;
+    match built {
+        Ok(Ok(r)) => axum::Json(r).into_response(),
+        Ok(Err(e @ (ReportError::UnknownJob { .. } | ReportError::UnknownTeam { .. }))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) if e.is_bad_input() => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Ok(Err(e)) => internal(e),
+        Err(e) => internal(e),
+    }
+}
+
 async fn metrics_text(State(state): State<ApiState>) -> Response {
     (
         [(
@@ -290,6 +325,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{name}", get(status).delete(cancel))
         .route("/jobs/{name}/progress", post(progress))
         .route("/events", get(events))
+        .route("/costs", get(costs))
         .layer(middleware::from_fn_with_state(
             state.token.clone(),
             serve::auth::require_bearer,

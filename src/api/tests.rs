@@ -133,6 +133,7 @@ async fn serve(
         token: "t0k".into(),
         metrics,
         clock: Arc::new(Fixed),
+        budgets: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -249,6 +250,7 @@ async fn idle_server(token: &str) -> String {
         token: token.into(),
         metrics: Arc::new(Metrics::new()),
         clock: Arc::new(Fixed),
+        budgets: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -370,6 +372,7 @@ async fn the_library_client_speaks_tls_to_a_trusted_ca_only() {
         token: "t0k".into(),
         metrics: Arc::new(Metrics::new()),
         clock: Arc::new(Fixed),
+        budgets: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -37,6 +37,10 @@ pub struct Args {
     /// Spot availability traces for the simulated cloud (default: the demo's AWS V100 traces).
     #[arg(long = "trace", value_name = "FILE")]
     traces: Vec<PathBuf>,
+    /// Quota and budget file (see examples/quota.toml); its team budgets appear in cost
+    /// reports (`GET /v1/costs`).
+    #[arg(long, value_name = "FILE")]
+    quota: Option<PathBuf>,
     /// Use the simulated cloud of a `tern sim serve` process instead of one in this process.
     #[arg(long, value_name = "URL")]
     sim_endpoint: Option<String>,
@@ -241,6 +245,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         (Some(cert), Some(key)) => Some(tern::serve::tls::server_config(cert, key)?),
         _ => None,
     };
+    let budgets = match &args.quota {
+        Some(p) => super::plan::load_limits(p)?.budgets(),
+        None => Default::default(),
+    };
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
     anyhow::ensure!(
         args.lease_seconds >= 1.0,
@@ -310,6 +318,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         token: token.into(),
         metrics,
         clock,
+        budgets: Arc::new(budgets),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

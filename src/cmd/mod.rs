@@ -11,6 +11,7 @@ pub mod bench_simulate;
 pub mod bench_soak;
 pub mod catalog_source;
 pub mod controller;
+pub mod cost_report;
 pub mod demo;
 pub mod forecast;
 pub mod number;

@@ -38,7 +38,7 @@ pub fn cloud_of(usage: &Usage, offer: Option<&Offer>) -> Cloud {
 pub fn bill(
     usage: &Usage,
     offer: Option<&Offer>,
-    prices: Option<&Vec<(DateTime<Utc>, f64)>>,
+    prices: &[(DateTime<Utc>, f64)],
     window: (Option<DateTime<Utc>>, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> Vec<Billed> {
@@ -52,13 +52,10 @@ pub fn bill(
         return Vec::new();
     }
     let after_launch: Vec<(DateTime<Utc>, f64)> = prices
-        .map(|p| {
-            p.iter()
-                .copied()
-                .filter(|(at, _)| *at > usage.started_at)
-                .collect()
-        })
-        .unwrap_or_default();
+        .iter()
+        .copied()
+        .filter(|(at, _)| *at > usage.started_at)
+        .collect();
     PriceSteps::new(after_launch)
         .pieces(from, to, usage.price_per_hour)
         .into_iter()
@@ -142,7 +139,7 @@ mod tests {
         let b = bill(
             &usage(0, Some(7200)),
             None,
-            Some(&prices),
+            &prices,
             (None, t(99_999)),
             t(99_999),
         );
@@ -158,22 +155,16 @@ mod tests {
 
     #[test]
     fn thirty_seconds_are_billed_as_sixty() {
-        let b = bill(
-            &usage(0, Some(30)),
-            None,
-            None,
-            (None, t(99_999)),
-            t(99_999),
-        );
+        let b = bill(&usage(0, Some(30)), None, &[], (None, t(99_999)), t(99_999));
         assert!((dollars(&b) - 1.0 / 60.0).abs() < 1e-12, "{}", dollars(&b));
     }
 
     #[test]
     fn the_window_clips_and_an_open_interval_runs_until_now() {
         let u = usage(0, None);
-        let b = bill(&u, None, None, (Some(t(1800)), t(99_999)), t(3600));
+        let b = bill(&u, None, &[], (Some(t(1800)), t(99_999)), t(3600));
         assert!((dollars(&b) - 0.5).abs() < 1e-12);
-        assert!(bill(&u, None, None, (Some(t(4000)), t(99_999)), t(3600)).is_empty());
+        assert!(bill(&u, None, &[], (Some(t(4000)), t(99_999)), t(3600)).is_empty());
     }
 
     #[test]
@@ -182,7 +173,7 @@ mod tests {
         let b = bill(
             &usage(-3600, Some(3600)),
             None,
-            None,
+            &[],
             (None, t(99_999)),
             t(99_999),
         );

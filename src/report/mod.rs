@@ -12,80 +12,16 @@ pub mod html;
 pub mod render;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use tern_cloud::{Budget, Capacity, Offer};
 
+pub use crate::api::wire::costs::{
+    CostQuery, CostReport, CostRow, DayCost, GroupBy, Segment, TeamBudget,
+};
 pub use bill::{Billed, bill, by_day, cloud_of};
 
 use crate::store::{JobRecord, JobState, PriceLog, Store, StoreError, Usage};
-
-/// How rows are grouped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GroupBy {
-    #[default]
-    Job,
-    Team,
-    Day,
-    Cloud,
-    Capacity,
-    InstanceType,
-}
-
-impl GroupBy {
-    pub const ALL: [GroupBy; 6] = [
-        GroupBy::Job,
-        GroupBy::Team,
-        GroupBy::Day,
-        GroupBy::Cloud,
-        GroupBy::Capacity,
-        GroupBy::InstanceType,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GroupBy::Job => "job",
-            GroupBy::Team => "team",
-            GroupBy::Day => "day",
-            GroupBy::Cloud => "cloud",
-            GroupBy::Capacity => "capacity",
-            GroupBy::InstanceType => "instance-type",
-        }
-    }
-}
-
-impl FromStr for GroupBy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        GroupBy::ALL
-            .into_iter()
-            .find(|g| g.as_str() == s)
-            .ok_or_else(|| {
-                let all: Vec<&str> = GroupBy::ALL.iter().map(|g| g.as_str()).collect();
-                format!("unknown grouping '{s}'; expected one of {}", all.join(", "))
-            })
-    }
-}
-
-/// What to report on: the `tern cost-report` flags and `GET /v1/costs` query parameters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CostQuery {
-    pub since: Option<DateTime<Utc>>,
-    pub until: Option<DateTime<Utc>>,
-    #[serde(default)]
-    pub by: GroupBy,
-    pub job: Option<String>,
-    pub team: Option<String>,
-    /// Hide jobs that never launched an instance.
-    #[serde(default)]
-    pub launched_only: bool,
-    /// Also list every instance of every job (its segments across recoveries and moves).
-    #[serde(default)]
-    pub split: bool,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -141,87 +77,18 @@ impl Ledger {
             budgets,
         })
     }
-}
 
-/// One row: a job, team, day, cloud, capacity type or instance type (`key`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CostRow {
-    pub key: String,
-    /// The job's state (rows by job only).
-    pub state: Option<String>,
-    pub jobs: usize,
-    pub instances: usize,
-    pub instance_hours: f64,
-    pub spot_hours: f64,
-    /// Dollars billed, at the prices that held.
-    pub cost: f64,
-    /// The same instance-hours at the on-demand price of the same type and zone.
-    pub on_demand_cost: f64,
-    /// `on_demand_cost - cost`.
-    pub savings: f64,
-    /// `savings / on_demand_cost × 100` (0 with no usage).
-    pub savings_pct: f64,
-    /// Spot instance-hours ÷ instance-hours (0 with no usage).
-    pub spot_share: f64,
-    /// The planner's estimate for the whole job when it first placed it (summed over jobs).
-    pub planned_cost: Option<f64>,
-    /// `cost - planned_cost`: the forecast error in dollars.
-    pub plan_error: Option<f64>,
-}
-
-/// One instance of a job: a segment of its run between interruptions, moves and resizes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Segment {
-    pub job: String,
-    pub instance: String,
-    pub cloud: String,
-    pub zone: String,
-    pub instance_type: String,
-    pub capacity: String,
-    pub started_at: DateTime<Utc>,
-    pub ended_at: Option<DateTime<Utc>>,
-    pub billed_hours: f64,
-    pub cost: f64,
-    pub on_demand_cost: f64,
-}
-
-/// Spend of one day by capacity type (the HTML report's stacked bars).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct DayCost {
-    pub day: String,
-    pub spot: f64,
-    pub on_demand: f64,
-}
-
-/// A team against its budget.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TeamBudget {
-    pub team: String,
-    /// Billed up to the report's end, since the beginning (budgets are not windowed).
-    pub spent: f64,
-    pub budget_usd: Option<f64>,
-    pub budget_per_hour_usd: Option<f64>,
-    pub left: Option<f64>,
-    /// $/h of the team's instances running at the report's end.
-    pub burn_per_hour: f64,
-    /// The latest deadline of the team's unfinished jobs.
-    pub deadline: Option<DateTime<Utc>>,
-    /// `spent + burn_per_hour × hours to deadline`.
-    pub projected_at_deadline: Option<f64>,
-}
-
-/// A cost report; its JSON is a public interface (README "Cost reports").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CostReport {
-    pub generated_at: DateTime<Utc>,
-    pub since: Option<DateTime<Utc>>,
-    pub until: DateTime<Utc>,
-    pub by: GroupBy,
-    pub rows: Vec<CostRow>,
-    pub total: CostRow,
-    pub segments: Vec<Segment>,
-    pub days: Vec<DayCost>,
-    pub budgets: Vec<TeamBudget>,
+    /// The latest time the ledger records (a launch, an end or a price change). A report on a
+    /// store written in virtual time (the simulated cloud) runs up to it, not to the wall clock.
+    pub fn latest(&self) -> Option<DateTime<Utc>> {
+        let usage = self
+            .usage
+            .iter()
+            .flat_map(|(u, _)| [Some(u.started_at), u.ended_at])
+            .flatten();
+        let prices = self.prices.values().flatten().map(|p| p.0);
+        usage.chain(prices).max()
+    }
 }
 
 #[derive(Default)]
@@ -254,6 +121,7 @@ impl Acc {
         CostRow {
             key,
             state: None,
+            reason: None,
             jobs: self.jobs.len(),
             instances: self.instances.len(),
             instance_hours: self.hours,
@@ -269,18 +137,23 @@ impl Acc {
     }
 }
 
-/// Build the report for `query` over `ledger` as of `now`.
+/// Build the report for `query` over `ledger` as of `now` (or the ledger's latest record,
+/// if later: see [`Ledger::latest`]).
 pub fn build(
     ledger: &Ledger,
     query: &CostQuery,
     now: DateTime<Utc>,
 ) -> Result<CostReport, ReportError> {
+    let now = ledger.latest().map_or(now, |l| l.max(now));
     let until = query.until.unwrap_or(now);
     if let Some(since) = query.since.filter(|s| *s > until) {
         return Err(ReportError::SinceAfterUntil { since, until });
     }
     let jobs = select_jobs(ledger, query)?;
-    let billed = bill_all(ledger, &jobs, (query.since, until), now);
+    // Without an explicit end, an ended interval is billed in full (its one-minute minimum
+    // may reach past now); open intervals run until now.
+    let end = query.until.unwrap_or(DateTime::<Utc>::MAX_UTC);
+    let billed = bill_all(ledger, &jobs, (query.since, end), now);
     let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
     let mut total = Acc::default();
     let mut days: BTreeMap<String, DayCost> = BTreeMap::new();
@@ -386,7 +259,8 @@ fn bill_all<'a>(
         .iter()
         .filter(|(u, _)| jobs.contains_key(u.job.as_str()))
         .map(|(u, o)| {
-            let pieces = bill(u, o.as_ref(), ledger.prices.get(&u.offer_key), window, now);
+            let prices = ledger.prices.get(&u.offer_key).map_or(&[][..], |p| &p[..]);
+            let pieces = bill(u, o.as_ref(), prices, window, now);
             (u, o.clone(), pieces)
         })
         .filter(|(_, _, p)| !p.is_empty())
@@ -433,10 +307,8 @@ fn job_rows(
                 |a| a.row(j.name().into()),
             );
             row.jobs = 1;
-            row.state = Some(match &j.reason {
-                Some(r) if j.state != JobState::Running => format!("{}: {r}", j.state.as_str()),
-                _ => j.state.as_str().to_string(),
-            });
+            row.state = Some(j.state.as_str().to_string());
+            row.reason = j.reason.clone().filter(|_| j.state != JobState::Running);
             row.planned_cost = j.planned_cost;
             row.plan_error = j.planned_cost.map(|p| row.cost - p);
             Some(row)
@@ -509,16 +381,19 @@ fn budgets(
                 .map(|(k, j)| (*k, *j))
                 .collect();
             let billed = bill_all(ledger, &members, (None, until), now);
+            // `+ 0.0`: an empty f64 sum is -0.0.
             let spent: f64 = billed
                 .iter()
                 .flat_map(|(_, _, p)| p)
                 .map(|b| b.piece.dollars())
-                .sum();
+                .sum::<f64>()
+                + 0.0;
             let burn_per_hour: f64 = billed
                 .iter()
                 .filter(|(u, _, _)| u.started_at <= until && u.ended_at.is_none_or(|e| e > until))
                 .filter_map(|(_, _, p)| p.last().map(|b| b.piece.price_per_hour))
-                .sum();
+                .sum::<f64>()
+                + 0.0;
             let deadline = members
                 .values()
                 .filter(|j| !j.state.is_final())

@@ -6,11 +6,12 @@ use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
 use super::{CostReport, CostRow, GroupBy};
 
 /// CSV columns, in order (README "Cost reports" documents each).
-pub const CSV_COLUMNS: [&str; 15] = [
+pub const CSV_COLUMNS: [&str; 16] = [
     "row",
     "by",
     "key",
     "state",
+    "reason",
     "jobs",
     "instances",
     "instance_hours",
@@ -137,7 +138,9 @@ pub fn table_text(report: &CostReport) -> String {
     let with_budget: Vec<_> = report
         .budgets
         .iter()
-        .filter(|b| b.budget_usd.is_some() || b.burn_per_hour > 0.0 || report.by == GroupBy::Team)
+        .filter(|b| {
+            b.budget_usd.is_some() || b.budget_per_hour_usd.is_some() || report.by == GroupBy::Team
+        })
         .collect();
     if !with_budget.is_empty() {
         let mut b = table(
@@ -158,6 +161,7 @@ pub fn table_text(report: &CostReport) -> String {
                 dollars(x.spent),
                 opt_dollars(x.budget_usd),
                 opt_dollars(x.left),
+                opt_dollars(x.budget_per_hour_usd),
                 dollars(x.burn_per_hour),
                 opt_dollars(x.projected_at_deadline),
             ]);
@@ -177,6 +181,7 @@ fn csv_record(kind: &str, by: GroupBy, r: &CostRow) -> Vec<String> {
         by.as_str().into(),
         r.key.clone(),
         r.state.clone().unwrap_or_default(),
+        r.reason.clone().unwrap_or_default(),
         r.jobs.to_string(),
         r.instances.to_string(),
         format!("{:.6}", r.instance_hours),

@@ -1,9 +1,10 @@
 //! `tern sim serve`: a [`SimCloud`] behind HTTP, so it keeps instances, clock and bills while
 //! a controller restarts (`tern controller --sim-endpoint`).
 //!
-//! Beside the cloud the server keeps a ledger: when each instance started and ended and at what
-//! price (for `billed_dollars`), and which idempotency keys created instances for each intent
-//! (a second key with new instances for one intent is a duplicate launch).
+//! Beside the cloud the server keeps a ledger: when each instance started and ended and on what
+//! offer (for `billed_dollars`, billed the way cost reports bill: per second with a one-minute
+//! minimum, at the pool's price as it moved), and which idempotency keys created instances for
+//! each intent (a second key with new instances for one intent is a duplicate launch).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -25,8 +26,8 @@ use crate::serve;
 
 #[derive(Debug, Default)]
 struct Ledger {
-    /// Instance → (start, $/h).
-    started: HashMap<InstanceId, (DateTime<Utc>, f64)>,
+    /// Instance → (start, the offer it launched on, at its launch price).
+    started: HashMap<InstanceId, (DateTime<Utc>, Offer)>,
     ended: HashMap<InstanceId, DateTime<Utc>>,
     /// Intent tag → keys whose launch created instances.
     keys: HashMap<String, HashSet<IdempotencyKey>>,
@@ -104,7 +105,7 @@ async fn launch(
             if !l.started.contains_key(&i.id) {
                 new = true;
                 l.started
-                    .insert(i.id.clone(), (i.launched_at, i.offer.price_per_hour));
+                    .insert(i.id.clone(), (i.launched_at, i.offer.clone()));
             }
         }
         if new {
@@ -198,16 +199,16 @@ async fn report(
         let billed: f64 = l
             .started
             .iter()
-            .map(|(id, (start, price))| {
+            .map(|(id, (start, offer))| {
                 // Ended by our record; else still running now; else it went without us
                 // seeing it (counted until now: an upper bound).
                 let end = l.ended.get(id).copied().unwrap_or(now);
                 let end = if alive.contains(id.0.as_str()) {
-                    now
+                    None
                 } else {
-                    end
+                    Some(end)
                 };
-                price * ((end - *start).num_milliseconds().max(0) as f64 / 3_600_000.0)
+                billed(&s.sim, id, *start, end, offer, now)
             })
             .sum::<f64>()
             + 0.0;
@@ -220,6 +221,38 @@ async fn report(
             launched_instances: l.started.len(),
         }
     }))
+}
+
+/// Dollars one instance cost: the same billing as `tern cost-report`'s.
+fn billed(
+    sim: &SimCloud,
+    id: &InstanceId,
+    start: DateTime<Utc>,
+    end: Option<DateTime<Utc>>,
+    offer: &Offer,
+    now: DateTime<Utc>,
+) -> f64 {
+    let usage = crate::store::Usage {
+        instance: id.0.clone(),
+        job: String::new(),
+        offer_key: offer.key(),
+        capacity: offer.capacity,
+        price_per_hour: offer.price_per_hour,
+        on_demand_per_hour: None,
+        started_at: start,
+        ended_at: end,
+    };
+    let steps = sim.price_steps(offer);
+    crate::report::bill(
+        &usage,
+        Some(offer),
+        steps.points(),
+        (None, DateTime::<Utc>::MAX_UTC),
+        now,
+    )
+    .iter()
+    .map(|b| b.piece.dollars())
+    .sum()
 }
 
 /// The routes of the simulated cloud's provider API, clock and report; with a `token`, every

@@ -72,6 +72,11 @@ impl PriceSteps {
         PriceSteps { points }
     }
 
+    /// The points, oldest first.
+    pub fn points(&self) -> &[(DateTime<Utc>, f64)] {
+        &self.points
+    }
+
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }

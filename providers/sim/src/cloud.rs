@@ -15,7 +15,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tern_cloud::{
     Accelerator, Availability, Capacity, Cloud, IdempotencyKey, Instance, InstanceId,
     InstanceState, InstanceType, Interruption, InterruptionKind, LaunchOutcome, LaunchRequest,
-    Offer, PriceComponent, Provider, ProviderError, Region, Zone,
+    Offer, PriceComponent, PriceSteps, Provider, ProviderError, Region, Zone,
 };
 
 use crate::Trace;
@@ -198,6 +198,30 @@ impl SimCloud {
             Some(p) => p[self.tick_of(zone, at)],
             None => z.spot_price.unwrap_or(self.config.spot_price),
         }
+    }
+
+    /// The price of `offer`'s pool over the whole trace, as steps (each change at the start of
+    /// its tick): what the simulated cloud's ledger bills running instances at. On-demand
+    /// prices do not move, so their steps are empty (the launch price holds).
+    pub fn price_steps(&self, offer: &Offer) -> PriceSteps {
+        let Some(zone) = self
+            .zone_of(offer)
+            .filter(|_| offer.capacity == Capacity::Spot)
+        else {
+            return PriceSteps::default();
+        };
+        let Some(prices) = &self.zones[zone].prices else {
+            return PriceSteps::default();
+        };
+        let mut points = Vec::new();
+        let mut last = None;
+        for (tick, p) in prices.iter().enumerate() {
+            if last != Some(*p) {
+                points.push((self.tick_start(zone, tick), *p));
+                last = Some(*p);
+            }
+        }
+        PriceSteps::new(points)
     }
 
     fn offer(&self, zone: usize, capacity: Capacity, at: DateTime<Utc>, used: u32) -> Offer {

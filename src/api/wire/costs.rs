@@ -1,0 +1,155 @@
+//! The JSON of cost reports: `GET /v1/costs` and `tern cost-report --format json`. Field
+//! names are a public interface (README "Cost reports" documents each).
+
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// How rows are grouped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupBy {
+    #[default]
+    Job,
+    Team,
+    Day,
+    Cloud,
+    Capacity,
+    InstanceType,
+}
+
+impl GroupBy {
+    pub const ALL: [GroupBy; 6] = [
+        GroupBy::Job,
+        GroupBy::Team,
+        GroupBy::Day,
+        GroupBy::Cloud,
+        GroupBy::Capacity,
+        GroupBy::InstanceType,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Job => "job",
+            GroupBy::Team => "team",
+            GroupBy::Day => "day",
+            GroupBy::Cloud => "cloud",
+            GroupBy::Capacity => "capacity",
+            GroupBy::InstanceType => "instance-type",
+        }
+    }
+}
+
+impl FromStr for GroupBy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        GroupBy::ALL
+            .into_iter()
+            .find(|g| g.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<&str> = GroupBy::ALL.iter().map(|g| g.as_str()).collect();
+                format!("unknown grouping '{s}'; expected one of {}", all.join(", "))
+            })
+    }
+}
+
+/// What to report on: the `tern cost-report` flags and `GET /v1/costs` query parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostQuery {
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub by: GroupBy,
+    pub job: Option<String>,
+    pub team: Option<String>,
+    /// Hide jobs that never launched an instance.
+    #[serde(default)]
+    pub launched_only: bool,
+    /// Also list every instance of every job (its segments across recoveries and moves).
+    #[serde(default)]
+    pub split: bool,
+}
+
+/// One row: a job, team, day, cloud, capacity type or instance type (`key`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostRow {
+    pub key: String,
+    /// The job's state (rows by job only).
+    pub state: Option<String>,
+    /// Why the job is in its state, when it is not running (unplaceable, missed deadline).
+    pub reason: Option<String>,
+    pub jobs: usize,
+    pub instances: usize,
+    pub instance_hours: f64,
+    pub spot_hours: f64,
+    /// Dollars billed, at the prices that held.
+    pub cost: f64,
+    /// The same instance-hours at the on-demand price of the same type and zone.
+    pub on_demand_cost: f64,
+    /// `on_demand_cost - cost`.
+    pub savings: f64,
+    /// `savings / on_demand_cost × 100` (0 with no usage).
+    pub savings_pct: f64,
+    /// Spot instance-hours ÷ instance-hours (0 with no usage).
+    pub spot_share: f64,
+    /// The planner's estimate for the whole job when it first placed it (summed over jobs).
+    pub planned_cost: Option<f64>,
+    /// `cost - planned_cost`: the forecast error in dollars.
+    pub plan_error: Option<f64>,
+}
+
+/// One instance of a job: a segment of its run between interruptions, moves and resizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub job: String,
+    pub instance: String,
+    pub cloud: String,
+    pub zone: String,
+    pub instance_type: String,
+    pub capacity: String,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub billed_hours: f64,
+    pub cost: f64,
+    pub on_demand_cost: f64,
+}
+
+/// Spend of one day by capacity type (the HTML report's stacked bars).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DayCost {
+    pub day: String,
+    pub spot: f64,
+    pub on_demand: f64,
+}
+
+/// A team against its budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamBudget {
+    pub team: String,
+    /// Billed up to the report's end, since the beginning (budgets are not windowed).
+    pub spent: f64,
+    pub budget_usd: Option<f64>,
+    pub budget_per_hour_usd: Option<f64>,
+    pub left: Option<f64>,
+    /// $/h of the team's instances running at the report's end.
+    pub burn_per_hour: f64,
+    /// The latest deadline of the team's unfinished jobs.
+    pub deadline: Option<DateTime<Utc>>,
+    /// `spent + burn_per_hour × hours to deadline`.
+    pub projected_at_deadline: Option<f64>,
+}
+
+/// A cost report; its JSON is a public interface (README "Cost reports").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostReport {
+    pub generated_at: DateTime<Utc>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: DateTime<Utc>,
+    pub by: GroupBy,
+    pub rows: Vec<CostRow>,
+    pub total: CostRow,
+    pub segments: Vec<Segment>,
+    pub days: Vec<DayCost>,
+    pub budgets: Vec<TeamBudget>,
+}

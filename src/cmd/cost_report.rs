@@ -1,0 +1,187 @@
+//! `tern cost-report`: what jobs cost, from the controller's store or a running controller's
+//! `GET /v1/costs`, as a table, CSV, JSON, an HTML page or an SVG chart.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use chrono::{DateTime, NaiveDate, Utc};
+use tern::report::{self, CostQuery, CostReport, GroupBy, Ledger};
+use tern::store::{Store, StoreUrl};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+    Html,
+    Svg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The controller's state store: a SQLite file (`sqlite:PATH` or a path) or a PostgreSQL
+    /// URL. Default: <data dir>/tern/controller.db.
+    #[arg(
+        long,
+        env = "TERN_STATE",
+        hide_env_values = true,
+        conflicts_with = "server"
+    )]
+    state: Option<String>,
+    /// Ask a running controller (`GET /v1/costs`, bearer auth) instead of reading a store.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    #[command(flatten)]
+    token: super::token::TokenArgs,
+    /// PEM CA certificate to trust for an `https://` controller.
+    #[arg(long, env = "TERN_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// Start of the window: RFC 3339 (`2026-11-01T00:00:00Z`), a date (`2026-11-01`, UTC
+    /// midnight) or a duration before now (`7d`, `12h`).
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    since: Option<DateTime<Utc>>,
+    /// End of the window (same forms); default now.
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    until: Option<DateTime<Utc>>,
+    /// One row per job, team, UTC day, cloud, capacity type or instance type.
+    #[arg(long, default_value = "job", value_parser = parse_by)]
+    by: GroupBy,
+    /// Only this job.
+    #[arg(long, value_name = "NAME")]
+    job: Option<String>,
+    /// Only this team's jobs.
+    #[arg(long, value_name = "NAME")]
+    team: Option<String>,
+    /// Hide jobs that never launched an instance.
+    #[arg(long)]
+    launched_only: bool,
+    /// Also list every instance: each job's segments across interruptions, moves and resizes.
+    #[arg(long)]
+    split: bool,
+    /// Quota and budget file (examples/quota.toml): team budgets to report against.
+    #[arg(long, value_name = "FILE", conflicts_with = "server")]
+    quota: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+    /// Write here instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+fn parse_by(s: &str) -> Result<GroupBy, String> {
+    s.parse()
+}
+
+/// RFC 3339, a UTC date, or a duration before now.
+fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return d
+            .and_hms_opt(0, 0, 0)
+            .map(|t| t.and_utc())
+            .ok_or_else(|| format!("'{s}' is not a valid date"));
+    }
+    match tern_cloud::parse_duration(s) {
+        Some(secs) => Ok(Utc::now() - chrono::TimeDelta::seconds(secs as i64)),
+        None => Err(format!(
+            "'{s}' is not a time: expected RFC 3339 (2026-11-01T00:00:00Z), a date (2026-11-01) or a duration before now (7d, 12h)"
+        )),
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let query = CostQuery {
+        since: args.since,
+        until: args.until,
+        by: args.by,
+        job: args.job.clone(),
+        team: args.team.clone(),
+        launched_only: args.launched_only,
+        split: args.split,
+    };
+    if let (Some(s), Some(u)) = (query.since, query.until) {
+        anyhow::ensure!(s <= u, "--since {s} is after --until {u}");
+    }
+    let report = match &args.server {
+        Some(url) => from_server(&args, url, &query)?,
+        None => from_store(&args, &query)?,
+    };
+    let format = if args.json { Format::Json } else { args.format };
+    let text = render(&report, format)?;
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+/// The report in `format`; SVG is the chart that fits the grouping (cost per day by day,
+/// spend against budget by team, actual vs on-demand vs plan otherwise).
+pub fn render(report: &CostReport, format: Format) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Table => report::render::table_text(report),
+        Format::Csv => report::render::csv_text(report)?,
+        Format::Json => format!("{}\n", serde_json::to_string(report)?),
+        Format::Html => report::html::page(report)?,
+        Format::Svg => match report.by {
+            GroupBy::Day => report::chart::daily(report)?,
+            GroupBy::Team => report::chart::cumulative(report)?,
+            _ => report::chart::rows(report)?,
+        },
+    })
+}
+
+fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<CostReport> {
+    let url = match &args.state {
+        Some(s) => StoreUrl::parse(s),
+        None => StoreUrl::Sqlite(
+            dirs::data_dir()
+                .context("no data directory; pass --state PATH")?
+                .join("tern/controller.db"),
+        ),
+    };
+    // A report reads; it never creates a store where none was.
+    if let StoreUrl::Sqlite(path) = &url {
+        anyhow::ensure!(
+            path.is_file(),
+            "no state store at {} (pass --state PATH or postgres://…, or --server URL)",
+            path.display()
+        );
+    }
+    let store = Store::at(&url).with_context(|| format!("opening {}", describe(&url)))?;
+    let budgets = match &args.quota {
+        Some(p) => super::plan::load_limits(p)?.budgets(),
+        None => Default::default(),
+    };
+    let ledger = Ledger::load(&store, budgets).context("reading usage and prices")?;
+    Ok(report::build(&ledger, query, Utc::now())?)
+}
+
+fn describe(url: &StoreUrl) -> String {
+    match url {
+        StoreUrl::Sqlite(p) => p.display().to_string(),
+        StoreUrl::Postgres(_) => "the PostgreSQL state store".into(),
+    }
+}
+
+fn from_server(args: &Args, url: &str, query: &CostQuery) -> anyhow::Result<CostReport> {
+    let http = tern::http::client_with_ca(args.ca.as_deref())?;
+    let client = tern::api::client::Client::new(url, args.token.get()?, http)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(client.costs(query)).map_err(|e| match e {
+        e @ tern::api::client::ClientError::Transport { .. } => {
+            anyhow::anyhow!("{e} (is `tern controller` running there?)")
+        }
+        e => e.into(),
+    })
+}
