@@ -158,6 +158,36 @@ fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
     ] {
         assert!(metrics.contains(family), "missing {family} in\n{metrics}");
     }
+    // Billed dollars as a counter, labelled by team, job and capacity, growing from zero.
+    let billed = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("tern_cost_dollars_total{")
+                && l.contains("job=\"resnet50-imagenet\"")
+                && l.contains("team=\"vision\"")
+        })
+        .unwrap_or_else(|| panic!("no cost counter in\n{metrics}"));
+    let dollars: f64 = billed
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a value");
+    assert!(dollars > 0.0, "{billed}");
+    assert!(
+        metrics.contains("# TYPE tern_cost_dollars counter"),
+        "{metrics}"
+    );
+
+    // The cost report through the API: bearer auth like every /v1 route.
+    let (code, _) = http(&c.addr, "GET", "/v1/costs", None, "");
+    assert_eq!(code, 401);
+    let (code, costs) = http(&c.addr, "GET", "/v1/costs?by=team", Some(TOKEN), "");
+    assert_eq!(code, 200, "{costs}");
+    let costs: serde_json::Value = serde_json::from_str(&costs).expect("json");
+    assert_eq!(costs["by"], "team");
+    assert_eq!(costs["rows"][0]["key"], "vision", "{costs}");
+    let (code, body) = http(&c.addr, "GET", "/v1/costs?by=week", Some(TOKEN), "");
+    assert_eq!(code, 400, "{body}");
 
     let (code, events) = http(
         &c.addr,

@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::Controller;
+use crate::report;
 use crate::store::StoreError;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -23,6 +24,13 @@ struct StateLabel {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CapacityLabel {
+    capacity: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct CostLabel {
+    team: String,
+    job: String,
     capacity: String,
 }
 
@@ -44,6 +52,9 @@ pub struct Metrics {
     foreign: Gauge,
     cloud_errors: Family<KindLabel, Counter>,
     events: Family<KindLabel, Counter>,
+    cost: Family<CostLabel, Counter<f64, AtomicU64>>,
+    /// Dollars already added to `cost`, per label set.
+    seen_cost: Mutex<std::collections::BTreeMap<CostLabel, f64>>,
     /// Counts already added to the counters (the controller keeps totals).
     seen_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     seen_events: Mutex<std::collections::BTreeMap<&'static str, u64>>,
@@ -110,8 +121,17 @@ impl Metrics {
             "Controller decisions by kind (the event log's kinds)",
             events.clone(),
         );
+        let cost = Family::<CostLabel, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "tern_cost_dollars",
+            "Dollars billed, per team, job and capacity type, as cost reports bill them \
+             (per second, one-minute minimum, at the prices that held)",
+            cost.clone(),
+        );
         Metrics {
             registry,
+            cost,
+            seen_cost: Mutex::new(Default::default()),
             jobs,
             instances,
             dollars_per_hour,
@@ -158,16 +178,7 @@ impl Metrics {
         }
         self.dollars_per_hour
             .set(ctl.instances().map(|i| i.offer.price_per_hour).sum::<f64>() + 0.0);
-        let saved: f64 = ctl
-            .store()
-            .usage()?
-            .iter()
-            .map(|u| {
-                u.hours(now) * (u.on_demand_per_hour.unwrap_or(u.price_per_hour) - u.price_per_hour)
-            })
-            .sum::<f64>()
-            + 0.0;
-        self.savings.set(saved);
+        self.update_costs(ctl, now)?;
         add_totals(
             &self.cloud_errors,
             &self.seen_errors,
@@ -176,6 +187,43 @@ impl Metrics {
         add_totals(&self.events, &self.seen_events, &ctl.event_counts());
         self.passes
             .store(ctl.stats().passes, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Billed dollars per (team, job, capacity) and the savings against on-demand, through the
+    /// cost report's billing; the counter grows by what was billed since the last update.
+    fn update_costs(&self, ctl: &Controller, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let store = ctl.store();
+        let prices = store.prices()?;
+        let teams: std::collections::HashMap<&str, &str> = ctl
+            .jobs()
+            .map(|j| (j.name(), j.spec.team.as_str()))
+            .collect();
+        let mut totals: std::collections::BTreeMap<CostLabel, f64> = Default::default();
+        let mut saved = 0.0;
+        for u in store.usage()? {
+            let steps = prices.get(&u.offer_key).map_or(&[][..], |p| &p[..]);
+            let billed = report::bill(&u, None, steps, (None, DateTime::<Utc>::MAX_UTC), now);
+            let label = CostLabel {
+                team: teams.get(u.job.as_str()).unwrap_or(&"").to_string(),
+                job: u.job.clone(),
+                capacity: u.capacity.as_str().to_string(),
+            };
+            let total = totals.entry(label).or_default();
+            for b in &billed {
+                *total += b.piece.dollars();
+                saved += b.on_demand_dollars() - b.piece.dollars();
+            }
+        }
+        self.savings.set(saved + 0.0);
+        let mut seen = self.seen_cost.lock().unwrap_or_else(|e| e.into_inner());
+        for (label, total) in totals {
+            let before = seen.entry(label.clone()).or_default();
+            if total > *before {
+                self.cost.get_or_create(&label).inc_by(total - *before);
+                *before = total;
+            }
+        }
         Ok(())
     }
 
