@@ -11,12 +11,13 @@ use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Serialize;
 use tern::sim::{SimTraces, regions_of, sim_traces};
-use tern_cloud::{Capacity, parse_job_spec};
+use tern_cloud::parse_job_spec;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{FaultSchedule, SimCloud};
 
 use tern::controller::workload::Workload;
 use tern::controller::{Controller, ControllerConfig};
+use tern::report::{self, CostQuery, CostReport, Ledger};
 use tern::scratch::TempDir;
 use tern::store::{JobState, Store};
 
@@ -64,6 +65,9 @@ pub struct Args {
     /// Print only the summary; the last line of stdout is one JSON object.
     #[arg(long)]
     json: bool,
+    /// Write the HTML cost report here (default: tern-demo-report.html in the temp folder).
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -96,6 +100,8 @@ struct Summary {
     leaks_collected: u64,
     cloud_errors: BTreeMap<&'static str, u64>,
     instances_left: usize,
+    /// Where the HTML cost report was written.
+    report_html: Option<PathBuf>,
 }
 
 /// Say on stderr when seeded synthetic availability stands in for the real traces.
@@ -194,11 +200,21 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         now = sim.now();
         workload.step(&mut ctl, tick, now)?;
     }
-    let summary = summarise(&ctl, &store, &workload, now, start, wall.elapsed())?;
+    // The demo's bill is the cost report's: one billing for every figure.
+    let ledger = Ledger::load(&store, Default::default())?;
+    let report = report::build(&ledger, &CostQuery::default(), now)?;
+    let mut summary = summarise(&ctl, &report, &workload, now, start, wall.elapsed());
+    let html = args
+        .report
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("tern-demo-report.html"));
+    std::fs::write(&html, report::html::page(&report)?)
+        .with_context(|| format!("writing {}", html.display()))?;
+    summary.report_html = Some(html);
     if args.json {
         crate::cmd::output::print_json_line(&summary)?;
     } else {
-        print_summary(&summary);
+        print_summary(&summary, &report);
     }
     Ok(())
 }
@@ -210,98 +226,60 @@ fn clock(d: chrono::TimeDelta) -> String {
 
 fn summarise(
     ctl: &Controller,
-    store: &Store,
+    report: &CostReport,
     workload: &Workload,
     now: DateTime<Utc>,
     start: DateTime<Utc>,
     wall: Duration,
-) -> anyhow::Result<Summary> {
-    let usage = store.usage()?;
-    let mut jobs = Vec::new();
-    for j in ctl.jobs() {
-        let mine: Vec<_> = usage.iter().filter(|u| u.job == j.name()).collect();
-        // `+ 0.0`: an empty f64 sum is -0.0.
-        let cost: f64 = mine
-            .iter()
-            .map(|u| u.hours(now) * u.price_per_hour)
-            .sum::<f64>()
-            + 0.0;
-        let od: f64 = mine
-            .iter()
-            .map(|u| u.hours(now) * u.on_demand_per_hour.unwrap_or(u.price_per_hour))
-            .sum::<f64>()
-            + 0.0;
-        jobs.push(JobLine {
-            job: j.name().to_string(),
-            state: j.state.as_str(),
-            progress: j.done_samples / j.total_samples.max(1.0),
-            cost_usd: cost,
-            on_demand_usd: od,
-            gpu_hours: mine.iter().map(|u| u.hours(now)).sum::<f64>() + 0.0,
-            reason: j.reason.clone(),
-            lost_samples: workload.lost_samples.get(j.name()).copied().unwrap_or(0.0),
-        });
-    }
-    let hours_of = |c: Capacity| -> f64 {
-        usage
-            .iter()
-            .filter(|u| u.capacity == c)
-            .map(|u| u.hours(now))
-            .sum()
-    };
-    let cost: f64 = jobs.iter().map(|j| j.cost_usd).sum();
-    let od: f64 = jobs.iter().map(|j| j.on_demand_usd).sum();
+) -> Summary {
+    let jobs = ctl
+        .jobs()
+        .map(|j| {
+            let row = report.rows.iter().find(|r| r.key == j.name());
+            JobLine {
+                job: j.name().to_string(),
+                state: j.state.as_str(),
+                progress: j.done_samples / j.total_samples.max(1.0),
+                cost_usd: row.map_or(0.0, |r| r.cost),
+                on_demand_usd: row.map_or(0.0, |r| r.on_demand_cost),
+                gpu_hours: row.map_or(0.0, |r| r.instance_hours),
+                reason: j.reason.clone(),
+                lost_samples: workload.lost_samples.get(j.name()).copied().unwrap_or(0.0),
+            }
+        })
+        .collect();
+    let t = &report.total;
     let s = ctl.stats();
-    Ok(Summary {
+    Summary {
         virtual_hours: (now - start).num_seconds() as f64 / 3600.0,
         wall_seconds: wall.as_secs_f64(),
         passes: s.passes,
         jobs,
-        cost_usd: cost,
-        on_demand_usd: od,
-        savings_usd: od - cost,
-        savings_percent: if od > 0.0 {
-            100.0 * (od - cost) / od
-        } else {
-            0.0
-        },
-        spot_hours: hours_of(Capacity::Spot),
-        on_demand_hours: hours_of(Capacity::OnDemand),
+        cost_usd: t.cost,
+        on_demand_usd: t.on_demand_cost,
+        savings_usd: t.savings,
+        savings_percent: t.savings_pct,
+        spot_hours: t.spot_hours,
+        on_demand_hours: t.instance_hours - t.spot_hours,
         notices: s.notices,
         launches: s.launches,
         migrations: s.migrations,
         leaks_collected: s.leaks_collected,
         cloud_errors: s.cloud_errors.clone(),
         instances_left: ctl.instances().count(),
-    })
+        report_html: None,
+    }
 }
 
-fn print_summary(s: &Summary) {
+fn print_summary(s: &Summary, report: &CostReport) {
     println!(
-        "\nCost summary after {:.1} virtual hours ({} passes, {:.1} s wall):",
+        "\nCost report after {:.1} virtual hours ({} passes, {:.1} s wall):",
         s.virtual_hours, s.passes, s.wall_seconds
     );
-    let mut t = crate::cmd::output::table(&[
-        "JOB",
-        "STATE",
-        "PROGRESS",
-        "GPU-h",
-        "COST $",
-        "ON-DEMAND $",
-        "NOTE",
-    ]);
-    for j in &s.jobs {
-        t.add_row(vec![
-            j.job.clone(),
-            j.state.to_string(),
-            format!("{:.0} %", j.progress * 100.0),
-            format!("{:.1}", j.gpu_hours),
-            format!("{:.2}", j.cost_usd),
-            format!("{:.2}", j.on_demand_usd),
-            j.reason.clone().unwrap_or_default(),
-        ]);
+    print!("{}", report::render::table_text(report));
+    for j in s.jobs.iter().filter(|j| j.reason.is_some()) {
+        println!("{}: {}", j.job, j.reason.as_deref().unwrap_or(""));
     }
-    println!("{t}");
     println!(
         "total ${:.2} vs ${:.2} on demand: saved ${:.2} ({:.0} %); {:.1} spot and {:.1} on-demand instance-hours",
         s.cost_usd,
@@ -329,4 +307,7 @@ fn print_summary(s: &Summary) {
         },
         s.instances_left
     );
+    if let Some(html) = &s.report_html {
+        println!("HTML cost report: {}", html.display());
+    }
 }
