@@ -28,9 +28,10 @@ fn fail<E: std::fmt::Display>(chart: &'static str) -> impl Fn(E) -> ChartError {
     }
 }
 
-/// Headroom above the tallest bar (and a non-empty axis when everything is zero).
+/// Headroom above the tallest bar for its label and the legend (and a non-empty axis when
+/// everything is zero).
 fn top(max: f64) -> f64 {
-    if max > 0.0 { max * 1.15 } else { 1.0 }
+    if max > 0.0 { max * 1.4 } else { 1.0 }
 }
 
 /// Cost per day (UTC), spot below on-demand.
@@ -56,6 +57,7 @@ pub fn daily(report: &CostReport) -> Result<String, ChartError> {
         let days = &report.days;
         chart
             .configure_mesh()
+            .light_line_style(WHITE)
             .disable_x_mesh()
             .x_labels(n.min(12))
             .x_label_formatter(&|x| label_at(*x, days.iter().map(|d| d.day.as_str())))
@@ -130,6 +132,7 @@ pub fn cumulative(report: &CostReport) -> Result<String, ChartError> {
         let days = &report.days;
         chart
             .configure_mesh()
+            .light_line_style(WHITE)
             .x_labels(n.min(12))
             .x_label_formatter(&|x| label_at(*x, days.iter().map(|d| d.day.as_str())))
             .y_desc("dollars")
@@ -192,6 +195,7 @@ pub fn rows(report: &CostReport) -> Result<String, ChartError> {
             .map_err(&e)?;
         chart
             .configure_mesh()
+            .light_line_style(WHITE)
             .disable_x_mesh()
             .x_labels(n)
             .x_label_formatter(&|x| label_at(*x, rows.iter().map(|r| r.key.as_str())))
