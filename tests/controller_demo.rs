@@ -86,3 +86,59 @@ fn bench_reconcile_reports_cpu_time() {
     assert!(f["wall_ms"].as_f64().expect("wall_ms") > 0.0, "{f}");
     assert!(f["wall_ms_max"].as_f64() >= f["wall_ms"].as_f64(), "{f}");
 }
+
+#[test]
+fn the_demo_log_prints_state_changes_and_verbose_prints_every_pass() {
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .arg("demo")
+            .args(extra)
+            .env("TERN_DATA", data())
+            .output()
+            .expect("run tern demo");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let quiet = run(&[]);
+    let verbose = run(&["--verbose"]);
+    let events = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .filter(|l| l.starts_with("[+"))
+            .map(|l| {
+                let mut w = l.split_whitespace().skip(1);
+                let job = w.next().unwrap_or_default().to_string();
+                (job, w.next().unwrap_or_default().to_string())
+            })
+            .collect()
+    };
+    let (q, v) = (events(&quiet), events(&verbose));
+    assert!(q.len() < v.len(), "{} vs {} lines", q.len(), v.len());
+    // Without --verbose, a job never prints a wait right after a wait with only re-plans
+    // and capacity errors between.
+    for job in ["bert-large-phase2", "resnet50-imagenet"] {
+        let mine: Vec<&str> = q
+            .iter()
+            .filter(|(j, _)| j == job)
+            .map(|(_, k)| k.as_str())
+            .filter(|k| !matches!(*k, "plan" | "capacity"))
+            .collect();
+        assert!(
+            !mine.windows(2).any(|w| w == ["wait", "wait"]),
+            "{job}: {mine:?}"
+        );
+    }
+    let hidden = quiet
+        .lines()
+        .find(|l| l.contains("lines of jobs still waiting hidden"))
+        .expect("says what it hid");
+    let n: usize = hidden[1..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("count");
+    assert_eq!(q.len() + n, v.len(), "{hidden}");
+    // Both end with the cost report and the HTML report's path.
+    for text in [&quiet, &verbose] {
+        assert!(text.contains("Cost report after") && text.contains("HTML cost report: "));
+    }
+}

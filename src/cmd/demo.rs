@@ -65,6 +65,10 @@ pub struct Args {
     /// Print only the summary; the last line of stdout is one JSON object.
     #[arg(long)]
     json: bool,
+    /// Print every pass's events (by default a waiting job's repeated wait/plan lines are
+    /// left out).
+    #[arg(long)]
+    verbose: bool,
     /// Write the HTML cost report here (default: tern-demo-report.html in the temp folder).
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
@@ -175,19 +179,18 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     let tick = Duration::from_secs(args.tick.max(1));
     let horizon = chrono::TimeDelta::milliseconds((args.hours * 3_600_000.0) as i64);
     let mut last_event = 0;
+    let mut log = EventLog {
+        verbose: args.verbose,
+        ..EventLog::default()
+    };
     let mut now = start;
     loop {
         ctl.pass(now).await?;
-        for e in store.events(last_event, None)? {
-            last_event = e.id;
-            if !args.json {
-                println!(
-                    "[{}] {:<26} {:<11} {}",
-                    clock(e.at - start),
-                    e.job.as_deref().unwrap_or("-"),
-                    e.kind,
-                    e.message
-                );
+        let events = store.events(last_event, None)?;
+        last_event = events.last().map_or(last_event, |e| e.id);
+        if !args.json {
+            for line in log.pass(&events, start) {
+                println!("{line}");
             }
         }
         let active = ctl
@@ -214,9 +217,74 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     if args.json {
         crate::cmd::output::print_json_line(&summary)?;
     } else {
+        log.finish();
+        if log.hidden > 0 {
+            println!(
+                "({} repeated wait/plan lines of jobs still waiting hidden; --verbose prints every pass)",
+                log.hidden
+            );
+        }
         print_summary(&summary, &report);
     }
     Ok(())
+}
+
+/// The demo's event log: state changes, not the same wait every pass. While a job waits, its
+/// re-plans and capacity errors are held back: dropped when it waits again, printed when they
+/// lead somewhere (a launch). `--verbose` prints every event as it comes.
+#[derive(Debug, Default)]
+struct EventLog {
+    verbose: bool,
+    /// Jobs waiting, with the retry events held back since their last wait.
+    waiting: std::collections::HashMap<String, Vec<tern::store::Event>>,
+    hidden: usize,
+}
+
+impl EventLog {
+    /// The lines to print for one pass's events.
+    fn pass(&mut self, events: &[tern::store::Event], start: DateTime<Utc>) -> Vec<String> {
+        let mut shown: Vec<tern::store::Event> = Vec::new();
+        for e in events {
+            let Some(job) = e.job.as_deref().filter(|_| !self.verbose) else {
+                shown.push(e.clone());
+                continue;
+            };
+            let retry = matches!(e.kind.as_str(), "plan" | "capacity");
+            match self.waiting.get_mut(job) {
+                Some(held) if e.kind == "wait" => self.hidden += 1 + std::mem::take(held).len(),
+                Some(held) if retry => held.push(e.clone()),
+                Some(_) => {
+                    let held = self.waiting.remove(job).unwrap_or_default();
+                    shown.extend(held);
+                    shown.push(e.clone());
+                }
+                None => {
+                    if e.kind == "wait" {
+                        self.waiting.insert(job.to_string(), Vec::new());
+                    }
+                    shown.push(e.clone());
+                }
+            }
+        }
+        shown
+            .iter()
+            .map(|e| {
+                format!(
+                    "[{}] {:<26} {:<11} {}",
+                    clock(e.at - start),
+                    e.job.as_deref().unwrap_or("-"),
+                    e.kind,
+                    e.message
+                )
+            })
+            .collect()
+    }
+
+    /// Events still held back at the end count as hidden.
+    fn finish(&mut self) {
+        self.hidden += self.waiting.values().map(Vec::len).sum::<usize>();
+        self.waiting.clear();
+    }
 }
 
 fn clock(d: chrono::TimeDelta) -> String {
