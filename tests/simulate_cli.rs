@@ -360,3 +360,53 @@ fn the_controller_in_a_closed_loop_reports_like_the_replayed_policies() {
     assert!(ratio("optimal") <= ratio("controller") + 1e-9, "{last}");
     assert!(ratio("controller") < 0.8, "{last}");
 }
+
+/// `--report FILE`: each window of each online policy is a job of the policy's team, billed by
+/// the cost report's billing; a policy's total over its windows is its mean cost ratio times
+/// the windows times the one reference cost (C hours at the cheapest on-demand price).
+#[test]
+fn the_replay_report_bills_what_the_replay_billed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("replay.json");
+    let out = job_args(&mut tern())
+        .arg("--trace")
+        .arg(format!("{TRACES}/us-east-1c_v100_1.json"))
+        .arg(format!("{TRACES}/us-west-2a_v100_1.json"))
+        .args(["--policy", "od,up,tern,optimal", "--json", "--report"])
+        .arg(&path)
+        .output()
+        .expect("simulate");
+    let (v, _) = last_json(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not in it: optimal"), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("report")).expect("json");
+    let rows = report["rows"].as_array().expect("rows");
+    let windows = v["od"]["windows"].as_u64().expect("windows") as usize;
+    assert_eq!(rows.len(), 3 * windows);
+    let mut references = Vec::new();
+    for policy in ["od", "up", "tern"] {
+        let mine: Vec<&serde_json::Value> = rows
+            .iter()
+            .filter(|r| {
+                r["key"]
+                    .as_str()
+                    .is_some_and(|k| k.starts_with(&format!("{policy}-w")))
+            })
+            .collect();
+        assert_eq!(mine.len(), windows, "{policy}");
+        let total: f64 = mine.iter().map(|r| r["cost"].as_f64().expect("cost")).sum();
+        let ratios = v[policy]["mean_cost_ratio"].as_f64().expect("ratio") * windows as f64;
+        references.push(total / ratios);
+        let misses = mine.iter().filter(|r| r["state"] != "finished").count();
+        assert_eq!(
+            misses as u64,
+            v[policy]["deadline_misses"].as_u64().expect("misses")
+        );
+    }
+    for r in &references {
+        assert!((r / references[0] - 1.0).abs() < 1e-9, "{references:?}");
+    }
+    // The reference is C hours at the cheapest on-demand price of the zone set.
+    assert!((references[0] - 10.0 * 3.06).abs() < 1e-6, "{references:?}");
+}

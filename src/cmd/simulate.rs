@@ -63,6 +63,11 @@ pub struct Args {
     /// Node type of a Sia-layout profile (`placements-<G>.csv`: aws, azure, dgx, quad, rtx).
     #[arg(long, value_name = "G", requires = "profile")]
     pub gpu: Option<String>,
+    /// Also write a cost report of the replay: every window of every online policy as a job
+    /// (team = the policy), billed as `tern cost-report` bills. The format follows the file's
+    /// extension: .html, .json, .csv, .svg, else a table.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
     /// Job spec (TOML) whose forecast gives the elastic job's scaling curve.
     #[arg(long, value_name = "FILE")]
     pub job: Option<PathBuf>,
@@ -247,6 +252,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let elapsed = started.elapsed();
     if let Some(b) = &bar {
         b.finish_and_clear();
+    }
+    if let Some(path) = &args.report {
+        write_report(path, &prepared, &groups, &policies)?;
     }
     let zone_names: Vec<String> = if args.per_trace {
         row_labels(&traces)
@@ -453,4 +461,62 @@ fn profile_job(
         &dir.display().to_string(),
         now,
     )?)
+}
+
+/// `--report FILE`: the replay's windows as a cost report (see [`tern::sim::replay_report`]).
+fn write_report(
+    path: &std::path::Path,
+    prepared: &[tern_sim::Prepared],
+    groups: &[Vec<Trace>],
+    policies: &[PolicyKind],
+) -> anyhow::Result<()> {
+    use tern::report::{self, CostQuery, Ledger};
+    use tern::sim::replay_report::{ReplayJobs, add_to_ledger};
+    let mut ledger = Ledger::default();
+    let mut added = Vec::new();
+    for (i, (p, g)) in prepared.iter().zip(groups).enumerate() {
+        let prefix = if groups.len() > 1 {
+            format!("g{i}-")
+        } else {
+            String::new()
+        };
+        let replay = ReplayJobs {
+            prepared: p,
+            traces: g,
+            prefix,
+        };
+        added = add_to_ledger(&mut ledger, &replay, policies);
+    }
+    let now = ledger.latest().unwrap_or_else(chrono::Utc::now);
+    let report = report::build(&ledger, &CostQuery::default(), now)?;
+    let format = match path.extension().and_then(|e| e.to_str()) {
+        Some("html") => super::cost_report::Format::Html,
+        Some("json") => super::cost_report::Format::Json,
+        Some("csv") => super::cost_report::Format::Csv,
+        Some("svg") => super::cost_report::Format::Svg,
+        _ => super::cost_report::Format::Table,
+    };
+    let text = super::cost_report::render(&report, format)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    let names: Vec<&str> = added.iter().map(|p| p.name()).collect();
+    let left_out: Vec<&str> = policies
+        .iter()
+        .filter(|p| !added.contains(p))
+        .map(|p| p.name())
+        .collect();
+    eprintln!(
+        "wrote {} ({} windows as jobs, teams {}{})",
+        path.display(),
+        report.rows.len(),
+        names.join(", "),
+        if left_out.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not replayed tick by tick, so not in it: {}",
+                left_out.join(", ")
+            )
+        }
+    );
+    Ok(())
 }

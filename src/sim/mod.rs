@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod closed_loop;
 pub mod remote;
+pub mod replay_report;
 pub mod server;
 pub mod soak;
 mod traces;

@@ -16,7 +16,7 @@ pub mod trace;
 pub use cloud::{Call, FaultSchedule, SimCloud};
 pub use latency::Delayed;
 pub use replay::{
-    Elasticity, MAX_TABLE_BYTES, PolicyKind, Prepared, Scenario, Summary, WindowResult,
+    Elasticity, MAX_TABLE_BYTES, PolicyKind, Prepared, Scenario, Summary, TickUse, WindowResult,
 };
 pub use trace::{Trace, TraceError};
 

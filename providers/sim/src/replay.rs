@@ -127,6 +127,19 @@ pub struct WindowResult {
     pub moves: u32,
 }
 
+/// What one window held at one tick, as billed (for reports).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TickUse {
+    /// Tick within the window.
+    pub tick: u32,
+    /// The spot zone, or for on-demand the zone whose price was billed.
+    pub zone: usize,
+    pub spot: bool,
+    /// Instances held (and billed) at this tick.
+    pub held: u32,
+    pub price_per_hour: f64,
+}
+
 /// One policy over all windows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
@@ -380,6 +393,17 @@ impl Prepared {
 
     /// Replay one online policy over the window starting at trace tick `start`.
     pub fn run_online(&self, policy: &mut dyn DeadlinePolicy, start: usize) -> WindowResult {
+        self.run_online_traced(policy, start, None)
+    }
+
+    /// [`Prepared::run_online`], recording what was held and billed at each tick into `trace`
+    /// (for `tern simulate --report`).
+    pub fn run_online_traced(
+        &self,
+        policy: &mut dyn DeadlinePolicy,
+        start: usize,
+        mut trace: Option<&mut Vec<TickUse>>,
+    ) -> WindowResult {
         let job = &self.job;
         let mut s = JobState::new();
         let mut out = WindowResult {
@@ -460,15 +484,25 @@ impl Prepared {
                 _ => job.nodes,
             };
             let k = f64::from(held) * self.tick_hours;
-            match act {
+            let (spot_zone, price) = match act {
                 Placement::Spot(z) => {
-                    out.cost += self.prices[z][abs] * k;
                     out.spot_ticks += held;
+                    (Some(z), self.prices[z][abs])
                 }
                 _ => {
-                    out.cost += self.od_by_region[od_region] * k;
                     out.on_demand_ticks += held;
+                    (None, self.od_by_region[od_region])
                 }
+            };
+            out.cost += price * k;
+            if let Some(trace) = trace.as_deref_mut() {
+                trace.push(TickUse {
+                    tick: t,
+                    zone: spot_zone.unwrap_or_else(|| self.on_demand_zone(od_region)),
+                    spot: spot_zone.is_some(),
+                    held,
+                    price_per_hour: price,
+                });
             }
             if s.booting > 0 {
                 s.booting -= 1;
@@ -483,6 +517,40 @@ impl Prepared {
         out.finished = s.done >= job.total();
         out.restarts = starts.saturating_sub(1);
         out
+    }
+
+    /// Every window of an online `policy`, with what it held at each tick (`None` for
+    /// `optimal` and `controller`, which are not online policies replayed here). One policy
+    /// object for all windows, reset between them, as in [`Prepared::replay`].
+    pub fn trace_windows(
+        &self,
+        policy: PolicyKind,
+    ) -> Option<Vec<(usize, WindowResult, Vec<TickUse>)>> {
+        let mut p = policy.online()?;
+        Some(
+            self.starts
+                .iter()
+                .map(|&start| {
+                    p.reset();
+                    let mut ticks = Vec::new();
+                    let r = self.run_online_traced(p.as_mut(), start, Some(&mut ticks));
+                    (start, r, ticks)
+                })
+                .collect(),
+        )
+    }
+
+    /// The zone of `region` whose on-demand price is the region's (its cheapest).
+    pub fn on_demand_zone(&self, region: usize) -> usize {
+        (0..self.regions.len())
+            .filter(|&z| self.regions[z] == region)
+            .min_by(|&a, &b| self.od_by_zone[a].total_cmp(&self.od_by_zone[b]))
+            .unwrap_or(0)
+    }
+
+    /// On-demand $/h per instance of zone `z`.
+    pub fn on_demand_price_of(&self, z: usize) -> f64 {
+        self.od_by_zone[z]
     }
 
     /// The region an on-demand start at window tick `t` runs in: the one whose cheapest zone
