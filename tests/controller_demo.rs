@@ -28,20 +28,16 @@ fn demo_runs_every_job_to_an_end_and_saves_against_on_demand() {
     assert!(s["wall_seconds"].as_f64().expect("wall") < 60.0);
     let jobs = s["jobs"].as_array().expect("jobs");
     assert_eq!(jobs.len(), 4);
+    // The demo's cloud sells every shape the example jobs ask for (T4, V100, A100,
+    // A100-80GB, H100): every job runs to the end.
     for j in jobs {
-        match j["state"].as_str() {
-            Some("finished") => assert!((j["progress"].as_f64().expect("p") - 1.0).abs() < 1e-9),
-            Some("unplaceable") => {
-                assert!(
-                    j["reason"].as_str().is_some_and(|r| r.contains("no offer")),
-                    "{j}"
-                )
-            }
-            other => panic!("job neither finished nor explained: {other:?} {j}"),
-        }
+        assert_eq!(j["state"], "finished", "{j}");
+        assert!(
+            (j["progress"].as_f64().expect("p") - 1.0).abs() < 1e-9,
+            "{j}"
+        );
+        assert!(j["cost_usd"].as_f64().expect("cost") > 0.0, "{j}");
     }
-    let finished = jobs.iter().filter(|j| j["state"] == "finished").count();
-    assert_eq!(finished, 2, "the two V100 jobs run on the V100 sim");
     assert_eq!(s["instances_left"], 0, "nothing left running");
     assert_eq!(s["leaks_collected"], 0);
     let cost = s["cost_usd"].as_f64().expect("cost");
@@ -112,7 +108,7 @@ fn the_demo_log_prints_state_changes_and_verbose_prints_every_pass() {
             .collect()
     };
     let (q, v) = (events(&quiet), events(&verbose));
-    assert!(q.len() < v.len(), "{} vs {} lines", q.len(), v.len());
+    assert!(q.len() <= v.len(), "{} vs {} lines", q.len(), v.len());
     // Without --verbose, a job never prints a wait right after a wait with only re-plans
     // and capacity errors between.
     for job in ["bert-large-phase2", "resnet50-imagenet"] {
@@ -127,16 +123,18 @@ fn the_demo_log_prints_state_changes_and_verbose_prints_every_pass() {
             "{job}: {mine:?}"
         );
     }
-    let hidden = quiet
+    // What was left out is counted (the line is there only when something was).
+    let n: usize = quiet
         .lines()
         .find(|l| l.contains("lines of jobs still waiting hidden"))
-        .expect("says what it hid");
-    let n: usize = hidden[1..]
-        .split(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .expect("count");
-    assert_eq!(q.len() + n, v.len(), "{hidden}");
+        .map_or(0, |h| {
+            h[1..]
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("count")
+        });
+    assert_eq!(q.len() + n, v.len());
     // Both end with the cost report and the HTML report's path.
     for text in [&quiet, &verbose] {
         assert!(text.contains("Cost report after") && text.contains("HTML cost report: "));

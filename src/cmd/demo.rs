@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Serialize;
-use tern::sim::{SimTraces, regions_of, sim_traces};
+use tern::sim::{SimTraces, demo_pools, regions_of, sim_traces};
 use tern_cloud::parse_job_spec;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{FaultSchedule, SimCloud};
@@ -141,12 +141,14 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     };
     let traces = sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
     print_trace_note(&traces);
-    let traces = traces.traces;
-    let regions = regions_of(&traces);
-    let zones: Vec<String> = traces.iter().map(|t| t.zone.clone()).collect();
+    let pools = demo_pools(traces, args.seed, &config.instance_type)?;
+    let regions = regions_of(&pools.traces);
+    let mut zones: Vec<String> = pools.traces.iter().map(|t| t.zone.clone()).collect();
+    zones.sort();
+    zones.dedup();
     let start = config.start;
-    let instance_type = config.instance_type.name.clone();
-    let sim = Arc::new(SimCloud::new(traces, config));
+    let notes = pools.notes.clone();
+    let sim = Arc::new(SimCloud::with_types(pools.traces, pools.types, config));
 
     let tmp = TempDir::new("tern-demo")?;
     let state = args
@@ -162,12 +164,15 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     )?;
     if !args.json {
         println!(
-            "tern demo: simulated cloud with {} {} spot zones ({}), real availability traces, bundled catalog prices; one reconcile pass every {} virtual seconds.",
+            "tern demo: simulated cloud with {} spot pools in {} zones ({}), bundled catalog prices; one reconcile pass every {} virtual seconds. Pools:",
+            notes.len(),
             zones.len(),
-            instance_type,
             zones.join(", "),
             args.tick
         );
+        for n in &notes {
+            println!("  {n}");
+        }
         println!("state: {}\n", state.display());
     }
     for (file, text) in EXAMPLE_JOBS {
@@ -377,5 +382,48 @@ fn print_summary(s: &Summary, report: &CostReport) {
     );
     if let Some(html) = &s.report_html {
         println!("HTML cost report: {}", html.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: i64, kind: &str) -> tern::store::Event {
+        tern::store::Event {
+            id,
+            at: DateTime::from_timestamp(1_800_000_000 + id * 60, 0).expect("time"),
+            job: Some("j".into()),
+            kind: kind.into(),
+            message: format!("{kind} {id}"),
+        }
+    }
+
+    #[test]
+    fn a_waiting_jobs_failed_replans_are_left_out_and_counted() {
+        let kinds = [
+            "wait", "plan", "capacity", "wait", "plan", "launched", "wait",
+        ];
+        let events: Vec<_> = kinds.iter().zip(1..).map(|(k, i)| event(i, k)).collect();
+        let start = events[0].at;
+        let mut quiet = EventLog::default();
+        let shown: Vec<String> = events
+            .iter()
+            .flat_map(|e| quiet.pass(std::slice::from_ref(e), start))
+            .collect();
+        let kinds_shown: Vec<&str> = shown
+            .iter()
+            .map(|l| l.split_whitespace().nth(2).unwrap_or(""))
+            .collect();
+        // The first wait; the re-plan that failed and its wait are dropped; the re-plan that
+        // led to a launch is printed with it; the job waits again later.
+        assert_eq!(kinds_shown, ["wait", "plan", "launched", "wait"]);
+        assert_eq!(quiet.hidden, 3);
+        let mut verbose = EventLog {
+            verbose: true,
+            ..EventLog::default()
+        };
+        assert_eq!(verbose.pass(&events, start).len(), kinds.len());
+        assert_eq!(verbose.hidden, 0);
     }
 }

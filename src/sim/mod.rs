@@ -12,4 +12,6 @@ mod traces;
 pub mod wire;
 
 pub use remote::RemoteSim;
-pub use traces::{SetupError, SimTraces, default_traces, regions_of, sim_traces};
+pub use traces::{
+    DemoPools, SetupError, SimTraces, default_traces, demo_pools, regions_of, sim_traces,
+};

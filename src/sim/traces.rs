@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tern_cloud::{Capacity, Region};
+use tern_cloud::{Capacity, InstanceType, Region};
 use tern_sim::{Trace, TraceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -108,35 +108,125 @@ pub fn regions_of(traces: &[Trace]) -> Vec<Region> {
 /// without the real traces (they are not shipped in the binary: their upstream has no licence).
 /// Capacity stays for about 50 ticks of 5 minutes and is gone for about 10.
 fn synthetic_traces(seed: u64) -> Result<Vec<Trace>, SetupError> {
+    let mut next = rng(seed);
+    ["us-east-2b", "us-west-2a", "us-west-2c"]
+        .iter()
+        .map(|zone| synthetic(zone, "v100", 16, &mut next))
+        .collect()
+}
+
+/// A seeded uniform draw in [0, 1) (xorshift).
+fn rng(seed: u64) -> impl FnMut() -> f64 {
     let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
+    move || {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
         (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    ["us-east-2b", "us-west-2a", "us-west-2c"]
-        .iter()
-        .map(|zone| {
-            let mut up = true;
-            let data: Vec<String> = (0..4000)
-                .map(|_| {
-                    up = if up { next() > 0.02 } else { next() > 0.9 };
-                    let count = if up { 16 - (next() * 4.0) as u32 } else { 0 };
-                    count.to_string()
-                })
-                .collect();
-            let json = format!(
-                "{{\"metadata\": {{\"gap_seconds\": 300, \"zone\": \"{zone}\"}}, \"data\": [{}]}}",
-                data.join(",")
-            );
-            Trace::parse(
-                Path::new(&format!("synthetic/{zone}_v100_1.json")),
-                json.as_bytes(),
-            )
-            .map_err(SetupError::from)
+    }
+}
+
+/// 4,000 ticks of 5 minutes of a seeded up/down process: up for about 50 ticks with
+/// `max` − 25 % … `max` instances, down for about 10.
+fn synthetic(
+    zone: &str,
+    label: &str,
+    max: u32,
+    next: &mut impl FnMut() -> f64,
+) -> Result<Trace, SetupError> {
+    let mut up = true;
+    let data: Vec<String> = (0..4000)
+        .map(|_| {
+            up = if up { next() > 0.02 } else { next() > 0.9 };
+            let spread = (f64::from(max) / 4.0).max(1.0);
+            let count = if up {
+                max - ((next() * spread) as u32).min(max - 1)
+            } else {
+                0
+            };
+            count.to_string()
         })
-        .collect()
+        .collect();
+    let json = format!(
+        "{{\"metadata\": {{\"gap_seconds\": 300, \"zone\": \"{zone}\"}}, \"data\": [{}]}}",
+        data.join(",")
+    );
+    Trace::parse(
+        Path::new(&format!("synthetic/{zone}_{label}.json")),
+        json.as_bytes(),
+    )
+    .map_err(SetupError::from)
+}
+
+/// Shapes the demo's cloud sells beside the V100 traces, so every example job has capacity:
+/// (instance type, zones, most spot instances at once). No public trace exists for them, so
+/// their availability is synthetic (seeded) and says so.
+const DEMO_SHAPES: [(&str, &[&str], u32); 4] = [
+    ("g4dn.xlarge", &["us-east-2b", "us-west-2a"], 8),
+    ("p4d.24xlarge", &["us-east-2b", "us-west-2c"], 4),
+    ("p4de.24xlarge", &["us-west-2a"], 4),
+    ("p5.48xlarge", &["us-east-2b", "us-west-2c"], 4),
+];
+
+/// The demo's simulated cloud: the V100 `base` pools (p3.2xlarge) and synthetic pools of the
+/// other shapes the example jobs ask for, each priced from the bundled catalog for its
+/// region; with a line per pool saying whether it is real or synthetic.
+#[derive(Debug, Clone)]
+pub struct DemoPools {
+    pub traces: Vec<Trace>,
+    pub types: Vec<InstanceType>,
+    pub notes: Vec<String>,
+}
+
+pub fn demo_pools(
+    base: SimTraces,
+    seed: u64,
+    base_type: &InstanceType,
+) -> Result<DemoPools, SetupError> {
+    let catalog = tern_pricing::bundled()?;
+    let real = base.synthetic_because.is_none();
+    let mut notes: Vec<String> = base
+        .traces
+        .iter()
+        .map(|t| {
+            let from = if real {
+                format!("real trace {}", t.source.display())
+            } else {
+                "synthetic (seeded)".to_string()
+            };
+            format!("{} {}: {from}", t.zone, base_type.name)
+        })
+        .collect();
+    let mut types = vec![base_type.clone(); base.traces.len()];
+    let mut traces = base.traces;
+    let mut next = rng(seed ^ 0x5eed);
+    for (name, zones, max) in DEMO_SHAPES {
+        let Some(shape) = catalog
+            .offers
+            .iter()
+            .find(|o| o.instance_type.name == name)
+            .map(|o| o.instance_type.clone())
+        else {
+            continue;
+        };
+        for zone in zones {
+            let mut t = synthetic(zone, name, max, &mut next)?;
+            price_traces(std::slice::from_mut(&mut t), name)?;
+            if t.on_demand_price.is_none() {
+                continue;
+            }
+            notes.push(format!(
+                "{zone} {name}: synthetic (seeded), up to {max} spot instances"
+            ));
+            traces.push(t);
+            types.push(shape.clone());
+        }
+    }
+    Ok(DemoPools {
+        traces,
+        types,
+        notes,
+    })
 }
 
 /// Price the simulated zones from the bundled catalog: on-demand and mean spot $/h of the

@@ -113,13 +113,28 @@ struct World {
 /// The simulated cloud. Cheap to share (`Arc<SimCloud>`); every method takes `&self`.
 #[derive(Debug)]
 pub struct SimCloud {
+    /// Spot pools: a zone's availability trace, each with the instance type it sells
+    /// (`types[i]`; one zone may hold several pools of different types).
     zones: Vec<Trace>,
+    types: Vec<InstanceType>,
     config: SimConfig,
     world: Mutex<World>,
 }
 
 impl SimCloud {
+    /// One pool per trace, all of `config.instance_type`.
     pub fn new(zones: Vec<Trace>, config: SimConfig) -> SimCloud {
+        let types = vec![config.instance_type.clone(); zones.len()];
+        SimCloud::with_types(zones, types, config)
+    }
+
+    /// One pool per trace, trace `i` selling `types[i]` (missing entries: `config`'s type).
+    pub fn with_types(
+        zones: Vec<Trace>,
+        mut types: Vec<InstanceType>,
+        config: SimConfig,
+    ) -> SimCloud {
+        types.resize(zones.len(), config.instance_type.clone());
         let world = World {
             now: config.start,
             instances: BTreeMap::new(),
@@ -132,6 +147,7 @@ impl SimCloud {
         };
         SimCloud {
             zones,
+            types,
             config,
             world: Mutex::new(world),
         }
@@ -241,12 +257,12 @@ impl SimCloud {
             cloud: Cloud::Sim,
             region: Region::new(z.region.clone()),
             zone: Zone::new(z.zone.clone()),
-            instance_type: self.config.instance_type.clone(),
+            instance_type: self.types[zone].clone(),
             capacity,
             price_per_hour: price,
             observed_at: Some(at),
             breakdown: vec![PriceComponent {
-                label: self.config.instance_type.name.clone(),
+                label: self.types[zone].name.clone(),
                 price_per_hour: price,
             }],
             availability,
@@ -408,10 +424,12 @@ impl SimCloud {
         }
     }
 
+    /// The pool that sells `offer`: its zone and instance type.
     fn zone_of(&self, offer: &Offer) -> Option<usize> {
         self.zones
             .iter()
-            .position(|z| z.zone == offer.zone.as_str())
+            .zip(&self.types)
+            .position(|(z, t)| z.zone == offer.zone.as_str() && t.name == offer.instance_type.name)
     }
 
     fn capacity_code(&self, zone: usize) -> &'static str {
@@ -679,6 +697,42 @@ mod tests {
         assert_eq!(next.instances.len(), 2);
         let calls = sim.calls();
         assert_eq!(calls.iter().filter(|c| c.op == "launch").count(), 3);
+    }
+
+    #[tokio::test]
+    async fn pools_of_two_types_in_one_zone_are_offered_and_filled_apart() {
+        let t4 = InstanceType {
+            name: "g4dn.xlarge".into(),
+            vcpus: 4.0,
+            memory_gib: 16.0,
+            accelerator: Some(Accelerator::new("T4", 1)),
+        };
+        let sim = SimCloud::with_types(
+            vec![
+                trace("us-east-1a", Cloud::Aws, 60, vec![1; 100]),
+                trace("us-east-1a", Cloud::Aws, 60, vec![3; 100]),
+            ],
+            vec![SimConfig::default().instance_type, t4.clone()],
+            SimConfig::default(),
+        );
+        let offers = sim.offers(&Region::new("us-east-1")).await.unwrap();
+        let spot_of = |name: &str| {
+            offers
+                .iter()
+                .find(|o| o.instance_type.name == name && o.capacity == Capacity::Spot)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(offers.len(), 4);
+        let mut req = request(&sim, "us-east-1a", Capacity::Spot, 3, 0);
+        req.offers = vec![spot_of("g4dn.xlarge")];
+        let got = sim.launch(&req).await.unwrap();
+        assert_eq!(got.instances.len(), 3, "the T4 pool has 3");
+        assert!(got.instances.iter().all(|i| i.offer.instance_type == t4));
+        // The V100 pool beside it still has its one.
+        let mut req = request(&sim, "us-east-1a", Capacity::Spot, 2, 1);
+        req.offers = vec![spot_of("p3.2xlarge")];
+        assert_eq!(sim.launch(&req).await.unwrap().instances.len(), 1);
     }
 
     #[tokio::test]
