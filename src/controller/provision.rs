@@ -163,6 +163,26 @@ impl Controller {
         Some(all)
     }
 
+    /// The planner's first estimate of what the job will cost (the cost report's plan column),
+    /// kept from the first plan after submission, whether the job then starts or waits.
+    fn remember_plan_estimate(
+        &mut self,
+        job: &str,
+        dollars: f64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if let Some(e) = self
+            .fleet
+            .jobs
+            .get_mut(job)
+            .filter(|e| e.record.planned_cost.is_none())
+        {
+            e.record.planned_cost = Some(dollars);
+            self.store.update_job(&e.record, now)?;
+        }
+        Ok(())
+    }
+
     /// Persist the prices that changed since the last pass (cost reports bill usage at the
     /// prices that held over it). Offers the cloud marks unavailable still carry its price.
     fn record_prices(&mut self, offers: &[Offer], now: DateTime<Utc>) -> Result<()> {
@@ -297,6 +317,7 @@ impl Controller {
         let Some(mut offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
             return Ok(());
         };
+        self.remember_plan_estimate(&jp.job, choice.expected_cost, now)?;
         let mut why = None;
         match self.ask_policy(&jp.job, &offer, choice.nodes, now) {
             Some(call) => {
@@ -334,7 +355,6 @@ impl Controller {
             e.record.target_offer = Some(offer.key());
             e.record.target_count = choice.nodes;
             e.record.planned_count = choice.nodes;
-            e.record.planned_cost.get_or_insert(choice.expected_cost);
             e.waiting = None;
             self.store.update_job(&e.record, now)?;
         }

@@ -749,3 +749,38 @@ async fn an_elastic_job_is_resized_to_its_survivors_and_grows_back() {
     assert!(resizes[1].starts_with("2 → 4"), "{resizes:?}");
     assert_eq!(ctl.open_intents(), 0);
 }
+
+#[tokio::test]
+async fn prices_are_recorded_as_they_change_and_the_plan_estimate_is_kept() {
+    let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("p", "4", false), sim.now()).expect("submit");
+    run(&mut ctl, &sim, 5).await;
+    let record = store.job("p").expect("job").expect("exists");
+    let planned = record
+        .planned_cost
+        .unwrap_or_else(|| panic!("no plan estimate: {record:?}"));
+    assert!(planned > 0.0);
+    // One price per offer (spot and on-demand), written once: the prices did not change.
+    let prices = store.prices().expect("prices");
+    assert_eq!(prices.len(), 2, "{prices:?}");
+    assert!(prices.values().all(|p| p.len() == 1), "{prices:?}");
+    // A restarted controller does not write them again.
+    drop(ctl);
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("reopen");
+    run(&mut ctl, &sim, 2).await;
+    assert!(
+        store
+            .prices()
+            .expect("prices")
+            .values()
+            .all(|p| p.len() == 1)
+    );
+    let again = store.job("p").expect("job").expect("exists");
+    assert_eq!(
+        again.planned_cost,
+        Some(planned),
+        "kept from the first plan"
+    );
+}
