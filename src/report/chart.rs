@@ -1,6 +1,7 @@
 //! The cost report's charts as SVG, drawn with plotters: cost per day stacked by capacity,
 //! cumulative spend against budget, and actual vs on-demand vs plan per row.
 
+use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -41,29 +42,15 @@ pub fn daily(report: &CostReport) -> Result<String, ChartError> {
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(&e)?;
-        let n = report.days.len().max(1);
         let max = report
             .days
             .iter()
             .map(|d| d.spot + d.on_demand)
             .fold(0.0, f64::max);
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Cost per day (UTC), by capacity", ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..top(max))
-            .map_err(&e)?;
         let days = &report.days;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .disable_x_mesh()
-            .x_labels(n.min(12))
-            .x_label_formatter(&|x| label_at(*x, days.iter().map(|d| d.day.as_str())))
-            .y_desc("dollars")
-            .draw()
-            .map_err(&e)?;
+        let names: Vec<&str> = days.iter().map(|d| d.day.as_str()).collect();
+        let caption = "Cost per day (UTC), by capacity";
+        let mut chart = frame(&root, caption, &names, max, false).map_err(&e)?;
         let bar = |i: usize, lo: f64, hi: f64, c: RGBColor| {
             Rectangle::new([(i as f64 - 0.35, lo), (i as f64 + 0.35, hi)], c.filled())
         };
@@ -122,22 +109,9 @@ pub fn cumulative(report: &CostReport) -> Result<String, ChartError> {
             .fold(None, |a, b| Some(a.unwrap_or(0.0) + b));
         let n = points.len().max(1);
         let max = running.max(budget.unwrap_or(0.0));
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Cumulative spend against budget", ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..top(max))
-            .map_err(&e)?;
-        let days = &report.days;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .x_labels(n.min(12))
-            .x_label_formatter(&|x| label_at(*x, days.iter().map(|d| d.day.as_str())))
-            .y_desc("dollars")
-            .draw()
-            .map_err(&e)?;
+        let names: Vec<&str> = report.days.iter().map(|d| d.day.as_str()).collect();
+        let caption = "Cumulative spend against budget";
+        let mut chart = frame(&root, caption, &names, max, true).map_err(&e)?;
         chart
             .draw_series(LineSeries::new(points.clone(), SPOT.stroke_width(3)))
             .map_err(&e)?
@@ -176,7 +150,6 @@ pub fn rows(report: &CostReport) -> Result<String, ChartError> {
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(&e)?;
-        let n = rows.len().max(1);
         let max = rows
             .iter()
             .map(|r| {
@@ -186,22 +159,8 @@ pub fn rows(report: &CostReport) -> Result<String, ChartError> {
             })
             .fold(0.0, f64::max);
         let caption = format!("Actual vs on-demand vs plan, by {}", report.by.as_str());
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..top(max))
-            .map_err(&e)?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .disable_x_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| label_at(*x, rows.iter().map(|r| r.key.as_str())))
-            .y_desc("dollars")
-            .draw()
-            .map_err(&e)?;
+        let names: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+        let mut chart = frame(&root, &caption, &names, max, false).map_err(&e)?;
         let series: [Series; 3] = [
             ("actual", SPOT, -0.3, |r| r.cost),
             ("on-demand", ON_DEMAND, -0.1, |r| r.on_demand_cost),
@@ -230,6 +189,35 @@ pub fn rows(report: &CostReport) -> Result<String, ChartError> {
         root.present().map_err(&e)?;
     }
     Ok(svg)
+}
+
+/// A chart with one x position per name (labelled with it, at most 24 labels), dollars up to
+/// `max` with headroom, and its mesh drawn.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: &str,
+    names: &[&str],
+    max: f64,
+    x_mesh: bool,
+) -> Result<Chart<'a, 'b>, DrawingAreaErrorKind<std::io::Error>> {
+    let n = names.len().max(1);
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..top(max))?;
+    let label = |x: &f64| label_at(*x, names.iter().copied());
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(WHITE)
+        .x_labels(n.min(MAX_BARS))
+        .x_label_formatter(&label)
+        .y_desc("dollars");
+    if !x_mesh {
+        mesh.disable_x_mesh();
+    }
+    mesh.draw()?;
+    Ok(chart)
 }
 
 /// The name at integer position `x` (label positions plotters picks between bars stay empty).

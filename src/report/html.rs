@@ -32,18 +32,7 @@ fn row_html(out: &mut String, r: &CostRow, by: GroupBy, class: &str) {
     if by == GroupBy::Job {
         let _ = write!(out, "<td>{}</td>", escape(r.state.as_deref().unwrap_or("")));
     }
-    let cells = [
-        r.instances.to_string(),
-        format!("{:.1}", r.instance_hours),
-        dollars(r.cost),
-        dollars(r.on_demand_cost),
-        dollars(r.savings),
-        format!("{:.0}%", r.savings_pct),
-        format!("{:.0}%", 100.0 * r.spot_share),
-        opt(r.planned_cost),
-        r.plan_error
-            .map_or_else(|| "–".into(), |e| format!("{e:+.2}")),
-    ];
+    let cells = super::render::number_cells(r, "$");
     for c in cells {
         let _ = write!(out, "<td class=\"n\">{c}</td>");
     }

@@ -61,23 +61,29 @@ fn opt_dollars(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), dollars)
 }
 
+/// The numbers of a row, in table order; money with `currency` before it ("" or "$").
+pub(super) fn number_cells(r: &CostRow, currency: &str) -> [String; 9] {
+    let money = |v: f64| format!("{currency}{v:.2}");
+    [
+        r.instances.to_string(),
+        format!("{:.1}", r.instance_hours),
+        money(r.cost),
+        money(r.on_demand_cost),
+        money(r.savings),
+        format!("{:.0}%", r.savings_pct),
+        format!("{:.0}%", 100.0 * r.spot_share),
+        r.planned_cost.map_or_else(|| "-".into(), money),
+        r.plan_error
+            .map_or_else(|| "-".into(), |e| format!("{e:+.2}")),
+    ]
+}
+
 fn row_cells(r: &CostRow, by: GroupBy) -> Vec<String> {
     let mut cells = vec![r.key.clone()];
     if by == GroupBy::Job {
         cells.push(r.state.clone().unwrap_or_default());
     }
-    cells.extend([
-        r.instances.to_string(),
-        format!("{:.1}", r.instance_hours),
-        dollars(r.cost),
-        dollars(r.on_demand_cost),
-        dollars(r.savings),
-        format!("{:.0}%", r.savings_pct),
-        format!("{:.0}%", 100.0 * r.spot_share),
-        opt_dollars(r.planned_cost),
-        r.plan_error
-            .map_or_else(|| "-".into(), |e| format!("{e:+.2}")),
-    ]);
+    cells.extend(number_cells(r, ""));
     cells
 }
 
