@@ -1,6 +1,7 @@
 //! Prometheus metrics of the controller, refreshed after every reconcile pass and rendered in
 //! the text exposition format on `/metrics`.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -39,6 +40,24 @@ struct KindLabel {
     kind: String,
 }
 
+/// What the cost counter has billed: ended intervals once and for all, and what each label's
+/// counter holds.
+#[derive(Debug, Default)]
+struct CostBook {
+    /// The latest end of an interval billed into `closed`.
+    watermark: Option<DateTime<Utc>>,
+    /// Intervals billed into `closed` that ended within `LATE_END` of the watermark (an end
+    /// can be written after a later one, e.g. a reclaim noticed late): never billed twice.
+    closed_ids: std::collections::HashMap<String, DateTime<Utc>>,
+    closed: BTreeMap<CostLabel, f64>,
+    closed_saved: f64,
+    /// What each label's counter has been raised to.
+    counted: BTreeMap<CostLabel, f64>,
+}
+
+/// How far before the newest end already billed an interval's end may still arrive and count.
+const LATE_END: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
 /// The controller's metric families.
 #[derive(Debug)]
 pub struct Metrics {
@@ -53,8 +72,7 @@ pub struct Metrics {
     cloud_errors: Family<KindLabel, Counter>,
     events: Family<KindLabel, Counter>,
     cost: Family<CostLabel, Counter<f64, AtomicU64>>,
-    /// Dollars already added to `cost`, per label set.
-    seen_cost: Mutex<std::collections::BTreeMap<CostLabel, f64>>,
+    costs: Mutex<CostBook>,
     /// Counts already added to the counters (the controller keeps totals).
     seen_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     seen_events: Mutex<std::collections::BTreeMap<&'static str, u64>>,
@@ -131,7 +149,7 @@ impl Metrics {
         Metrics {
             registry,
             cost,
-            seen_cost: Mutex::new(Default::default()),
+            costs: Mutex::new(CostBook::default()),
             jobs,
             instances,
             dollars_per_hour,
@@ -191,34 +209,64 @@ impl Metrics {
     }
 
     /// Billed dollars per (team, job, capacity) and the savings against on-demand, through the
-    /// cost report's billing; the counter grows by what was billed since the last update.
+    /// cost report's billing; the counter grows by what was billed since the last update. Only
+    /// open intervals and those ended since the last update are read: an ended interval is
+    /// billed once and kept in `CostBook::closed`, so a pass does not read the whole history.
     fn update_costs(&self, ctl: &Controller, now: DateTime<Utc>) -> Result<(), StoreError> {
         let store = ctl.store();
-        let prices = store.prices()?;
+        let mut book = self.costs.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = store.usage_open_or_ended_since(book.watermark.map(|w| w - LATE_END))?;
+        let prices = if fresh.is_empty() {
+            Default::default()
+        } else {
+            store.prices()?
+        };
         let teams: std::collections::HashMap<&str, &str> = ctl
             .jobs()
             .map(|j| (j.name(), j.spec.team.as_str()))
             .collect();
-        let mut totals: std::collections::BTreeMap<CostLabel, f64> = Default::default();
-        let mut saved = 0.0;
-        for u in store.usage()? {
+        let mut open: BTreeMap<CostLabel, f64> = BTreeMap::new();
+        let mut open_saved = 0.0;
+        let mut newest = book.watermark;
+        for u in &fresh {
+            if book.closed_ids.contains_key(&u.instance) {
+                continue;
+            }
             let steps = prices.get(&u.offer_key).map_or(&[][..], |p| &p[..]);
-            let billed = report::bill(&u, None, steps, (None, DateTime::<Utc>::MAX_UTC), now);
+            let billed = report::bill(u, None, steps, (None, DateTime::<Utc>::MAX_UTC), now);
+            let dollars: f64 = billed.iter().map(|b| b.piece.dollars()).sum();
+            let saved: f64 = billed
+                .iter()
+                .map(|b| b.on_demand_dollars() - b.piece.dollars())
+                .sum();
             let label = CostLabel {
                 team: teams.get(u.job.as_str()).unwrap_or(&"").to_string(),
                 job: u.job.clone(),
                 capacity: u.capacity.as_str().to_string(),
             };
-            let total = totals.entry(label).or_default();
-            for b in &billed {
-                *total += b.piece.dollars();
-                saved += b.on_demand_dollars() - b.piece.dollars();
+            match u.ended_at {
+                Some(end) => {
+                    *book.closed.entry(label).or_default() += dollars;
+                    book.closed_saved += saved;
+                    book.closed_ids.insert(u.instance.clone(), end);
+                    newest = newest.max(Some(end));
+                }
+                None => {
+                    *open.entry(label).or_default() += dollars;
+                    open_saved += saved;
+                }
             }
         }
-        self.savings.set(saved + 0.0);
-        let mut seen = self.seen_cost.lock().unwrap_or_else(|e| e.into_inner());
-        for (label, total) in totals {
-            let before = seen.entry(label.clone()).or_default();
+        if let Some(w) = newest {
+            book.closed_ids.retain(|_, end| *end >= w - LATE_END);
+        }
+        book.watermark = newest;
+        self.savings.set(book.closed_saved + open_saved + 0.0);
+        let labels: Vec<CostLabel> = book.closed.keys().chain(open.keys()).cloned().collect();
+        for label in labels {
+            let total = book.closed.get(&label).copied().unwrap_or(0.0)
+                + open.get(&label).copied().unwrap_or(0.0);
+            let before = book.counted.entry(label.clone()).or_default();
             if total > *before {
                 self.cost.get_or_create(&label).inc_by(total - *before);
                 *before = total;

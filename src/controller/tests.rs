@@ -784,3 +784,54 @@ async fn prices_are_recorded_as_they_change_and_the_plan_estimate_is_kept() {
         "kept from the first plan"
     );
 }
+
+#[tokio::test]
+async fn the_cost_counter_adds_up_to_the_cost_report_as_instances_end() {
+    use crate::report::{CostQuery, Ledger, build};
+    let sim = sim(vec![trace(
+        "us-west-2a",
+        vec![8; 30]
+            .into_iter()
+            .chain(vec![0; 5])
+            .chain(vec![8; 300])
+            .collect(),
+    )]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    ctl.submit(job("c", "4", false), sim.now()).expect("submit");
+    let metrics = super::metrics::Metrics::new();
+    let counted = |m: &super::metrics::Metrics| -> f64 {
+        m.render()
+            .lines()
+            .filter(|l| l.starts_with("tern_cost_dollars_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let mut last = 0.0;
+    for _ in 0..240 {
+        sim.advance(Duration::from_secs(60));
+        ctl.pass(sim.now()).await.expect("pass");
+        metrics
+            .update(&ctl, Duration::ZERO, sim.now())
+            .expect("metrics");
+        let now = counted(&metrics);
+        assert!(
+            now >= last - 1e-9,
+            "a counter never goes down: {last} → {now}"
+        );
+        last = now;
+    }
+    let usage = store.usage().expect("usage");
+    assert!(
+        usage.iter().any(|u| u.ended_at.is_some()),
+        "some instance ended"
+    );
+    let ledger = Ledger::load(&store, Default::default()).expect("ledger");
+    let report = build(&ledger, &CostQuery::default(), sim.now()).expect("report");
+    assert!(report.total.cost > 0.0);
+    assert!(
+        (last - report.total.cost).abs() < 1e-6,
+        "counter {last} vs report {}",
+        report.total.cost
+    );
+}

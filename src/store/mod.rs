@@ -918,6 +918,19 @@ impl Store {
         .collect()
     }
 
+    /// Usage intervals still open, or ended at or after `since` (all of them without it).
+    pub fn usage_open_or_ended_since(&self, since: Option<DateTime<Utc>>) -> Result<Vec<Usage>> {
+        self.query(
+            "SELECT instance, job, offer_key, capacity, price_per_hour, on_demand_per_hour,
+                started_at, ended_at FROM usage
+             WHERE ended_at IS NULL OR ended_at >= ?1 ORDER BY id",
+            params![since.map_or(i64::MIN, ms)],
+        )?
+        .iter()
+        .map(usage_from_row)
+        .collect()
+    }
+
     /// Every usage interval with the offer its instance ran on (for cost reports).
     pub fn usage_with_offers(&self) -> Result<Vec<(Usage, Option<Offer>)>> {
         self.query(

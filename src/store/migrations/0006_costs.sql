@@ -9,3 +9,5 @@ CREATE TABLE prices (
 );
 -- What the planner expected the job to cost when it first placed it (the report's plan column).
 ALTER TABLE jobs ADD COLUMN planned_cost DOUBLE PRECISION;
+-- The cost counter reads open intervals and those ended since its last look.
+CREATE INDEX usage_by_end ON usage (ended_at);
