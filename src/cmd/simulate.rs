@@ -454,6 +454,7 @@ fn profile_job(
             accelerator,
             node_type: node_type.map(str::to_owned),
         }),
+        constraints: Default::default(),
     };
     Ok(LoadedJob::from_spec(
         spec,

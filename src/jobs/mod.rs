@@ -247,6 +247,7 @@ impl LoadedJob {
                 forecaster: self.forecaster.clone(),
                 local_batch: self.local_batch,
             }),
+            constraints: spec.constraints.clone(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tern_cloud::{Budget, Capacity, CheckpointSpec, Cloud, WorkerRange};
+use tern_cloud::{Budget, Capacity, CheckpointSpec, Cloud, Constraints, WorkerRange};
 
 /// Predicted training throughput of one configuration, samples per second.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -41,6 +41,8 @@ pub struct PlanJob {
     /// Higher is placed first when resources are short.
     pub priority: i32,
     pub model: Arc<dyn ThroughputModel>,
+    /// Where it may run; a configuration on an offer it rules out is never considered.
+    pub constraints: Constraints,
 }
 
 /// An account limit on accelerators: e.g. 64 A100 (any size) in aws/us-east-1, spot only.
@@ -93,6 +95,9 @@ pub struct PlanOptions {
     /// Team budgets ($ total and $/h) by team name.
     pub team_budgets: BTreeMap<String, Budget>,
     pub quotas: Vec<Quota>,
+    /// Cross-region egress, USD per GB: a job whose data lives elsewhere pays it on every
+    /// start (the first and each expected restart).
+    pub egress_per_gb: f64,
 }
 
 impl Default for PlanOptions {
@@ -108,6 +113,7 @@ impl Default for PlanOptions {
             use_milp: true,
             team_budgets: BTreeMap::new(),
             quotas: Vec::new(),
+            egress_per_gb: 0.02,
         }
     }
 }

@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::Offer;
+use crate::{Constraints, Offer};
 
 /// How much training a job has to do.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -156,6 +156,10 @@ pub struct JobSpec {
     /// Measurements that seed the forecaster before the job has run under tern.
     pub observations: Vec<ObservedStep>,
     pub profile: Option<ProfileRef>,
+    /// Where it may run (clouds, regions, zones, exclusions, data location, price cap,
+    /// capacity type); empty allows everything.
+    #[serde(default, skip_serializing_if = "Constraints::is_empty")]
+    pub constraints: Constraints,
 }
 
 /// One measured training step, reported by the worker agent.

@@ -6,6 +6,7 @@
 
 mod accelerator;
 mod billing;
+mod constraints;
 mod error;
 pub mod input;
 mod instance;
@@ -19,6 +20,7 @@ mod spec;
 
 pub use accelerator::{Accelerator, AcceleratorKind};
 pub use billing::{BillingRule, Piece, PriceSteps};
+pub use constraints::{CapacityRule, Constraints, DataLocation, glob};
 pub use error::ProviderError;
 pub use instance::{Instance, InstanceId, InstanceState, Interruption, InterruptionKind, Tags};
 pub use intent::{IdempotencyKey, Intent, IntentId, IntentKind, IntentState};

@@ -36,6 +36,7 @@ use crate::job::{
     Budget, CheckpointSpec, Deadline, JobSpec, ObservedStep, ProfileRef, Work, WorkerRange,
 };
 use crate::name::{NAME_RULE, check_label, check_name};
+use crate::{CapacityRule, Cloud, Constraints, DataLocation};
 
 /// The furthest deadline a spec may set: ten years (365-day years). Later ones are typos, and
 /// would otherwise be clamped silently to the end of representable time.
@@ -130,6 +131,7 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
         None => None,
         Some(t) => Some(parse_profile(&cx, t)?),
     };
+    let constraints = parse_constraints(&cx, &mut top)?;
     Ok(JobSpec {
         name,
         team,
@@ -144,6 +146,7 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
         local_batch,
         observations,
         profile,
+        constraints,
     })
 }
 
@@ -161,6 +164,13 @@ const TOP_FIELDS: &[&str] = &[
     "local_batch",
     "observation",
     "profile",
+    "clouds",
+    "regions",
+    "zones",
+    "exclude",
+    "data",
+    "max_price_per_hour",
+    "capacity",
 ];
 
 /// File name and the line of every key path, for messages.
@@ -575,6 +585,101 @@ fn parse_budget(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<Budget, SpecErro
     Ok(b)
 }
 
+/// `clouds`, `regions`, `zones`, `exclude`, `data`, `max_price_per_hour`, `capacity`. Region
+/// and zone names are checked against the catalog where one is known (admission, `tern
+/// plan`); here only their form.
+fn parse_constraints(cx: &Cx<'_>, top: &mut Fields<'_, '_>) -> Result<Constraints, SpecError> {
+    let mut c = Constraints::default();
+    if let Some((p, v)) = top.get("clouds") {
+        for (field, name) in string_list(cx, &p, v, "cloud names")? {
+            let cloud = match name.as_str() {
+                "aws" => Cloud::Aws,
+                "gcp" => Cloud::Gcp,
+                other => {
+                    let expected = "a cloud tern runs on: \"aws\" or \"gcp\"";
+                    return Err(cx.invalid(&field, expected, &format!("{other:?}")));
+                }
+            };
+            if !c.clouds.contains(&cloud) {
+                c.clouds.push(cloud);
+            }
+        }
+    }
+    for (key, out) in [
+        ("regions", &mut c.regions),
+        ("zones", &mut c.zones),
+        ("exclude", &mut c.exclude),
+    ] {
+        if let Some((p, v)) = top.get(key) {
+            for (field, g) in string_list(cx, &p, v, "name patterns")? {
+                let ok = !g.is_empty()
+                    && g.chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || "-._*?".contains(ch));
+                if !ok {
+                    return Err(cx.invalid(
+                        &field,
+                        "a name or glob of letters, digits, `-`, `.`, `_`, `*` and `?`",
+                        &format!("{g:?}"),
+                    ));
+                }
+                out.push(g);
+            }
+        }
+    }
+    if let Some(t) = top.table("data")? {
+        let mut f = Fields::new(cx, "data", t, &["region", "size_gb"])?;
+        let region = f
+            .label("region")?
+            .ok_or_else(|| cx.missing("data.region", "the region the data lives in"))?;
+        let size_gb = f
+            .number("size_gb")?
+            .ok_or_else(|| cx.missing("data.size_gb", "the data's size in GB"))?;
+        c.data = Some(DataLocation { region, size_gb });
+    }
+    c.max_price_per_hour = top.number("max_price_per_hour")?;
+    if c.max_price_per_hour == Some(0.0) {
+        return Err(cx.invalid("max_price_per_hour", "an amount > 0", "0"));
+    }
+    if let Some(rule) = top.string("capacity")? {
+        c.capacity = CapacityRule::ALL
+            .into_iter()
+            .find(|r| r.as_str() == rule)
+            .ok_or_else(|| {
+                cx.invalid(
+                    "capacity",
+                    "\"spot-only\", \"on-demand-only\" or \"any\"",
+                    &format!("{rule:?}"),
+                )
+            })?;
+    }
+    Ok(c)
+}
+
+/// A non-empty array of strings, each with its field path.
+fn string_list(
+    cx: &Cx<'_>,
+    path: &str,
+    v: &Value,
+    what: &str,
+) -> Result<Vec<(String, String)>, SpecError> {
+    let expected = format!("a non-empty array of {what}");
+    let items = match v {
+        Value::Array(a) if !a.is_empty() => a,
+        other => return Err(cx.invalid(path, &expected, &describe(other))),
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let field = format!("{path}[{i}]");
+            match item {
+                Value::String(s) => Ok((field, s.trim().to_string())),
+                other => Err(cx.invalid(&field, "a string", &describe(other))),
+            }
+        })
+        .collect()
+}
+
 fn parse_observations(
     cx: &Cx<'_>,
     v: Option<(String, &Value)>,
@@ -755,6 +860,62 @@ step_seconds = 0.21
         assert_eq!(s.checkpoint.restore_s, CheckpointSpec::default().restore_s);
         assert_eq!(s.observations[0].nodes, 1);
         assert_eq!(s.budget.total_usd, Some(900.0));
+    }
+
+    #[test]
+    fn placement_constraints_parse_and_old_specs_have_none() {
+        assert!(
+            parse_job_spec(GOOD, "job.toml")
+                .expect("valid")
+                .constraints
+                .is_empty()
+        );
+        let text = GOOD.replacen(
+            "local_batch = 32\n",
+            "local_batch = 32\nclouds = [\"aws\", \"gcp\"]\nregions = [\"us-*\", \"europe-west4\"]\n\
+             exclude = [\"ap-*\", \"p3.*\"]\nmax_price_per_hour = 40\ncapacity = \"spot-only\"\n\
+             data = { region = \"us-east-1\", size_gb = 800 }\n",
+            1,
+        );
+        let c = parse_job_spec(&text, "job.toml")
+            .expect("valid")
+            .constraints;
+        assert_eq!(c.clouds, vec![Cloud::Aws, Cloud::Gcp]);
+        assert_eq!(c.regions, vec!["us-*", "europe-west4"]);
+        assert_eq!(c.exclude, vec!["ap-*", "p3.*"]);
+        assert_eq!(c.max_price_per_hour, Some(40.0));
+        assert_eq!(c.capacity, CapacityRule::SpotOnly);
+        assert_eq!(c.data.as_ref().map(|d| d.size_gb), Some(800.0));
+        for (bad, message) in [
+            (
+                "clouds = [\"azure\"]",
+                "job.toml:10: `clouds[0]`: expected a cloud tern runs on",
+            ),
+            ("regions = []", "`regions`: expected a non-empty array"),
+            (
+                "zones = [\"us east\"]",
+                "`zones[0]`: expected a name or glob",
+            ),
+            ("capacity = \"spot\"", "`capacity`: expected \"spot-only\""),
+            (
+                "max_price_per_hour = 0",
+                "`max_price_per_hour`: expected an amount > 0",
+            ),
+            (
+                "data = { region = \"us-east-1\" }",
+                "missing field `data.size_gb`",
+            ),
+        ] {
+            let text = GOOD.replacen(
+                "local_batch = 32\n",
+                &format!("local_batch = 32\n{bad}\n"),
+                1,
+            );
+            let e = parse_job_spec(&text, "job.toml")
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(message), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub(super) fn of_job<'a>(
     let mut list = Vec::new();
     for i in index.offers_for(job) {
         let offer = &offers[i];
+        if !job.constraints.allows(offer) {
+            continue;
+        }
         let per_node = offer.accelerator_units();
         let acc = offer.accelerator().map_or("", |a| a.name.as_str());
         for nodes in node_counts(job, per_node) {

@@ -58,6 +58,12 @@ pub(super) fn evaluate_with(
     cost.prior = thr.prior;
     let restart_s = restart_seconds(job, offer, options);
     let finish_high_s = cost.finish(job, thr, restart_s, options.provision_s);
+    // Reading the data from another region: once per start, the first and each expected
+    // restart.
+    let egress = job
+        .constraints
+        .data_egress(offer.region.as_str(), options.egress_per_gb);
+    cost.expected_cost += egress * (1.0 + cost.hazard_per_hour * cost.finish_h);
     let why = why_infeasible(job, &cost, finish_high_s);
     (cost, why)
 }

@@ -3,8 +3,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use tern_cloud::{
-    Accelerator, Availability, Budget, Capacity, CheckpointSpec, Cloud, InstanceType, Offer,
-    PriceComponent, Region, WorkerRange, Zone,
+    Accelerator, Availability, Budget, Capacity, CapacityRule, CheckpointSpec, Cloud, Constraints,
+    DataLocation, InstanceType, Offer, PriceComponent, Region, WorkerRange, Zone,
 };
 
 use super::*;
@@ -86,6 +86,7 @@ fn job(
         model: Arc::new(Table(
             speeds.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         )),
+        constraints: Default::default(),
     }
 }
 
@@ -397,6 +398,12 @@ fn small_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOpti
         1.0f64..30.0,
         prop::option::of(2.0f64..40.0),
         0i32..2,
+        (
+            0usize..3,
+            0usize..4,
+            prop::option::of(1.0f64..8.0),
+            any::<bool>(),
+        ),
     );
     (
         proptest::collection::vec(offer_s, 1..6),
@@ -431,18 +438,34 @@ fn small_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOpti
             let jobs: Vec<PlanJob> = jobs
                 .into_iter()
                 .enumerate()
-                .map(|(i, (acc, hours, deadline, prio))| {
-                    let mut j = job(
-                        &format!("j{i}"),
-                        &names[acc..],
-                        hours * 3600.0,
-                        deadline,
-                        &[("T4", 1.0), ("V100", 2.0), ("A100", 4.0)],
-                    );
-                    j.priority = prio;
-                    j.workers = WorkerRange { min: 1, max: 2 };
-                    j
-                })
+                .map(
+                    |(i, (acc, hours, deadline, prio, (rule, exclude, max_price, far_data)))| {
+                        let mut j = job(
+                            &format!("j{i}"),
+                            &names[acc..],
+                            hours * 3600.0,
+                            deadline,
+                            &[("T4", 1.0), ("V100", 2.0), ("A100", 4.0)],
+                        );
+                        j.priority = prio;
+                        j.workers = WorkerRange { min: 1, max: 2 };
+                        j.constraints = Constraints {
+                            capacity: CapacityRule::ALL[rule],
+                            exclude: match exclude {
+                                1 => vec!["use1-az2".into()],
+                                2 => vec!["type1*".into()],
+                                _ => vec![],
+                            },
+                            max_price_per_hour: max_price,
+                            data: far_data.then(|| DataLocation {
+                                region: "us-west-2".into(),
+                                size_gb: 500.0,
+                            }),
+                            ..Constraints::default()
+                        };
+                        j
+                    },
+                )
                 .collect();
             let mut options = PlanOptions::default();
             if let Some(limit) = quota {
@@ -491,6 +514,7 @@ proptest! {
             for o in &offers {
                 let acc = o.accelerator().unwrap();
                 if !job.accelerators.iter().any(|a| a == &acc.name) { continue; }
+                if !job.constraints.allows(o) { continue; }
                 for n in node_counts(job, 1) {
                     let (c, infeasible) = evaluate(job, o, n, &unpruned);
                     if infeasible.is_some() { continue; }
@@ -524,6 +548,14 @@ proptest! {
         let value = placed_cost + report.jobs.iter().enumerate().filter(|(_, j)| !j.placed).map(|(i, _)| problem.unplaced_penalty[i]).sum::<f64>();
         prop_assert!((value - best).abs() <= 1e-6 * best.abs().max(1.0), "plan {value} vs brute force {best}");
 
+        // No configuration a job's placement constraints rule out is chosen.
+        for (job, jp) in jobs.iter().zip(&report.jobs) {
+            if let Some(c) = &jp.choice {
+                let o = offers.iter().find(|o| o.key() == c.offer).expect("chosen offer");
+                prop_assert!(job.constraints.allows(o), "{} on {}", job.name, c.offer);
+            }
+        }
+
         // Every constraint holds in the answer.
         let mut a100 = 0;
         let mut spend = 0.0;
@@ -541,4 +573,37 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_job_goes_where_its_data_is_and_never_where_it_may_not() {
+    let spot =
+        |zone: &str, price: f64| offer(Cloud::Aws, zone, "p4d", "A100", 8, Capacity::Spot, price);
+    // ap-south-1 is a little cheaper, but the 800 GB of data live in us-east-1.
+    let offers = vec![spot("ap-south-1a", 9.0), spot("us-east-1a", 9.2)];
+    let mut j = job(
+        "bert",
+        &["A100"],
+        8.0 * 4.0 * 3600.0,
+        None,
+        &[("A100", 1.0)],
+    );
+    j.workers = WorkerRange { min: 8, max: 8 };
+    let free = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
+    assert_eq!(free.jobs[0].choice.as_ref().unwrap().offer, offers[0].key());
+    j.constraints.data = Some(DataLocation {
+        region: "us-east-1".into(),
+        size_gb: 800.0,
+    });
+    let near = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
+    assert_eq!(
+        near.jobs[0].choice.as_ref().unwrap().offer,
+        offers[1].key(),
+        "egress of $16 per start outweighs $0.2/h"
+    );
+    // Excluded everywhere: unplaced, with a reason.
+    j.constraints.exclude = vec!["*-1a".into()];
+    let none = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
+    assert!(!none.jobs[0].placed);
+    assert!(none.jobs[0].reason.is_some());
 }
