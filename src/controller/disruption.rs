@@ -141,6 +141,7 @@ impl Controller {
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let offers = &self.allowed_offers(name, offers)[..];
         let live = self.live_of(name);
         let n_live = live.len() as u32;
         let Some(first) = live.first().map(|i| i.offer.clone()) else {
@@ -312,6 +313,7 @@ impl Controller {
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let offers = &self.allowed_offers(name, offers)[..];
         let Some(first) = self.live_of(name).first().map(|i| i.offer.clone()) else {
             return Ok(());
         };
@@ -381,6 +383,7 @@ impl Controller {
         price_now: &HashMap<String, f64>,
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let offers = &self.allowed_offers(name, offers)[..];
         let n = fleet.len() as u32;
         let mut running: Vec<(InstanceRecord, f64)> = fleet
             .into_iter()
@@ -462,6 +465,7 @@ impl Controller {
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let offers = &self.allowed_offers(name, offers)[..];
         let k = step.movers.len() as u32;
         let Some(lead) = step.movers.first() else {
             return Ok(());
@@ -506,6 +510,7 @@ impl Controller {
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let offers = &self.allowed_offers(name, offers)[..];
         let Some(first) = running.first().map(|(i, _)| i.offer.clone()) else {
             return Ok(());
         };

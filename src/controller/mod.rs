@@ -429,6 +429,22 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// The offers job `name`'s placement constraints allow: what every launch, replacement,
+    /// fallback and move for it chooses from.
+    pub(super) fn allowed_offers(&self, name: &str, offers: &[Offer]) -> Vec<Offer> {
+        match self
+            .fleet
+            .jobs
+            .get(name)
+            .map(|e| &e.record.spec.constraints)
+        {
+            Some(c) if !c.is_empty() => offers.iter().filter(|o| c.allows(o)).cloned().collect(),
+            _ => offers.to_vec(),
+        }
+    }
+}
+
 /// Other available offers of the same shape and capacity, cheapest first: where a launch may
 /// land when the first choice has no capacity.
 pub(crate) fn fallbacks<'a>(

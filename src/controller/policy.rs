@@ -397,7 +397,21 @@ impl Controller {
         let job = self.policy_job(name, offer, nodes)?;
         let r = &self.fleet.jobs.get(name)?.record;
         let shape = offer.instance_type.name.as_str();
-        let pools: Vec<&PoolLog> = self.pools.of_type(shape).collect();
+        // Only the spot pools the job's placement constraints allow.
+        let allowed = &r.spec.constraints;
+        let pools: Vec<&PoolLog> = self
+            .pools
+            .of_type(shape)
+            .filter(|p| {
+                allowed.allows_pool(
+                    &p.region,
+                    p.zone.as_str(),
+                    shape,
+                    Capacity::Spot,
+                    p.spot_price,
+                )
+            })
+            .collect();
         if pools.is_empty() {
             return None;
         }

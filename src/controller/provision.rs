@@ -314,6 +314,7 @@ impl Controller {
                 .unwrap_or_else(|| "no feasible configuration".into());
             return self.mark_unplaceable(&jp.job, &reason, now);
         };
+        let offers = &self.allowed_offers(&jp.job, offers)[..];
         let Some(mut offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
             return Ok(());
         };

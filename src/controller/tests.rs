@@ -835,3 +835,63 @@ async fn the_cost_counter_adds_up_to_the_cost_report_as_instances_end() {
         report.total.cost
     );
 }
+
+#[tokio::test]
+async fn an_excluded_zone_is_never_launched_into_even_when_cheapest() {
+    // Zone a is always cheaper; zone b loses its spot capacity for a while, so the job is
+    // replaced, waits or falls back: never into zone a, which its spec excludes.
+    let mut a = trace("us-west-2a", vec![8; 300]);
+    a.prices = Some(vec![0.5; 300]);
+    let mut b = trace(
+        "us-west-2b",
+        [vec![8; 20], vec![0; 10], vec![8; 270]].concat(),
+    );
+    b.prices = Some(vec![1.2; 300]);
+    let sim = sim(vec![a, b]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    let text = format!(
+        "{}exclude = [\"us-west-2a\"]\n",
+        "name = \"fenced\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = { min = 1, max = 4 }\n\
+         deadline = \"48h\"\nlocal_batch = 64\n"
+    ) + "[work]\nsamples = 20_000_000\n[[observation]]\naccelerator = \"V100\"\ngpus = 1\n\
+         local_batch = 64\nstep_seconds = 0.2\n";
+    ctl.submit(
+        parse_job_spec(&text, "fenced.toml").expect("spec"),
+        sim.now(),
+    )
+    .expect("submit");
+    run(&mut ctl, &sim, 300).await;
+    let usage = store.usage().expect("usage");
+    assert!(!usage.is_empty(), "the job ran");
+    assert!(
+        usage.iter().all(|u| !u.offer_key.contains("us-west-2a")),
+        "{:?}",
+        usage.iter().map(|u| &u.offer_key).collect::<Vec<_>>()
+    );
+    // Without the exclusion the same job goes to the cheaper zone a.
+    let sim2 = self::sim(vec![
+        {
+            let mut a = trace("us-west-2a", vec![8; 300]);
+            a.prices = Some(vec![0.5; 300]);
+            a
+        },
+        trace("us-west-2b", vec![8; 300]),
+    ]);
+    let store2 = Arc::new(Store::in_memory().expect("store"));
+    let mut free = Controller::open(store2.clone(), sim2.clone(), config()).expect("open");
+    let open_text = text.replace("exclude = [\"us-west-2a\"]\n", "");
+    free.submit(
+        parse_job_spec(&open_text, "free.toml").expect("spec"),
+        sim2.now(),
+    )
+    .expect("submit");
+    run(&mut free, &sim2, 30).await;
+    assert!(
+        store2
+            .usage()
+            .expect("usage")
+            .iter()
+            .any(|u| u.offer_key.contains("us-west-2a"))
+    );
+}

@@ -67,21 +67,35 @@ pub struct Constraints {
 impl Constraints {
     /// Whether the job may run on `offer`.
     pub fn allows(&self, offer: &Offer) -> bool {
-        let region = offer.region.as_str();
-        let zone = offer.zone.as_str();
-        let shape = offer.instance_type.name.as_str();
-        let any = |globs: &[String], text: &str| globs.iter().any(|g| glob(g, text));
         (self.clouds.is_empty() || self.clouds.contains(&offer.cloud))
-            && (self.regions.is_empty() || any(&self.regions, region))
+            && self.allows_pool(
+                offer.region.as_str(),
+                offer.zone.as_str(),
+                &offer.instance_type.name,
+                offer.capacity,
+                offer.price_per_hour,
+            )
+    }
+
+    /// Whether the job may run on `capacity` of `shape` in `zone` of `region` at `price` $/h
+    /// (every constraint but the cloud's).
+    pub fn allows_pool(
+        &self,
+        region: &str,
+        zone: &str,
+        shape: &str,
+        capacity: Capacity,
+        price: f64,
+    ) -> bool {
+        let any = |globs: &[String], text: &str| globs.iter().any(|g| glob(g, text));
+        (self.regions.is_empty() || any(&self.regions, region))
             && (self.zones.is_empty() || any(&self.zones, zone))
             && !self
                 .exclude
                 .iter()
                 .any(|g| glob(g, region) || glob(g, zone) || glob(g, shape))
-            && self
-                .max_price_per_hour
-                .is_none_or(|max| offer.price_per_hour <= max)
-            && self.capacity.allows(offer.capacity)
+            && self.max_price_per_hour.is_none_or(|max| price <= max)
+            && self.capacity.allows(capacity)
     }
 
     /// Dollars to read the job's data once from `region`: nothing in the data's own region.
