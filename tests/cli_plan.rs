@@ -306,3 +306,39 @@ fn availability_for_an_unknown_zone_or_type_is_refused() {
         );
     }
 }
+
+/// Placement constraints: the plan honours them, and a region name the catalog does not know
+/// is refused with the closest names.
+#[test]
+fn placement_constraints_steer_the_plan_and_typos_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let choice = |extra: &str| -> serde_json::Value {
+        let text = job("fenced", "V100", "48h")
+            .replace("workers = 1\n", &format!("workers = 1\n{extra}\n"));
+        let spec = write(dir.path(), "fenced.toml", &text);
+        let o = tern(&["plan", spec.as_str(), "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        last_json(&o)["jobs"][0]["choice"].clone()
+    };
+    let free = choice("");
+    let region = free["region"].as_str().unwrap().to_string();
+    // Exclude the region it chose, and it goes elsewhere.
+    let fenced = choice(&format!("exclude = [\"{region}\"]"));
+    assert_ne!(fenced["region"], free["region"], "{fenced}");
+    // On-demand only, under a price cap, in us-* regions.
+    let od = choice("capacity = \"on-demand-only\"\nregions = [\"us-*\"]\nmax_price_per_hour = 10");
+    assert_eq!(od["capacity"], "on-demand", "{od}");
+    assert!(od["region"].as_str().unwrap().starts_with("us-"), "{od}");
+    assert!(od["price_per_hour"].as_f64().unwrap() <= 10.0, "{od}");
+
+    let text = job("typo", "V100", "48h")
+        .replace("workers = 1\n", "workers = 1\nregions = [\"us-est-1\"]\n");
+    let spec = write(dir.path(), "typo.toml", &text);
+    let o = tern(&["plan", spec.as_str()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("`regions[0]`: no region named \"us-est-1\"") && err.contains("us-east-1"),
+        "{err}"
+    );
+}

@@ -13,7 +13,7 @@ use tern_plan::{Objective, PlanOptions, PlanReport, Quota, hazard_per_hour, plan
 
 use super::catalog_source::CatalogArgs;
 use super::output::print_json_line;
-use tern::jobs::LoadedJob;
+use tern::jobs::{LoadedJob, check_regions};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -198,6 +198,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|p| LoadedJob::load(p, now))
         .collect::<Result<Vec<_>, _>>()?;
+    let regions: std::collections::BTreeSet<&str> =
+        catalog.offers.iter().map(|o| o.region.as_str()).collect();
+    for (j, path) in loaded.iter().zip(&args.jobs) {
+        check_regions(
+            &j.spec,
+            regions.iter().copied(),
+            &path.display().to_string(),
+        )?;
+    }
     let mut names = std::collections::HashSet::new();
     for j in &loaded {
         anyhow::ensure!(

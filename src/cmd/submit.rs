@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use tern::api::client::{Client, ClientError};
 use tern::api::wire::JobStatus;
-use tern::jobs::{check_new, inline_profile, read_spec, spec_folder};
+use tern::jobs::{check_new, check_regions, inline_profile, read_spec, spec_folder};
 use tern_cloud::JobSpec;
 
 /// Where the controller is and how to authenticate.
@@ -93,6 +93,12 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     // Validate locally first: errors name the file, not "request body".
     let spec = tern_cloud::parse_job_spec(&text, &shown)?;
     check_new(&spec, chrono::Utc::now(), &shown)?;
+    if !spec.constraints.regions.is_empty() || spec.constraints.data.is_some() {
+        let catalog = tern_pricing::bundled()?;
+        let regions: std::collections::BTreeSet<&str> =
+            catalog.offers.iter().map(|o| o.region.as_str()).collect();
+        check_regions(&spec, regions.iter().copied(), &shown)?;
+    }
     let body = wire_spec(&text, &spec, &args.job)?;
     let name = call(&args.server, async |c| c.submit(&body).await)?;
     debug_assert_eq!(name, spec.name);

@@ -39,6 +39,14 @@ pub enum JobError {
         /// What to try instead, or empty.
         hint: &'static str,
     },
+    #[error("{shown}: `{field}`: no region named {name:?} in the catalog{closest}")]
+    UnknownRegion {
+        shown: String,
+        field: String,
+        name: String,
+        /// " (closest known: …)" or empty.
+        closest: String,
+    },
     #[error("{shown}: `local_batch` is needed when there are no observations")]
     NoBatch { shown: String },
     #[error(
@@ -66,6 +74,48 @@ pub enum JobError {
 /// accelerator is one tern can forecast (in the speed table, or measured in the spec itself),
 /// and the deadline is in the future and at most [`MAX_DEADLINE_S`] away. Not re-checked when
 /// a stored job is reloaded.
+/// Region names in `regions` (those without wildcards) and `data.region` must be regions the
+/// catalog knows; a typo would otherwise rule every offer out, or price egress for data that
+/// is not there. The error suggests the closest names, as `tern offers` does.
+pub fn check_regions<'a>(
+    spec: &JobSpec,
+    known: impl IntoIterator<Item = &'a str> + Clone,
+    shown: &str,
+) -> Result<(), JobError> {
+    let c = &spec.constraints;
+    let named = c
+        .regions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (format!("regions[{i}]"), r))
+        .chain(
+            c.data
+                .iter()
+                .map(|d| ("data.region".to_string(), &d.region)),
+        )
+        .filter(|(_, r)| !r.contains(['*', '?']));
+    for (field, name) in named {
+        if !known
+            .clone()
+            .into_iter()
+            .any(|k| k.eq_ignore_ascii_case(name))
+        {
+            let close = tern_pricing::suggest(name, known.clone(), 3);
+            return Err(JobError::UnknownRegion {
+                shown: shown.to_string(),
+                field,
+                name: name.clone(),
+                closest: if close.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (closest known: {})", close.join(", "))
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
 pub fn check_new(spec: &JobSpec, now: DateTime<Utc>, shown: &str) -> Result<(), JobError> {
     let measured = |a: &str| {
         spec.observations.iter().any(|o| o.accelerator == a)
