@@ -109,6 +109,9 @@ pub struct MoveInput<'a> {
     pub slack_h: f64,
     pub hours_since_last_move: Option<f64>,
     pub checkpoint_gb: f64,
+    /// Dollars to read the job's data from the target's region once (0 where the data lives):
+    /// every move is a new start that pays it.
+    pub data_egress: f64,
     /// On-demand $/h of one node of the shape: the rule's floor is one restart at this price.
     pub on_demand_rate: f64,
 }
@@ -174,7 +177,7 @@ pub fn plan_move(input: &MoveInput<'_>) -> Result<Move, Stay> {
         input.checkpoint_gb * EGRESS_DOLLARS_PER_GB
     } else {
         0.0
-    };
+    } + input.data_egress;
     let candidate = MoveCandidate {
         remaining_work_hours: input.work_h,
         current_rate,
@@ -225,6 +228,7 @@ mod tests {
             slack_h: 10.0,
             hours_since_last_move: None,
             checkpoint_gb: 50.0,
+            data_egress: 0.0,
             on_demand_rate: 3.06,
         }
     }
@@ -284,6 +288,16 @@ mod tests {
         nodes[0].other_region = true;
         let across = plan_move(&input(&nodes)).expect("move");
         assert!((same.net_saving - across.net_saving - 50.0 * EGRESS_DOLLARS_PER_GB).abs() < 1e-9);
+        // Data read from another region is paid on every move, and can outweigh the saving.
+        let mut far = input(&nodes);
+        far.data_egress = 0.1;
+        let paid = plan_move(&far).expect("move");
+        assert!((across.net_saving - paid.net_saving - 0.1).abs() < 1e-9);
+        far.data_egress = 1e4;
+        assert!(
+            plan_move(&far).is_err(),
+            "a move that reads 500 TB across regions never pays"
+        );
     }
 
     #[test]

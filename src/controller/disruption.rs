@@ -436,6 +436,10 @@ impl Controller {
                 .map_or(f64::INFINITY, |d| hours(d - now) - work_h),
             hours_since_last_move: r.last_move_at.map(|t| hours(now - t)),
             checkpoint_gb: r.spec.checkpoint.size_gb,
+            data_egress: r
+                .spec
+                .constraints
+                .data_egress(best.region.as_str(), fleet::EGRESS_DOLLARS_PER_GB),
             on_demand_rate: self.on_demand_price(&first).unwrap_or(first.price_per_hour),
         };
         let Ok(plan) = fleet::plan_move(&input) else {
@@ -542,6 +546,7 @@ impl Controller {
             slack_h: f64::INFINITY,
             hours_since_last_move: None,
             checkpoint_gb: r.spec.checkpoint.size_gb,
+            data_egress: 0.0,
             on_demand_rate: best.price_per_hour,
         };
         let picked: Vec<usize> = if r.spec.gang {
