@@ -432,7 +432,12 @@ impl Controller {
 impl Controller {
     /// The offers job `name`'s placement constraints allow: what every launch, replacement,
     /// fallback and move for it chooses from.
-    pub(super) fn allowed_offers(&self, name: &str, offers: &[Offer]) -> Vec<Offer> {
+    /// Borrowed as they are when the job has no constraints (the common case, on a hot path).
+    pub(super) fn allowed_offers<'a>(
+        &self,
+        name: &str,
+        offers: &'a [Offer],
+    ) -> std::borrow::Cow<'a, [Offer]> {
         match self
             .fleet
             .jobs
@@ -440,7 +445,7 @@ impl Controller {
             .map(|e| &e.record.spec.constraints)
         {
             Some(c) if !c.is_empty() => offers.iter().filter(|o| c.allows(o)).cloned().collect(),
-            _ => offers.to_vec(),
+            _ => std::borrow::Cow::Borrowed(offers),
         }
     }
 }
