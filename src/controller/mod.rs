@@ -160,6 +160,9 @@ struct JobEntry {
     dirty: bool,
     /// Last "waiting" reason printed, so a wait is reported once, not every pass.
     waiting: Option<String>,
+    /// `record.planned_cost` was set in memory and not written yet (the next write of the
+    /// record carries it; a job that waits writes it then).
+    estimate_unsaved: bool,
 }
 
 /// What the controller manages: its jobs, their live instances and the open intents.
@@ -283,6 +286,7 @@ impl JobEntry {
             last_migrate_check: None,
             dirty: true,
             waiting: None,
+            estimate_unsaved: false,
         }
     }
 }

@@ -164,13 +164,9 @@ impl Controller {
     }
 
     /// The planner's first estimate of what the job will cost (the cost report's plan column),
-    /// kept from the first plan after submission, whether the job then starts or waits.
-    fn remember_plan_estimate(
-        &mut self,
-        job: &str,
-        dollars: f64,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
+    /// kept from the first plan after submission, whether the job then starts or waits. Set
+    /// here; written with the record's next write (placement), or by [`Self::wait`].
+    fn remember_plan_estimate(&mut self, job: &str, dollars: f64) {
         if let Some(e) = self
             .fleet
             .jobs
@@ -178,9 +174,8 @@ impl Controller {
             .filter(|e| e.record.planned_cost.is_none())
         {
             e.record.planned_cost = Some(dollars);
-            self.store.update_job(&e.record, now)?;
+            e.estimate_unsaved = true;
         }
-        Ok(())
     }
 
     /// Persist the prices that changed since the last pass (cost reports bill usage at the
@@ -318,7 +313,7 @@ impl Controller {
         let Some(mut offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
             return Ok(());
         };
-        self.remember_plan_estimate(&jp.job, choice.expected_cost, now)?;
+        self.remember_plan_estimate(&jp.job, choice.expected_cost);
         let mut why = None;
         match self.ask_policy(&jp.job, &offer, choice.nodes, now) {
             Some(call) => {
@@ -357,6 +352,7 @@ impl Controller {
             e.record.target_count = choice.nodes;
             e.record.planned_count = choice.nodes;
             e.waiting = None;
+            e.estimate_unsaved = false;
             self.store.update_job(&e.record, now)?;
         }
         let placement = Placement {
@@ -419,6 +415,9 @@ impl Controller {
         let Some(e) = self.fleet.jobs.get_mut(name) else {
             return Ok(());
         };
+        if std::mem::take(&mut e.estimate_unsaved) {
+            self.store.update_job(&e.record, now)?;
+        }
         // The policy's reasons carry costs that move every pass: one event while it waits.
         let shown = match &reason {
             WaitReason::Policy(_) => "policy".to_string(),
