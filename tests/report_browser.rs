@@ -5,18 +5,11 @@
 use std::path::Path;
 use std::process::Command;
 
-fn tern(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .output()
-        .expect("tern");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod common;
+use common::tern_json;
+
+/// The commands here read no token; `tern_json` sets one anyway.
+const TOKEN: &str = "unused";
 
 /// Chromium, headless, with the flags a closed network and a root user need.
 fn chromium(profile: &Path, args: &[&str], page: &Path) -> std::process::Output {
@@ -47,23 +40,26 @@ fn the_html_report_renders_its_charts_with_the_reports_numbers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("demo.db");
     let page = dir.path().join("report.html");
-    let summary = tern(&[
-        "demo",
-        "--json",
-        "--state",
-        &state.display().to_string(),
-        "--report",
-        &page.display().to_string(),
-    ]);
-    let summary: serde_json::Value =
-        serde_json::from_str(summary.lines().last().expect("line")).expect("json");
-    let report = tern(&[
-        "cost-report",
-        "--state",
-        &state.display().to_string(),
-        "--json",
-    ]);
-    let report: serde_json::Value = serde_json::from_str(report.trim()).expect("json");
+    let summary = tern_json(
+        &[
+            "demo",
+            "--json",
+            "--state",
+            &state.display().to_string(),
+            "--report",
+            &page.display().to_string(),
+        ],
+        TOKEN,
+    );
+    let report = tern_json(
+        &[
+            "cost-report",
+            "--state",
+            &state.display().to_string(),
+            "--json",
+        ],
+        TOKEN,
+    );
     let cost = report["total"]["cost"].as_f64().expect("cost");
     assert!(cost > 0.0, "{report}");
     // The demo's bill is the report's.
