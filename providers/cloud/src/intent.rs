@@ -47,6 +47,17 @@ impl IdempotencyKey {
         Self(Uuid::new_v5(&KEY_NAMESPACE, name.as_bytes()))
     }
 
+    /// A key for one part of this launch (one offer tried, one call of several), stable
+    /// across retries of the same intent.
+    pub fn part(&self, part: &str) -> Self {
+        Self(Uuid::new_v5(&self.0, part.as_bytes()))
+    }
+
+    /// A key for a call that has no intent but must not repeat (a delete of one instance).
+    pub fn for_name(name: &str) -> Self {
+        Self(Uuid::new_v5(&KEY_NAMESPACE, name.as_bytes()))
+    }
+
     /// AWS `ClientToken`: at most 64 printable ASCII characters.
     pub fn aws_client_token(&self) -> String {
         format!("tern-{}", self.0.simple())

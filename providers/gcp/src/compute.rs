@@ -1,0 +1,256 @@
+//! The Compute Engine calls tern makes, on google-cloud-rust's clients: one function per call,
+//! every page read, every operation polled to DONE. Errors are returned raw; the provider maps
+//! them through [`crate::errors`] with the offer they belong to.
+
+use std::time::Duration;
+
+use google_cloud_compute_v1::client::{
+    AcceleratorTypes, Instances, MachineTypes, ZoneOperations, Zones,
+};
+use google_cloud_compute_v1::model::{
+    BulkInsertInstanceResource, Instance, MachineType, Operation,
+};
+use google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder;
+use google_cloud_lro::Poller;
+use tern_cloud::ProviderError;
+
+use crate::GcpConfig;
+
+type Result<T> = std::result::Result<T, google_cloud_compute_v1::Error>;
+
+/// The Compute clients of one project.
+#[derive(Debug)]
+pub struct Compute {
+    project: String,
+    instances: Instances,
+    operations: ZoneOperations,
+    machine_types: MachineTypes,
+    accelerator_types: AcceleratorTypes,
+    zones: Zones,
+}
+
+/// Builds one client with the config's endpoint, credentials and polling backoff.
+macro_rules! client {
+    ($ty:ty, $config:expr) => {{
+        let config: &GcpConfig = $config;
+        let mut builder = <$ty>::builder();
+        if let Some(url) = &config.endpoint {
+            builder = builder.with_endpoint(url.clone());
+        }
+        if config.anonymous {
+            builder = builder.with_credentials(
+                google_cloud_auth::credentials::anonymous::Builder::new().build(),
+            );
+        }
+        let backoff = ExponentialBackoffBuilder::new()
+            .with_initial_delay(config.poll_interval)
+            .with_maximum_delay(Duration::from_secs(10).max(config.poll_interval))
+            .build()
+            .map_err(|e| invalid(format!("polling backoff: {e}")))?;
+        builder
+            .with_polling_backoff_policy(backoff)
+            .build()
+            .await
+            .map_err(|e| ProviderError::Unauthorized {
+                message: format!("building the Compute client: {e}"),
+            })?
+    }};
+}
+
+fn invalid(message: String) -> ProviderError {
+    ProviderError::InvalidRequest { message }
+}
+
+impl Compute {
+    pub async fn connect(config: &GcpConfig) -> std::result::Result<Self, ProviderError> {
+        // google-cloud-auth is built without its aws-lc default; tern uses ring everywhere.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(Self {
+            project: config.project.clone(),
+            instances: client!(Instances, config),
+            operations: client!(ZoneOperations, config),
+            machine_types: client!(MachineTypes, config),
+            accelerator_types: client!(AcceleratorTypes, config),
+            zones: client!(Zones, config),
+        })
+    }
+
+    /// The UP zones of `region`.
+    pub async fn zones(&self, region: &str) -> Result<Vec<String>> {
+        let suffix = format!("/regions/{region}");
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .zones
+                .list()
+                .set_project(&self.project)
+                .set_page_token(&token)
+                .send()
+                .await?;
+            for z in page.items {
+                let in_region = z.region.as_deref().is_some_and(|r| r.ends_with(&suffix));
+                let up = z.status.as_ref().is_none_or(|s| s.name() == Some("UP"));
+                if let (true, true, Some(name)) = (in_region, up, z.name) {
+                    out.push(name);
+                }
+            }
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = t,
+                _ => break,
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    pub async fn machine_types(&self, zone: &str) -> Result<Vec<MachineType>> {
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .machine_types
+                .list()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_page_token(&token)
+                .send()
+                .await?;
+            out.extend(page.items);
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = t,
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The accelerator type names of a zone (`nvidia-tesla-v100`, …).
+    pub async fn accelerator_types(&self, zone: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .accelerator_types
+                .list()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_page_token(&token)
+                .send()
+                .await?;
+            out.extend(page.items.into_iter().filter_map(|a| a.name));
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = t,
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// `instances.insert`, polled to DONE. The returned operation may carry an error.
+    pub async fn insert(
+        &self,
+        zone: &str,
+        body: Instance,
+        request_id: &str,
+        template: Option<&str>,
+    ) -> Result<Operation> {
+        self.instances
+            .insert()
+            .set_project(&self.project)
+            .set_zone(zone)
+            .set_request_id(request_id)
+            .set_or_clear_source_instance_template(template)
+            .set_body(body)
+            .poller()
+            .until_done()
+            .await
+    }
+
+    /// `instances.bulkInsert`, polled to DONE. The returned operation may carry an error.
+    pub async fn bulk_insert(
+        &self,
+        zone: &str,
+        body: BulkInsertInstanceResource,
+        request_id: &str,
+    ) -> Result<Operation> {
+        self.instances
+            .bulk_insert()
+            .set_project(&self.project)
+            .set_zone(zone)
+            .set_request_id(request_id)
+            .set_body(body)
+            .poller()
+            .until_done()
+            .await
+    }
+
+    /// Every instance of `zone` matching `filter`.
+    pub async fn list(&self, zone: &str, filter: &str) -> Result<Vec<Instance>> {
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .instances
+                .list()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_filter(filter)
+                .set_page_token(&token)
+                .send()
+                .await?;
+            out.extend(page.items);
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = t,
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn get(&self, zone: &str, name: &str) -> Result<Instance> {
+        self.instances
+            .get()
+            .set_project(&self.project)
+            .set_zone(zone)
+            .set_instance(name)
+            .send()
+            .await
+    }
+
+    /// `instances.delete`, polled to DONE.
+    pub async fn delete(&self, zone: &str, name: &str, request_id: &str) -> Result<Operation> {
+        self.instances
+            .delete()
+            .set_project(&self.project)
+            .set_zone(zone)
+            .set_instance(name)
+            .set_request_id(request_id)
+            .poller()
+            .until_done()
+            .await
+    }
+
+    /// The zone's operations matching `filter` (e.g. preemptions).
+    pub async fn operations(&self, zone: &str, filter: &str) -> Result<Vec<Operation>> {
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .operations
+                .list()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_filter(filter)
+                .set_page_token(&token)
+                .send()
+                .await?;
+            out.extend(page.items);
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = t,
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,649 @@
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use google_cloud_compute_v1::model::scheduling::{
+    InstanceTerminationAction, OnHostMaintenance, ProvisioningModel,
+};
+use google_cloud_compute_v1::model::{
+    AcceleratorConfig, AccessConfig, AttachedDisk, AttachedDiskInitializeParams,
+    BulkInsertInstanceResource, Instance as GceInstance, InstanceProperties, NetworkInterface,
+    Operation, Scheduling, ServiceAccount,
+};
+use tern_cloud::{
+    Availability, Capacity, Cloud, Instance, InstanceId, InstanceState, Interruption,
+    InterruptionKind, LaunchOutcome, LaunchRequest, Offer, Provider, ProviderError, Region, tag,
+};
+use tracing::{debug, info, warn};
+use uuid_like::request_id;
+
+use crate::compute::Compute;
+use crate::errors::{from_call, from_operation, is_already_exists};
+use crate::offers::{self, ZoneShapes};
+use crate::{GcpConfig, labels};
+
+/// A spot VM gets an ACPI soft-off and 30 s before it is stopped.
+const PREEMPTION_LEAD: Duration = Duration::from_secs(30);
+
+/// The zone operation GCE records when it preempts a spot VM.
+const PREEMPTED: &str = "compute.instances.preempted";
+
+/// States in which an instance still costs money or may still run.
+const LIVE: [&str; 7] = [
+    "PROVISIONING",
+    "STAGING",
+    "RUNNING",
+    "STOPPING",
+    "SUSPENDING",
+    "REPAIRING",
+    "PENDING",
+];
+
+#[derive(Debug, Default)]
+struct Cache {
+    zones: Option<(Instant, Vec<String>)>,
+    shapes: HashMap<String, (Instant, ZoneShapes)>,
+}
+
+/// tern's [`Provider`] for Compute Engine GPU VMs.
+pub struct GcpProvider {
+    config: GcpConfig,
+    compute: Compute,
+    /// The catalog's GPU offers of the region, by [`Offer::key`].
+    catalog: Arc<Vec<Offer>>,
+    by_key: HashMap<String, Offer>,
+    cache: Mutex<Cache>,
+    /// Offer key → when it last hit a stockout.
+    capacity_errors: Mutex<HashMap<String, Instant>>,
+    /// Preemption operations already reported, by operation name.
+    seen_preemptions: Mutex<HashSet<String>>,
+    /// Preemptions older than this were before tern started and are not news.
+    started: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for GcpProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcpProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these maps leaves plain data behind; keep using it.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Request ids: UUIDs derived from the launch's idempotency key, so a retry of the same
+/// persisted intent sends the same ids.
+mod uuid_like {
+    use tern_cloud::IdempotencyKey;
+
+    /// The `requestId` for one call of a launch (`part` names the offer it tries).
+    pub fn request_id(key: &IdempotencyKey, part: &str) -> String {
+        key.part(part).gce_request_id()
+    }
+}
+
+/// `zone/name`: GCE names are unique per zone, and every call needs both.
+fn instance_id(zone: &str, name: &str) -> InstanceId {
+    InstanceId(format!("{zone}/{name}"))
+}
+
+fn split_id(id: &InstanceId) -> Result<(&str, &str), ProviderError> {
+    id.0.split_once('/')
+        .ok_or_else(|| ProviderError::InvalidRequest {
+            message: format!("GCP instance ids are ZONE/NAME, found {:?}", id.0),
+        })
+}
+
+/// The last path segment of a GCE URL (`…/zones/us-central1-a` → `us-central1-a`).
+fn last_segment(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}
+
+impl GcpProvider {
+    /// Clients from Application Default Credentials (or none, for a fake), and the bundled
+    /// catalog's GCP offers for prices and shapes.
+    pub async fn connect(config: GcpConfig) -> Result<Self, ProviderError> {
+        let catalog = tern_pricing::bundled().map_err(|e| ProviderError::InvalidRequest {
+            message: format!("bundled price catalog: {e}"),
+        })?;
+        Self::with_catalog(config, &catalog.offers).await
+    }
+
+    /// As [`Self::connect`], with prices and shapes from these offers.
+    pub async fn with_catalog(config: GcpConfig, catalog: &[Offer]) -> Result<Self, ProviderError> {
+        let compute = Compute::connect(&config).await?;
+        let mine: Vec<Offer> = catalog
+            .iter()
+            .filter(|o| o.cloud == Cloud::Gcp && o.region.0 == config.region)
+            .cloned()
+            .collect();
+        let mut by_key = HashMap::new();
+        for o in mine.iter().filter(|o| o.accelerator().is_some()) {
+            by_key.entry(o.key()).or_insert_with(|| o.clone());
+        }
+        Ok(Self {
+            config,
+            compute,
+            catalog: Arc::new(mine),
+            by_key,
+            cache: Mutex::default(),
+            capacity_errors: Mutex::default(),
+            seen_preemptions: Mutex::default(),
+            started: Utc::now(),
+        })
+    }
+
+    pub fn config(&self) -> &GcpConfig {
+        &self.config
+    }
+
+    pub fn regions(&self) -> Vec<Region> {
+        vec![Region::new(self.config.region.as_str())]
+    }
+
+    /// The zones tern works in: the configured ones, else the region's UP zones (cached).
+    async fn zones(&self) -> Result<Vec<String>, ProviderError> {
+        if !self.config.zones.is_empty() {
+            return Ok(self.config.zones.clone());
+        }
+        let cached = lock(&self.cache).zones.clone();
+        if let Some((at, zones)) = &cached
+            && at.elapsed() < self.config.shapes_ttl
+        {
+            return Ok(zones.clone());
+        }
+        match self.compute.zones(&self.config.region).await {
+            Ok(zones) => {
+                lock(&self.cache).zones = Some((Instant::now(), zones.clone()));
+                Ok(zones)
+            }
+            Err(e) => stale(cached.map(|c| c.1), from_call(&e, None), "zones"),
+        }
+    }
+
+    async fn shapes(&self, zone: &str) -> Result<ZoneShapes, ProviderError> {
+        let cached = lock(&self.cache).shapes.get(zone).cloned();
+        if let Some((at, shapes)) = &cached
+            && at.elapsed() < self.config.shapes_ttl
+        {
+            return Ok(shapes.clone());
+        }
+        let fresh = async {
+            let machines = self.compute.machine_types(zone).await?;
+            let gpus = self.compute.accelerator_types(zone).await?;
+            Ok::<_, google_cloud_compute_v1::Error>(ZoneShapes::new(&machines, gpus))
+        };
+        match fresh.await {
+            Ok(shapes) => {
+                lock(&self.cache)
+                    .shapes
+                    .insert(zone.to_owned(), (Instant::now(), shapes.clone()));
+                Ok(shapes)
+            }
+            Err(e) => stale(cached.map(|c| c.1), from_call(&e, None), "machine types"),
+        }
+    }
+
+    fn recently_short(&self, key: &str) -> bool {
+        lock(&self.capacity_errors)
+            .get(key)
+            .is_some_and(|at| at.elapsed() < self.config.capacity_memory)
+    }
+
+    /// The VM an offer describes, with tern's labels, the exact tags in its description, GPUs
+    /// on N1 hosts, and spot or standard scheduling that terminates on host maintenance.
+    fn properties(&self, offer: &Offer, request: &LaunchRequest) -> InstanceProperties {
+        let mut p = InstanceProperties::default();
+        p.machine_type = Some(offer.instance_type.name.clone());
+        p.labels = labels::from_tags(&request.tags).into_iter().collect();
+        p.description = Some(labels::description(&request.tags));
+        if let Some((gpu, count)) = offers::guest_accelerator(offer) {
+            let mut acc = AcceleratorConfig::default();
+            acc.accelerator_type = Some(gpu.to_owned());
+            acc.accelerator_count = i32::try_from(count).ok();
+            p.guest_accelerators = vec![acc];
+        }
+        p.scheduling = Some(scheduling(offer.capacity));
+        if self.template(request).is_none() {
+            p.disks = vec![self.boot_disk()];
+            p.network_interfaces = vec![self.network()];
+        }
+        if let Some(email) = &self.config.service_account {
+            let mut sa = ServiceAccount::default();
+            sa.email = Some(email.clone());
+            sa.scopes = vec!["https://www.googleapis.com/auth/cloud-platform".into()];
+            p.service_accounts = vec![sa];
+        }
+        p
+    }
+
+    fn boot_disk(&self) -> AttachedDisk {
+        let mut init = AttachedDiskInitializeParams::default();
+        init.source_image = Some(self.config.image.clone());
+        init.disk_size_gb = Some(self.config.disk_size_gb);
+        let mut disk = AttachedDisk::default();
+        disk.boot = Some(true);
+        disk.auto_delete = Some(true);
+        disk.initialize_params = Some(init);
+        disk
+    }
+
+    fn network(&self) -> NetworkInterface {
+        let mut nat = AccessConfig::default();
+        nat.name = Some("External NAT".into());
+        let mut nic = NetworkInterface::default();
+        nic.network = Some(self.config.network.clone());
+        nic.access_configs = vec![nat];
+        nic
+    }
+
+    fn template(&self, request: &LaunchRequest) -> Option<String> {
+        request
+            .template
+            .clone()
+            .or_else(|| self.config.instance_template.clone())
+    }
+
+    /// A single VM for `instances.insert`: the properties with a name and zone-scoped URLs.
+    fn instance_body(&self, zone: &str, name: &str, p: InstanceProperties) -> GceInstance {
+        let mut i = GceInstance::default();
+        i.name = Some(name.to_owned());
+        i.machine_type = p
+            .machine_type
+            .map(|t| format!("zones/{zone}/machineTypes/{t}"));
+        i.labels = p.labels;
+        i.description = p.description;
+        i.guest_accelerators = p
+            .guest_accelerators
+            .into_iter()
+            .map(|mut a| {
+                a.accelerator_type = a
+                    .accelerator_type
+                    .map(|t| format!("zones/{zone}/acceleratorTypes/{t}"));
+                a
+            })
+            .collect();
+        i.scheduling = p.scheduling;
+        i.disks = p.disks;
+        i.network_interfaces = p.network_interfaces;
+        i.service_accounts = p.service_accounts;
+        i
+    }
+
+    /// Instances an earlier attempt of this launch made (found by the intent label), in the
+    /// zones its offers name.
+    async fn launched_before(
+        &self,
+        request: &LaunchRequest,
+    ) -> Result<Vec<Instance>, ProviderError> {
+        let filter = labels::filter(tag::INTENT, &request.intent.to_string());
+        let mut zones: Vec<&str> = request.offers.iter().map(|o| o.zone.0.as_str()).collect();
+        zones.sort_unstable();
+        zones.dedup();
+        let mut out = Vec::new();
+        for zone in zones {
+            out.extend(self.listed(zone, &filter).await?);
+        }
+        Ok(out)
+    }
+
+    /// Live instances of `zone` matching `filter`, as tern instances.
+    async fn listed(&self, zone: &str, filter: &str) -> Result<Vec<Instance>, ProviderError> {
+        let found = self
+            .compute
+            .list(zone, filter)
+            .await
+            .map_err(|e| from_call(&e, None))?;
+        Ok(found
+            .iter()
+            .filter(|i| {
+                i.status
+                    .as_ref()
+                    .and_then(|s| s.name())
+                    .is_some_and(|s| LIVE.contains(&s))
+            })
+            .filter_map(|i| self.to_instance(zone, i))
+            .collect())
+    }
+
+    fn to_instance(&self, zone: &str, i: &GceInstance) -> Option<Instance> {
+        let name = i.name.clone()?;
+        let type_name = i
+            .machine_type
+            .as_deref()
+            .map(last_segment)
+            .unwrap_or_default();
+        let spot = i.scheduling.as_ref().is_some_and(|s| {
+            s.provisioning_model
+                .as_ref()
+                .is_some_and(|m| m.name() == Some("SPOT"))
+                || s.preemptible == Some(true)
+        });
+        let capacity = if spot {
+            Capacity::Spot
+        } else {
+            Capacity::OnDemand
+        };
+        let state = match i.status.as_ref().and_then(|s| s.name()) {
+            Some("PROVISIONING" | "STAGING" | "PENDING") => InstanceState::Pending,
+            Some("RUNNING") => InstanceState::Running,
+            Some("TERMINATED") => InstanceState::Terminated,
+            _ => InstanceState::Stopping,
+        };
+        let label_map: BTreeMap<String, String> = i
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let tags = labels::to_tags(&label_map, i.description.as_deref());
+        let launched_at = i
+            .creation_timestamp
+            .as_deref()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map_or_else(Utc::now, |t| t.with_timezone(&Utc));
+        Some(Instance {
+            id: instance_id(zone, &name),
+            offer: self.offer_for(zone, type_name, capacity),
+            state,
+            tags,
+            launched_at,
+        })
+    }
+
+    /// The offer an instance was bought as: the catalog's GPU offer of that key, else the bare
+    /// machine type at no known price.
+    fn offer_for(&self, zone: &str, type_name: &str, capacity: Capacity) -> Offer {
+        let key = format!("{}/{zone}/{type_name}/{capacity}", Cloud::Gcp);
+        self.by_key.get(&key).cloned().unwrap_or_else(|| Offer {
+            cloud: Cloud::Gcp,
+            region: Region::new(self.config.region.as_str()),
+            zone: tern_cloud::Zone::new(zone),
+            instance_type: tern_cloud::InstanceType {
+                name: type_name.to_owned(),
+                vcpus: 0.0,
+                memory_gib: 0.0,
+                accelerator: None,
+            },
+            capacity,
+            price_per_hour: 0.0,
+            observed_at: None,
+            breakdown: Vec::new(),
+            availability: Availability::Unknown,
+        })
+    }
+
+    /// One offer's attempt: `insert` for one VM, `bulkInsert` with `minCount` for more. A
+    /// rate-limited call is resent with the same requestId (the client does not retry POSTs).
+    async fn launch_offer(
+        &self,
+        request: &LaunchRequest,
+        n: usize,
+        offer: &Offer,
+        count: u32,
+        min_count: u32,
+    ) -> Result<(), ProviderError> {
+        let zone = offer.zone.0.as_str();
+        let rid = request_id(&request.key, &offer.key());
+        let prefix = format!(
+            "tern-{}-{n}",
+            &request.key.as_uuid().simple().to_string()[..16]
+        );
+        let props = self.properties(offer, request);
+        let template = self.template(request);
+        if self.config.dry_run {
+            info!(call = if count == 1 { "instances.insert" } else { "instances.bulkInsert" },
+                  %zone, request_id = %rid, name = %prefix, count, min_count,
+                  properties = ?props, "dry run: not sent");
+            return Ok(());
+        }
+        let mut delay = self.config.poll_interval;
+        for attempt in 0..=self.config.throttle_retries {
+            let result = if count == 1 {
+                let body = self.instance_body(zone, &format!("{prefix}-0001"), props.clone());
+                self.compute
+                    .insert(zone, body, &rid, template.as_deref())
+                    .await
+            } else {
+                let mut bulk = BulkInsertInstanceResource::default();
+                bulk.count = Some(i64::from(count));
+                bulk.min_count = Some(i64::from(min_count.max(1)));
+                bulk.name_pattern = Some(format!("{prefix}-####"));
+                bulk.instance_properties = Some(props.clone());
+                bulk.source_instance_template = template.clone();
+                self.compute.bulk_insert(zone, bulk, &rid).await
+            };
+            match result {
+                Ok(op) => return done(&op, &offer.key()),
+                // The name is the intent's: an earlier attempt made it.
+                Err(e) if is_already_exists(&e) => return Ok(()),
+                Err(e) => {
+                    let err = from_call(&e, Some(&offer.key()));
+                    if !err.is_throttled() || attempt == self.config.throttle_retries {
+                        return Err(err);
+                    }
+                    debug!(%zone, request_id = %rid, attempt, "rate limited; resending with the same requestId");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        Err(ProviderError::Throttled { retry_after: None })
+    }
+}
+
+/// An operation that ended DONE: its error, if it carries one.
+fn done(op: &Operation, offer: &str) -> Result<(), ProviderError> {
+    from_operation(op, Some(offer)).map_or(Ok(()), Err)
+}
+
+fn scheduling(capacity: Capacity) -> Scheduling {
+    let mut s = Scheduling::default();
+    // GPU VMs cannot live-migrate.
+    s.on_host_maintenance = Some(OnHostMaintenance::Terminate);
+    s.automatic_restart = Some(false);
+    if capacity == Capacity::Spot {
+        s.provisioning_model = Some(ProvisioningModel::Spot);
+        s.instance_termination_action = Some(InstanceTerminationAction::Delete);
+    } else {
+        s.provisioning_model = Some(ProvisioningModel::Standard);
+    }
+    s
+}
+
+/// Keep using the last good answer when a refresh fails; fail only if there never was one.
+fn stale<T>(last: Option<T>, e: ProviderError, what: &str) -> Result<T, ProviderError> {
+    match last {
+        Some(v) => {
+            warn!(error = %e, "refreshing {what} failed; using the last good answer");
+            Ok(v)
+        }
+        None => Err(e),
+    }
+}
+
+#[async_trait]
+impl Provider for GcpProvider {
+    fn cloud(&self) -> Cloud {
+        Cloud::Gcp
+    }
+
+    async fn offers(&self, region: &Region) -> Result<Vec<Offer>, ProviderError> {
+        if region.0 != self.config.region {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for zone in self.zones().await? {
+            let shapes = self.shapes(&zone).await?;
+            for mut o in offers::in_zone(&self.catalog, &zone, &shapes, &self.config.machine_types)
+            {
+                if self.recently_short(&o.key()) {
+                    o.availability = Availability::Unavailable;
+                }
+                out.push(o);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        if request.count == 0 || request.offers.is_empty() {
+            return Ok(LaunchOutcome::default());
+        }
+        if let Some(o) = request
+            .offers
+            .iter()
+            .find(|o| o.cloud != Cloud::Gcp || o.region.0 != self.config.region)
+        {
+            return Err(ProviderError::InvalidRequest {
+                message: format!(
+                    "this GCP provider launches in {}; offer {} is elsewhere",
+                    self.config.region,
+                    o.key()
+                ),
+            });
+        }
+        // The requestIds guard a retry within GCE's retention window; the intent label also
+        // covers a crash after the call when that window has passed.
+        let before = self.launched_before(request).await?;
+        if !before.is_empty() {
+            info!(intent = %request.intent, instances = before.len(), "launch already made; returning its instances");
+            return Ok(LaunchOutcome {
+                instances: before,
+                errors: Vec::new(),
+            });
+        }
+        let mut outcome = LaunchOutcome::default();
+        let filter = labels::filter(tag::INTENT, &request.intent.to_string());
+        for (n, offer) in request.offers.iter().enumerate() {
+            let have = outcome.instances.len() as u32;
+            if have >= request.count {
+                break;
+            }
+            let count = request.count - have;
+            let min_count = request.min_count.saturating_sub(have).min(count);
+            match self.launch_offer(request, n, offer, count, min_count).await {
+                Ok(()) if self.config.dry_run => {}
+                Ok(()) => {
+                    let mut made = self.listed(&offer.zone.0, &filter).await?;
+                    made.retain(|i| !outcome.instances.iter().any(|m| m.id == i.id));
+                    for i in &mut made {
+                        i.offer = offer.clone();
+                    }
+                    outcome.instances.extend(made);
+                }
+                Err(e) if e.is_throttled() || matches!(e, ProviderError::Unauthorized { .. }) => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    if e.is_capacity() {
+                        lock(&self.capacity_errors).insert(offer.key(), Instant::now());
+                    }
+                    outcome.errors.push((offer.key(), e));
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    async fn terminate(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        let (zone, name) = split_id(id)?;
+        let instance = match self.compute.get(zone, name).await {
+            Ok(i) => i,
+            Err(e) => {
+                let err = from_call(&e, None);
+                return if err.is_not_found() { Ok(()) } else { Err(err) };
+            }
+        };
+        let owner = labels::key(tag::OWNER);
+        let ours = match &self.config.owner {
+            Some(o) => instance.labels.get(&owner) == Some(&labels::value(o)),
+            None => instance.labels.contains_key(&owner),
+        };
+        if !ours {
+            return Err(ProviderError::InvalidRequest {
+                message: format!(
+                    "instance {id} does not carry this controller's {owner} label; tern deletes \
+                     only its own instances"
+                ),
+            });
+        }
+        if self.config.dry_run {
+            info!(call = "instances.delete", %zone, instance = %name, "dry run: not sent");
+            return Ok(());
+        }
+        let rid =
+            tern_cloud::IdempotencyKey::for_name(&format!("delete/{}", id.0)).gce_request_id();
+        match self.compute.delete(zone, name, &rid).await {
+            Ok(op) => match from_operation(&op, None) {
+                Some(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            },
+            Err(e) => {
+                let err = from_call(&e, None);
+                if err.is_not_found() { Ok(()) } else { Err(err) }
+            }
+        }
+    }
+
+    async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {
+        let filter = labels::filter(tag::OWNER, owner);
+        let mut out = Vec::new();
+        for zone in self.zones().await? {
+            let mut found = self.listed(&zone, &filter).await?;
+            // Labels are lowercase; the owner tag reads back as the controller wrote it.
+            for i in &mut found {
+                i.tags.insert(tag::OWNER.into(), owner.to_owned());
+            }
+            out.extend(found);
+        }
+        Ok(out)
+    }
+
+    async fn interruptions(&self) -> Result<Vec<Interruption>, ProviderError> {
+        let filter = format!("operationType = \"{PREEMPTED}\"");
+        let mut found = Vec::new();
+        for zone in self.zones().await? {
+            let ops = self
+                .compute
+                .operations(&zone, &filter)
+                .await
+                .map_err(|e| from_call(&e, None))?;
+            for op in ops {
+                if op.operation_type.as_deref() != Some(PREEMPTED) {
+                    continue;
+                }
+                let (Some(name), Some(target)) = (op.name.clone(), op.target_link.as_deref())
+                else {
+                    continue;
+                };
+                let at = op
+                    .insert_time
+                    .as_deref()
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&Utc));
+                if at.is_some_and(|t| t < self.started - chrono::Duration::minutes(5)) {
+                    continue;
+                }
+                if !lock(&self.seen_preemptions).insert(name) {
+                    continue;
+                }
+                let now = Utc::now();
+                let start = at.unwrap_or(now);
+                found.push(Interruption {
+                    instance: instance_id(&zone, last_segment(target)),
+                    kind: InterruptionKind::SpotNotice,
+                    deadline: Some(
+                        start + chrono::Duration::from_std(PREEMPTION_LEAD).unwrap_or_default(),
+                    ),
+                    received_at: now,
+                });
+            }
+        }
+        Ok(found)
+    }
+}

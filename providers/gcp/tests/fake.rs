@@ -1,0 +1,411 @@
+//! The real google-cloud-rust Compute clients inside `GcpProvider`, against the crate's fake
+//! of the Compute REST API (anonymous credentials).
+
+use std::time::Duration;
+
+use tern_cloud::{
+    Availability, Capacity, IdempotencyKey, IntentId, LaunchRequest, Offer, Provider, Region, Tags,
+    tag,
+};
+use tern_gcp::fake::{FakeCompute, FakeZone};
+use tern_gcp::{GcpConfig, GcpProvider, labels};
+
+const PROJECT: &str = "tern-test";
+const REGION: &str = "us-central1";
+const OWNER: &str = "tern-fake";
+
+fn zones() -> Vec<FakeZone> {
+    let mt = |n: &str, c: i32, m: i32| (n.to_owned(), c, m);
+    vec![
+        FakeZone {
+            name: "us-central1-a".into(),
+            region: REGION.into(),
+            machine_types: vec![
+                mt("n1-highmem-8", 8, 53248),
+                mt("n1-highmem-16", 16, 106_496),
+                mt("a2-highgpu-1g", 12, 87040),
+                mt("e2-small", 2, 2048),
+            ],
+            accelerators: vec!["nvidia-tesla-v100".into(), "nvidia-tesla-t4".into()],
+        },
+        FakeZone {
+            name: "us-central1-b".into(),
+            region: REGION.into(),
+            machine_types: vec![mt("n1-highmem-8", 8, 53248)],
+            accelerators: vec!["nvidia-tesla-t4".into()],
+        },
+        FakeZone {
+            name: "europe-west4-a".into(),
+            region: "europe-west4".into(),
+            machine_types: vec![mt("n1-highmem-8", 8, 53248)],
+            accelerators: vec!["nvidia-tesla-v100".into()],
+        },
+    ]
+}
+
+fn config(fake: &FakeCompute) -> GcpConfig {
+    GcpConfig {
+        endpoint: Some(fake.endpoint.clone()),
+        anonymous: true,
+        owner: Some(OWNER.into()),
+        poll_interval: Duration::from_millis(20),
+        ..GcpConfig::new(PROJECT, REGION)
+    }
+}
+
+async fn setup() -> (FakeCompute, GcpProvider) {
+    let fake = FakeCompute::start(PROJECT, zones()).await.expect("fake");
+    let provider = GcpProvider::connect(config(&fake)).await.expect("provider");
+    (fake, provider)
+}
+
+fn find<'a>(
+    offers: &'a [Offer],
+    zone: &str,
+    gpu: &str,
+    count: u32,
+    capacity: Capacity,
+) -> &'a Offer {
+    offers
+        .iter()
+        .find(|o| {
+            o.zone.0 == zone
+                && o.capacity == capacity
+                && o.accelerator()
+                    .is_some_and(|a| a.name == gpu && a.count == count)
+        })
+        .unwrap_or_else(|| panic!("no {count}x{gpu} {capacity} offer in {zone}"))
+}
+
+fn request(offers: Vec<Offer>, count: u32, min_count: u32) -> LaunchRequest {
+    let intent = IntentId::from_uuid(uuid::Uuid::new_v4());
+    let mut tags = Tags::new();
+    tags.insert(tag::OWNER.into(), OWNER.into());
+    tags.insert(tag::INTENT.into(), intent.to_string());
+    tags.insert(tag::JOB.into(), "BERT.large".into());
+    LaunchRequest {
+        key: IdempotencyKey::derive(intent, 0),
+        intent,
+        job: "BERT.large".into(),
+        offers,
+        count,
+        min_count,
+        single_zone: count > 1,
+        tags,
+        template: None,
+    }
+}
+
+#[tokio::test]
+async fn offers_are_the_catalogs_where_the_zone_sells_the_shape_at_catalog_prices() {
+    let (_fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let catalog = tern_pricing::bundled().expect("catalog");
+    // Only zones of the region the API lists, only shapes each zone sells.
+    assert!(offers.iter().all(|o| o.zone.0.starts_with("us-central1-")));
+    assert!(offers.iter().all(|o| o.zone.0 != "us-central1-c"));
+    let v100 = find(&offers, "us-central1-a", "V100", 1, Capacity::Spot);
+    assert_eq!(v100.instance_type.name, "n1-highmem-8");
+    // us-central1-b has N1 hosts but no V100s: no V100 offer there, T4 offers yes.
+    assert!(
+        !offers
+            .iter()
+            .any(|o| o.zone.0 == "us-central1-b"
+                && o.accelerator().is_some_and(|a| a.name == "V100"))
+    );
+    find(&offers, "us-central1-b", "T4", 1, Capacity::OnDemand);
+    // a2-highgpu-1g is listed in -a: its A100 offer is there; not n1-highmem-32 (not listed).
+    find(&offers, "us-central1-a", "A100", 1, Capacity::OnDemand);
+    assert!(
+        !offers
+            .iter()
+            .any(|o| o.instance_type.name == "n1-highmem-32")
+    );
+    // CPU-only shapes are not offered.
+    assert!(offers.iter().all(|o| o.accelerator().is_some()));
+    // Every offer is the catalog's own, price included.
+    for o in &offers {
+        let same = catalog
+            .offers
+            .iter()
+            .find(|c| c.key() == o.key() && c.accelerator() == o.accelerator())
+            .unwrap_or_else(|| panic!("{} not in the catalog", o.key()));
+        assert!(
+            (same.price_per_hour - o.price_per_hour).abs() < 1e-12,
+            "{}",
+            o.key()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_launch_makes_a_labelled_spot_vm_with_its_gpus_and_a_repeat_makes_none() {
+    let (fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let req = request(
+        vec![find(&offers, "us-central1-a", "V100", 1, Capacity::Spot).clone()],
+        1,
+        1,
+    );
+    let out = provider.launch(&req).await.expect("launch");
+    assert_eq!(out.instances.len(), 1, "{:?}", out.errors);
+    // The insert's operation was polled through PENDING → RUNNING → DONE.
+    assert!(fake.polls() >= 2, "{} polls", fake.polls());
+    let inst = &out.instances[0];
+    assert!(inst.id.0.starts_with("us-central1-a/tern-"), "{}", inst.id);
+    assert_eq!(inst.job(), Some("BERT.large"), "exact tags read back");
+    assert_eq!(inst.intent_id(), Some(req.intent));
+    let (zone, name) = inst.id.0.split_once('/').expect("zone/name");
+    let vm = fake.instance(zone, name).expect("in the fake");
+    assert_eq!(vm["labels"]["tern-owner"], OWNER);
+    assert_eq!(vm["labels"]["tern-intent"], req.intent.to_string());
+    assert_eq!(vm["labels"]["tern-job"], "bert-large");
+    assert_eq!(vm["scheduling"]["provisioningModel"], "SPOT");
+    assert_eq!(vm["scheduling"]["instanceTerminationAction"], "DELETE");
+    assert_eq!(vm["scheduling"]["onHostMaintenance"], "TERMINATE");
+    assert_eq!(vm["guestAccelerators"][0]["acceleratorCount"], 1);
+    assert!(
+        vm["guestAccelerators"][0]["acceleratorType"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("acceleratorTypes/nvidia-tesla-v100"))
+    );
+    // The same intent again (a retry after a crash): the instance it made, no new call.
+    let posts = fake.calls().len();
+    let again = provider.launch(&req).await.expect("relaunch");
+    assert_eq!(
+        again.instances.iter().map(|i| &i.id).collect::<Vec<_>>(),
+        vec![&inst.id]
+    );
+    assert_eq!(fake.calls().len(), posts);
+    assert_eq!(fake.instances().len(), 1);
+}
+
+#[tokio::test]
+async fn two_racing_launches_of_one_intent_send_one_request_id_and_make_one_vm() {
+    let (fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let req = request(
+        vec![find(&offers, "us-central1-a", "T4", 1, Capacity::OnDemand).clone()],
+        1,
+        1,
+    );
+    let (a, b) = tokio::join!(provider.launch(&req), provider.launch(&req));
+    let (a, b) = (a.expect("a"), b.expect("b"));
+    assert_eq!(fake.instances().len(), 1);
+    assert_eq!(a.instances[0].id, b.instances[0].id);
+    let posts: Vec<_> = fake.calls().into_iter().filter(|c| c.0 == "POST").collect();
+    assert!(!posts.is_empty());
+    assert!(
+        posts.iter().all(|c| c.2 == posts[0].2 && c.2.is_some()),
+        "{posts:?}"
+    );
+    let vm = &fake.instances()[0];
+    assert!(!vm.3, "on-demand");
+}
+
+#[tokio::test]
+async fn a_gang_goes_through_bulk_insert_all_or_nothing() {
+    let (fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let a = find(&offers, "us-central1-a", "T4", 1, Capacity::Spot).clone();
+    let b = find(&offers, "us-central1-b", "T4", 1, Capacity::Spot).clone();
+    // Zone a has 3 VMs left, the gang needs 4: nothing there; zone b fills it.
+    fake.set_capacity("us-central1-a", "n1-highmem-8", 3);
+    let req = request(vec![a.clone(), b], 4, 4);
+    let out = provider.launch(&req).await.expect("launch");
+    assert_eq!(out.instances.len(), 4);
+    assert!(
+        out.instances
+            .iter()
+            .all(|i| i.offer.zone.0 == "us-central1-b")
+    );
+    assert_eq!(out.errors.len(), 1);
+    assert!(out.errors[0].1.is_capacity(), "{:?}", out.errors);
+    assert_eq!(out.errors[0].0, a.key());
+    let bulk: Vec<_> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.1.ends_with("/instances/bulkInsert"))
+        .collect();
+    assert_eq!(bulk.len(), 2);
+    assert_ne!(
+        bulk[0].2, bulk[1].2,
+        "each offer tried has its own requestId"
+    );
+    assert!(fake.instances().iter().all(|i| i.0 == "us-central1-b"));
+    // The stockout is remembered: the zone's offer reads unavailable for a while.
+    let again = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let flagged = again
+        .iter()
+        .find(|o| o.key() == a.key())
+        .expect("still listed");
+    assert_eq!(flagged.availability, Availability::Unavailable);
+}
+
+#[tokio::test]
+async fn a_stockout_inside_a_done_operation_is_a_capacity_error() {
+    let (fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    fake.set_capacity("us-central1-a", "a2-highgpu-1g", 0);
+    let a100 = find(&offers, "us-central1-a", "A100", 1, Capacity::Spot).clone();
+    let out = provider
+        .launch(&request(vec![a100], 1, 1))
+        .await
+        .expect("the call succeeds");
+    assert!(out.instances.is_empty());
+    let (_, e) = &out.errors[0];
+    assert!(e.is_capacity() && !e.is_retryable(), "{e:?}");
+    assert!(
+        e.to_string().contains("ZONE_RESOURCE_POOL_EXHAUSTED"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn quota_inside_the_operation_names_its_metric() {
+    let (fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    fake.set_quota_exceeded("nvidia-tesla-v100", "NVIDIA_V100_GPUS");
+    let v100 = find(&offers, "us-central1-a", "V100", 1, Capacity::OnDemand).clone();
+    let out = provider
+        .launch(&request(vec![v100], 1, 1))
+        .await
+        .expect("call");
+    let (_, e) = &out.errors[0];
+    assert!(e.is_quota(), "{e:?}");
+    assert!(e.to_string().contains("NVIDIA_V100_GPUS"), "{e}");
+    assert!(fake.instances().is_empty());
+}
+
+#[tokio::test]
+async fn a_rate_limited_insert_is_resent_with_the_same_request_id() {
+    let (fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    fake.rate_limit(2);
+    let t4 = find(&offers, "us-central1-a", "T4", 1, Capacity::Spot).clone();
+    let out = provider
+        .launch(&request(vec![t4], 1, 1))
+        .await
+        .expect("launch");
+    assert_eq!(out.instances.len(), 1);
+    let posts: Vec<_> = fake.calls().into_iter().filter(|c| c.0 == "POST").collect();
+    assert_eq!(posts.len(), 3);
+    assert!(posts.iter().all(|c| c.2 == posts[0].2));
+    // More rate limiting than the retries allow: the launch says throttled.
+    fake.rate_limit(10);
+    let t4 = find(&offers, "us-central1-a", "T4", 1, Capacity::OnDemand).clone();
+    let e = provider
+        .launch(&request(vec![t4], 1, 1))
+        .await
+        .expect_err("throttled");
+    assert!(e.is_throttled() && e.is_retryable(), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_preemption_in_zone_operations_becomes_one_interruption() {
+    let (fake, provider) = setup().await;
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let t4 = find(&offers, "us-central1-b", "T4", 1, Capacity::Spot).clone();
+    let out = provider
+        .launch(&request(vec![t4], 1, 1))
+        .await
+        .expect("launch");
+    let id = out.instances[0].id.clone();
+    assert!(provider.interruptions().await.expect("poll").is_empty());
+    let (zone, name) = id.0.split_once('/').expect("id");
+    assert!(fake.preempt(zone, name));
+    let notices = provider.interruptions().await.expect("poll");
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].instance, id);
+    assert_eq!(notices[0].kind, tern_cloud::InterruptionKind::SpotNotice);
+    let lead = notices[0].deadline.expect("deadline") - notices[0].received_at;
+    assert!(lead <= chrono::Duration::seconds(30), "{lead}");
+    // Reported once.
+    assert!(provider.interruptions().await.expect("poll").is_empty());
+    // The VM was deleted (termination action DELETE): it is no longer listed.
+    assert!(provider.list(OWNER).await.expect("list").is_empty());
+}
+
+#[tokio::test]
+async fn list_and_terminate_touch_only_instances_with_our_owner_label() {
+    let (fake, provider) = setup().await;
+    fake.set_page_size(1);
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let t4 = find(&offers, "us-central1-a", "T4", 1, Capacity::Spot).clone();
+    let ours = provider
+        .launch(&request(vec![t4], 2, 2))
+        .await
+        .expect("launch");
+    assert_eq!(ours.instances.len(), 2);
+    fake.put_instance("us-central1-a", "someone-elses", &[("team", "ml")]);
+    fake.put_instance(
+        "us-central1-a",
+        "other-owner",
+        &[("tern-owner", "another-tern")],
+    );
+    // Leak collection lists by owner label (every page).
+    let listed = provider.list(OWNER).await.expect("list");
+    let mut ids: Vec<_> = listed.iter().map(|i| i.id.clone()).collect();
+    ids.sort();
+    let mut want: Vec<_> = ours.instances.iter().map(|i| i.id.clone()).collect();
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(listed.iter().all(|i| i.owner() == Some(OWNER)));
+    // Not ours: refused, and still there.
+    for name in ["someone-elses", "other-owner"] {
+        let e = provider
+            .terminate(&format!("us-central1-a/{name}").as_str().into())
+            .await
+            .expect_err("not ours");
+        assert!(e.to_string().contains("tern-owner"), "{e}");
+        assert!(fake.instance("us-central1-a", name).is_some());
+    }
+    // Ours: deleted; a second delete of a gone VM is fine.
+    provider
+        .terminate(&ours.instances[0].id)
+        .await
+        .expect("terminate");
+    provider
+        .terminate(&ours.instances[0].id)
+        .await
+        .expect("already gone");
+    assert_eq!(provider.list(OWNER).await.expect("list").len(), 1);
+}
+
+#[tokio::test]
+async fn dry_run_makes_no_mutating_call() {
+    let fake = FakeCompute::start(PROJECT, zones()).await.expect("fake");
+    let provider = GcpProvider::connect(GcpConfig {
+        dry_run: true,
+        ..config(&fake)
+    })
+    .await
+    .expect("provider");
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let t4 = find(&offers, "us-central1-a", "T4", 1, Capacity::Spot).clone();
+    let out = provider
+        .launch(&request(vec![t4.clone()], 1, 1))
+        .await
+        .expect("launch");
+    assert!(out.instances.is_empty() && out.errors.is_empty());
+    let out = provider
+        .launch(&request(vec![t4], 3, 3))
+        .await
+        .expect("gang");
+    assert!(out.instances.is_empty());
+    fake.put_instance("us-central1-a", "tern-x", &[("tern-owner", OWNER)]);
+    provider
+        .terminate(&"us-central1-a/tern-x".into())
+        .await
+        .expect("terminate");
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    assert!(fake.instance("us-central1-a", "tern-x").is_some());
+}
+
+#[test]
+fn label_filters_name_the_gcp_label_keys() {
+    assert_eq!(
+        labels::filter(tag::OWNER, "Team-A"),
+        "labels.tern-owner = \"team-a\""
+    );
+}
