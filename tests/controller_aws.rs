@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Reaper, free_port, submit, tern_json, wait_for};
+use common::{Reaper, free_port, submit, tern_json, train_with_agent, wait_for};
 
 const TOKEN: &str = "aws-scenario-token";
 const OWNER: &str = "tern-scenario";
@@ -132,47 +132,8 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
         std::thread::sleep(Duration::from_millis(300));
     }
 
-    // The test agent: `tern agent` runs the "training script" under a stand-in torchrun; the
-    // script writes its progress file (half, then all of it, checkpointed) and exits.
-    let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).expect("bin");
-    let torchrun = bin.join("torchrun");
-    std::fs::write(
-        &torchrun,
-        "#!/bin/sh\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n",
-    )
-    .expect("torchrun");
-    Command::new("chmod")
-        .arg("+x")
-        .arg(&torchrun)
-        .status()
-        .expect("chmod");
-    let progress = dir.path().join("progress.json");
-    let script = format!(
-        "echo '{{\"samples\": 50000, \"checkpoint_samples\": 40000}}' > {p}; sleep 1; \
-         echo '{{\"samples\": 100000, \"checkpoint_samples\": 100000}}' > {p}",
-        p = progress.display()
-    );
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let agent = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["agent", "--job", "t4-small", "--server", &server])
-        .args(["--notice", "none", "--interval", "0.2"])
-        .arg("--progress-file")
-        .arg(&progress)
-        .args(["--", "sh", "-c", &script])
-        .env("TERN_TOKEN", TOKEN)
-        .env("PATH", path)
-        .output()
-        .expect("agent");
-    assert!(
-        agent.status.success(),
-        "agent: {}",
-        String::from_utf8_lossy(&agent.stderr)
-    );
+    // The test agent: `tern agent` runs the "training script" under a stand-in torchrun.
+    train_with_agent(dir.path(), "t4-small", 100_000, &server, TOKEN);
 
     // Finished: the controller terminates the instance in moto.
     let t0 = Instant::now();

@@ -28,6 +28,8 @@ pub enum ProviderKind {
     Sim,
     /// AWS EC2 through the AWS SDK (needs a tern built with `--features aws`).
     Aws,
+    /// GCP Compute Engine through google-cloud-rust (needs a tern built with `--features gcp`).
+    Gcp,
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,14 +58,34 @@ pub struct Args {
     /// Seed of the simulated cloud's fault injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// AWS: the home region (offers, launches, the SQS queue).
-    #[arg(long, env = "AWS_REGION")]
+    /// AWS or GCP: the home region (offers, launches; on AWS the SQS queue). On AWS it may come
+    /// from AWS_REGION.
+    #[arg(long)]
     region: Option<String>,
+    /// GCP: the project tern launches in.
+    #[arg(long, env = "GOOGLE_CLOUD_PROJECT")]
+    project: Option<String>,
+    /// GCP: use only these zones of the region (default: every zone that is UP).
+    #[arg(long = "zone", value_name = "ZONE")]
+    zones: Vec<String>,
+    /// GCP: the workers' service account (email).
+    #[arg(long, value_name = "EMAIL")]
+    service_account: Option<String>,
+    /// GCP: the instance template workers start from (`global/instanceTemplates/NAME`): image,
+    /// network, and a startup script that runs `tern agent`.
+    #[arg(long, value_name = "TEMPLATE")]
+    instance_template: Option<String>,
+    /// GCP: send every Compute call here (a local fake of the API).
+    #[arg(long, value_name = "URL")]
+    gcp_endpoint: Option<String>,
+    /// GCP: send no credentials (only for a local fake at --gcp-endpoint).
+    #[arg(long, requires = "gcp_endpoint")]
+    gcp_anonymous: bool,
     /// AWS: also list and terminate tern's instances in these regions.
     #[arg(long = "extra-region", value_name = "REGION")]
     extra_regions: Vec<String>,
-    /// AWS: log every mutating call (CreateFleet, TerminateInstances, DeleteMessageBatch) with
-    /// its parameters instead of making it.
+    /// AWS or GCP: log every mutating call (CreateFleet, TerminateInstances, DeleteMessageBatch;
+    /// instances.insert, bulkInsert, delete) with its parameters instead of making it.
     #[arg(long)]
     dry_run: bool,
     /// AWS: the launch template instances start from (name or `lt-…` id).
@@ -153,6 +175,7 @@ async fn aws_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
     let region = args
         .region
         .clone()
+        .or_else(|| std::env::var("AWS_REGION").ok())
         .context("--provider aws needs --region (or AWS_REGION)")?;
     let config = tern_aws::AwsConfig {
         extra_regions: args.extra_regions.clone(),
@@ -188,6 +211,48 @@ async fn aws_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
 async fn aws_provider(_: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>)> {
     bail!(
         "this tern was built without AWS support; build it with `cargo install --path . --features aws`"
+    )
+}
+
+/// The GCP provider from the flags; credentials come from Application Default Credentials.
+#[cfg(feature = "gcp")]
+async fn gcp_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>)> {
+    let project = args
+        .project
+        .clone()
+        .context("--provider gcp needs --project (or GOOGLE_CLOUD_PROJECT)")?;
+    let region = args
+        .region
+        .clone()
+        .context("--provider gcp needs --region (e.g. us-central1)")?;
+    if let Some(z) = args
+        .zones
+        .iter()
+        .find(|z| !z.starts_with(&format!("{region}-")))
+    {
+        bail!("--zone {z} is not a zone of --region {region} (expected {region}-a, {region}-b, …)");
+    }
+    let config = tern_gcp::GcpConfig {
+        zones: args.zones.clone(),
+        endpoint: args.gcp_endpoint.clone(),
+        anonymous: args.gcp_anonymous,
+        service_account: args.service_account.clone(),
+        instance_template: args.instance_template.clone(),
+        dry_run: args.dry_run,
+        owner: Some(args.owner.clone()),
+        ..tern_gcp::GcpConfig::new(project, region)
+    };
+    let provider = tern_gcp::GcpProvider::connect(config)
+        .await
+        .context("connecting to GCP")?;
+    let regions = provider.regions();
+    Ok((Arc::new(provider), regions))
+}
+
+#[cfg(not(feature = "gcp"))]
+async fn gcp_provider(_: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>)> {
+    bail!(
+        "this tern was built without GCP support; build it with `cargo install --path . --features gcp`"
     )
 }
 
@@ -331,6 +396,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         shown,
         match (&args.provider, &args.sim_endpoint) {
             (ProviderKind::Aws, _) => "AWS".to_string(),
+            (ProviderKind::Gcp, _) => "GCP".to_string(),
             (ProviderKind::Sim, Some(url)) => format!("simulated cloud at {url}"),
             (ProviderKind::Sim, None) =>
                 format!("simulated cloud in process at {}× speed", args.speed),
@@ -362,6 +428,10 @@ async fn cloud(
     match (args.provider, &args.sim_endpoint) {
         (ProviderKind::Aws, _) => {
             let (provider, regions) = aws_provider(args).await?;
+            Ok((provider, regions, Arc::new(WallClock)))
+        }
+        (ProviderKind::Gcp, _) => {
+            let (provider, regions) = gcp_provider(args).await?;
             Ok((provider, regions, Arc::new(WallClock)))
         }
         (ProviderKind::Sim, Some(url)) => {

@@ -179,3 +179,51 @@ pub fn start_sim(seed: u64) -> (Reaper, String) {
     wait_for(&addr);
     (reaper, format!("http://{addr}"))
 }
+
+/// `tern agent --job JOB` running a stand-in "training script" to the end: a fake `torchrun`
+/// on PATH execs the script, which writes its progress file (half the samples with a
+/// checkpoint, then all of them) and exits. The cloud's VMs do not train in these tests, so
+/// the agent runs here for them. Panics if the agent fails.
+pub fn train_with_agent(dir: &Path, job: &str, samples: u64, server: &str, token: &str) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let torchrun = bin.join("torchrun");
+    std::fs::write(
+        &torchrun,
+        "#!/bin/sh\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n",
+    )
+    .expect("torchrun");
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&torchrun)
+        .status()
+        .expect("chmod");
+    let progress = dir.join("progress.json");
+    let script = format!(
+        "echo '{{\"samples\": {half}, \"checkpoint_samples\": {ckpt}}}' > {p}; sleep 1; \
+         echo '{{\"samples\": {samples}, \"checkpoint_samples\": {samples}}}' > {p}",
+        half = samples / 2,
+        ckpt = samples * 2 / 5,
+        p = progress.display()
+    );
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let agent = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["agent", "--job", job, "--server", server])
+        .args(["--notice", "none", "--interval", "0.2"])
+        .arg("--progress-file")
+        .arg(&progress)
+        .args(["--", "sh", "-c", &script])
+        .env("TERN_TOKEN", token)
+        .env("PATH", path)
+        .output()
+        .expect("agent");
+    assert!(
+        agent.status.success(),
+        "agent: {}",
+        String::from_utf8_lossy(&agent.stderr)
+    );
+}

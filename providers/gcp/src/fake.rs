@@ -430,7 +430,8 @@ async fn handle(
         match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => {
-                return error(StatusCode::BAD_REQUEST, "parseError", &e.to_string()).into_response();
+                return error(StatusCode::BAD_REQUEST, "parseError", &e.to_string())
+                    .into_response();
             }
         }
     };

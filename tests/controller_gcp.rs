@@ -1,0 +1,155 @@
+//! `tern controller --provider gcp` end to end against the fake Compute API (the real
+//! google-cloud-rust clients inside tern, the fake REST server in this test): a job is
+//! submitted, planned on the zones' offers, launched with `instances.insert`, preempted (a
+//! `compute.instances.preempted` zone operation), relaunched, trained by a test agent, and its
+//! instance deleted when it finishes.
+
+#![cfg(all(feature = "gcp", feature = "test-util"))]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{Reaper, free_port, submit, tern_json, train_with_agent, wait_for};
+use tern_gcp::fake::{FakeCompute, FakeZone};
+
+const TOKEN: &str = "gcp-scenario-token";
+const OWNER: &str = "tern-scenario";
+const PROJECT: &str = "tern-scenario";
+
+fn zones() -> Vec<FakeZone> {
+    ["us-central1-a", "us-central1-b"]
+        .into_iter()
+        .map(|z| FakeZone {
+            name: z.into(),
+            region: "us-central1".into(),
+            machine_types: vec![("n1-highmem-8".into(), 8, 53248)],
+            accelerators: vec!["nvidia-tesla-t4".into()],
+        })
+        .collect()
+}
+
+/// Names of the live VMs carrying our owner label.
+fn ours(fake: &FakeCompute) -> Vec<String> {
+    fake.instances()
+        .into_iter()
+        .filter(|i| i.2.get("tern-owner").map(String::as_str) == Some(OWNER))
+        .map(|i| format!("{}/{}", i.0, i.1))
+        .collect()
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let fake = runtime
+        .block_on(FakeCompute::start(PROJECT, zones()))
+        .expect("fake Compute API");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut reaper = Reaper(Vec::new());
+    let addr = format!("127.0.0.1:{}", free_port());
+    let server = format!("http://{addr}");
+    reaper.0.push(
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["controller", "--provider", "gcp", "--project", PROJECT])
+            .args(["--region", "us-central1", "--gcp-endpoint", &fake.endpoint])
+            .args(["--gcp-anonymous", "--owner", OWNER, "--listen", &addr])
+            .args(["--period", "0.2"])
+            .arg("--state")
+            .arg(dir.path().join("state.db"))
+            .env("TERN_TOKEN", TOKEN)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("controller"),
+    );
+    wait_for(&addr);
+
+    let spec = dir.path().join("t4.toml");
+    std::fs::write(
+        &spec,
+        "name = \"t4-small\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
+         deadline = \"12h\"\nlocal_batch = 32\n[work]\nsamples = 100000\n\
+         [[observation]]\naccelerator = \"T4\"\ngpus = 1\nlocal_batch = 32\nstep_seconds = 0.25\n",
+    )
+    .expect("spec");
+    submit(&spec, &server, TOKEN);
+
+    // Planned on the fake's zones and launched through instances.insert, labelled.
+    wait_until("a first instance, known to the controller", || {
+        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
+        ours(&fake).len() == 1 && v["jobs"][0]["instances"].as_u64() == Some(1)
+    });
+    let first = ours(&fake).remove(0);
+    let (zone, name) = first.split_once('/').expect("zone/name");
+    let vm = fake.instance(zone, name).expect("vm");
+    for key in ["tern-owner", "tern-intent", "tern-job", "tern-cluster"] {
+        assert!(vm["labels"][key].is_string(), "{key} missing: {vm}");
+    }
+    assert_eq!(vm["scheduling"]["onHostMaintenance"], "TERMINATE");
+    assert!(
+        fake.calls()
+            .iter()
+            .filter(|c| c.0 == "POST")
+            .all(|c| c.2.is_some()),
+        "every launch carries a requestId: {:?}",
+        fake.calls()
+    );
+
+    // GCE preempts it: the controller reads the zone operation and replaces the VM.
+    assert!(fake.preempt(zone, name));
+    wait_until("a replacement", || {
+        let now = ours(&fake);
+        now.len() == 1 && now[0] != first
+    });
+    let client = tern::api::client::Client::new(
+        &server,
+        Some(TOKEN.into()),
+        tern::http::client().expect("http"),
+    )
+    .expect("client");
+    wait_until("the preemption in the events", || {
+        let events = runtime.block_on(client.events(0, None)).expect("events");
+        events
+            .iter()
+            .any(|e| e.kind == "notice" && e.message.contains(&first))
+    });
+
+    // The notice asked the job to checkpoint: an agent run that still sees the drain (the
+    // preempted VM's, had it lived its 30 s) checkpoints and stops; the next one (the
+    // replacement's) trains to the end.
+    for _ in 0..3 {
+        train_with_agent(dir.path(), "t4-small", 100_000, &server, TOKEN);
+        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
+        if v["jobs"][0]["done_samples"].as_f64() == Some(100_000.0) {
+            break;
+        }
+    }
+
+    // Finished: the controller deletes its VM.
+    let t0 = Instant::now();
+    let job = loop {
+        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
+        let j = v["jobs"][0].clone();
+        if j["state"] == "finished" && ours(&fake).is_empty() {
+            break j;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "job not finished and released: {v}, live: {:?}",
+            ours(&fake)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(job["progress"], 1.0, "{job}");
+    let deletes = fake.calls().iter().filter(|c| c.0 == "DELETE").count();
+    assert!(deletes >= 1, "{:?}", fake.calls());
+}
