@@ -270,3 +270,43 @@ fn bench_catalog_prints_a_json_summary() {
     assert_eq!(v["rows"], 30_510 + 600);
     assert!(v["p50_ms"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn each_gpu_on_one_gcp_host_type_is_its_own_row() {
+    // n1-highmem-8 is sold bare and with one T4, P4 or V100 in us-central1-a: four rows, each
+    // with its own accelerator and price (they were once merged into one row).
+    let out = tern(&[
+        "offers",
+        "--cloud",
+        "gcp",
+        "--region",
+        "us-central1",
+        "--json",
+        "--limit",
+        "0",
+    ]);
+    assert!(out.status.success());
+    let v = last_json(&out);
+    let rows: Vec<&serde_json::Value> = v["offers"]
+        .as_array()
+        .expect("offers")
+        .iter()
+        .filter(|r| r["zone"] == "us-central1-a" && r["instance_type"] == "n1-highmem-8")
+        .collect();
+    let mut gpus: Vec<String> = rows
+        .iter()
+        .map(|r| r["accelerator"]["name"].as_str().unwrap_or("-").to_owned())
+        .collect();
+    gpus.sort();
+    assert_eq!(gpus, ["-", "P4", "T4", "V100"], "{rows:?}");
+    for r in rows {
+        let parts: f64 = r["on_demand_breakdown"]
+            .as_array()
+            .expect("breakdown")
+            .iter()
+            .map(|p| p["price_per_hour"].as_f64().unwrap_or(0.0))
+            .sum();
+        let total = r["on_demand_per_hour"].as_f64().expect("price");
+        assert!((parts - total).abs() < 1e-9, "{r}");
+    }
+}

@@ -65,6 +65,7 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
             .args(["--period", "0.2"])
             .arg("--state")
             .arg(dir.path().join("state.db"))
+            .env("TERN_DB", dir.path().join("prices.db"))
             .env("TERN_TOKEN", TOKEN)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -152,4 +153,76 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
     assert_eq!(job["progress"], 1.0, "{job}");
     let deletes = fake.calls().iter().filter(|c| c.0 == "DELETE").count();
     assert!(deletes >= 1, "{:?}", fake.calls());
+}
+
+/// `tern offers … --json --limit 0` rows, keyed by zone, type, accelerators.
+fn offer_rows(extra: &[&str]) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["offers", "--cloud", "gcp", "--region", "us-central1"])
+        .args(["--json", "--limit", "0"])
+        .args(extra)
+        .output()
+        .expect("tern offers");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    v["offers"]
+        .as_array()
+        .expect("offers")
+        .iter()
+        .map(|r| {
+            let key = format!("{}/{}/{}", r["zone"], r["instance_type"], r["accelerator"]);
+            (key, r.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn live_offers_agree_with_the_bundled_catalog_where_the_billing_catalog_does() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let fake = runtime
+        .block_on(FakeCompute::start(PROJECT, zones()))
+        .expect("fake");
+    let catalog = tern_pricing::bundled().expect("catalog");
+    fake.set_skus(tern_gcp::fake::skus_from_catalog(
+        &catalog.offers,
+        "us-central1-a",
+    ));
+    let live = offer_rows(&[
+        "--live",
+        "--project",
+        PROJECT,
+        "--gcp-endpoint",
+        &fake.endpoint,
+        "--gcp-anonymous",
+    ]);
+    let bundled = offer_rows(&[]);
+    // The fake sells n1-highmem-8 + T4 in two zones: those rows, at the catalog's prices.
+    assert_eq!(live.len(), 2, "{live:?}");
+    for (key, row) in &live {
+        let same = bundled
+            .get(key)
+            .unwrap_or_else(|| panic!("{key} not in the catalog"));
+        for field in ["on_demand_per_hour", "spot_per_hour"] {
+            let (a, b) = (row[field].as_f64(), same[field].as_f64());
+            assert!(
+                matches!((a, b), (Some(a), Some(b)) if (a - b).abs() < 1e-4),
+                "{key} {field}: live {a:?} vs catalog {b:?}"
+            );
+        }
+    }
+    // Without the fake's credentials flag the CLI says what it needs.
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["offers", "--cloud", "gcp", "--live"])
+        .output()
+        .expect("tern offers");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--region"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

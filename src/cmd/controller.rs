@@ -75,7 +75,7 @@ pub struct Args {
     /// network, and a startup script that runs `tern agent`.
     #[arg(long, value_name = "TEMPLATE")]
     instance_template: Option<String>,
-    /// GCP: send every Compute call here (a local fake of the API).
+    /// GCP: send every Compute and Cloud Billing Catalog call here (a local fake of the APIs).
     #[arg(long, value_name = "URL")]
     gcp_endpoint: Option<String>,
     /// GCP: send no credentials (only for a local fake at --gcp-endpoint).
@@ -102,8 +102,8 @@ pub struct Args {
     /// AWS: offer only these instance types (default: every type with accelerators).
     #[arg(long = "instance-type", value_name = "TYPE")]
     instance_types: Vec<String>,
-    /// AWS: spot prices the controller reads are recorded in this price history (the one
-    /// `tern prices` reads).
+    /// AWS or GCP: live prices the controller reads (AWS spot and Pricing API, GCP Billing
+    /// Catalog) are recorded in this price history (the one `tern prices` reads).
     #[command(flatten)]
     price_db: super::prices::DbArgs,
     /// State store: a SQLite file (`sqlite:PATH` or a path) or a PostgreSQL URL
@@ -169,6 +169,17 @@ fn open_store(url: &StoreUrl) -> anyhow::Result<Store> {
     })
 }
 
+/// The price history live prices are recorded in (the one `tern prices` reads).
+#[cfg(any(feature = "aws", feature = "gcp"))]
+fn open_price_history(args: &Args) -> anyhow::Result<tern_pricing::PriceHistory> {
+    let path = args.price_db.path()?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    tern_pricing::PriceHistory::open(&path)
+        .with_context(|| format!("opening the price history {}", path.display()))
+}
+
 /// The AWS provider from the flags; credentials come from the standard AWS chain.
 #[cfg(feature = "aws")]
 async fn aws_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>)> {
@@ -193,12 +204,7 @@ async fn aws_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
         "--provider aws needs --launch-template NAME (the AMI, subnet and instance profile of \
          the workers; the Terraform module creates one), or --dry-run"
     );
-    let history_path = args.price_db.path()?;
-    if let Some(dir) = history_path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let history = tern_pricing::PriceHistory::open(&history_path)
-        .with_context(|| format!("opening the price history {}", history_path.display()))?;
+    let history = open_price_history(args)?;
     let provider = tern_aws::AwsProvider::connect(config)
         .await
         .context("connecting to AWS")?
@@ -235,6 +241,7 @@ async fn gcp_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
     let config = tern_gcp::GcpConfig {
         zones: args.zones.clone(),
         endpoint: args.gcp_endpoint.clone(),
+        billing_endpoint: args.gcp_endpoint.clone(),
         anonymous: args.gcp_anonymous,
         service_account: args.service_account.clone(),
         instance_template: args.instance_template.clone(),
@@ -242,9 +249,11 @@ async fn gcp_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
         owner: Some(args.owner.clone()),
         ..tern_gcp::GcpConfig::new(project, region)
     };
+    let history = open_price_history(args)?;
     let provider = tern_gcp::GcpProvider::connect(config)
         .await
-        .context("connecting to GCP")?;
+        .context("connecting to GCP")?
+        .with_price_history(Arc::new(std::sync::Mutex::new(history)));
     let regions = provider.regions();
     Ok((Arc::new(provider), regions))
 }

@@ -39,9 +39,75 @@ pub struct Args {
     pub limit: usize,
     #[command(flatten)]
     pub catalog: CatalogArgs,
+    /// Ask the cloud instead of the catalog: GCP's Compute API (zones, machine and accelerator
+    /// types) priced by the Cloud Billing Catalog. Needs --cloud gcp, --region and --project,
+    /// and Application Default Credentials.
+    #[arg(long, requires_all = ["cloud", "region"])]
+    pub live: bool,
+    /// GCP project for --live.
+    #[arg(long, env = "GOOGLE_CLOUD_PROJECT", requires = "live")]
+    pub project: Option<String>,
+    /// Send --live's Compute and Billing calls here (a local fake of the APIs).
+    #[arg(long, value_name = "URL", requires = "live")]
+    pub gcp_endpoint: Option<String>,
+    /// Send no credentials with --live (only for a local fake at --gcp-endpoint).
+    #[arg(long, requires = "gcp_endpoint")]
+    pub gcp_anonymous: bool,
     /// One JSON object on one line instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The offers the cloud lists now (`--live`), as a catalog, and where they came from.
+#[cfg(feature = "gcp")]
+fn live(args: &Args) -> anyhow::Result<(tern_pricing::Catalog, String)> {
+    use anyhow::Context;
+    anyhow::ensure!(
+        args.cloud == Some(Cloud::Gcp),
+        "--live asks GCP's APIs: it needs --cloud gcp (AWS's live offers are the controller's)"
+    );
+    let region = args.region.clone().context("--live needs --region")?;
+    let project = args
+        .project
+        .clone()
+        .context("--live needs --project (or GOOGLE_CLOUD_PROJECT)")?;
+    let config = tern_gcp::GcpConfig {
+        endpoint: args.gcp_endpoint.clone(),
+        billing_endpoint: args.gcp_endpoint.clone(),
+        anonymous: args.gcp_anonymous,
+        ..tern_gcp::GcpConfig::new(project.clone(), region.clone())
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let offers = runtime.block_on(async {
+        use tern_cloud::Provider;
+        let provider = tern_gcp::GcpProvider::connect(config).await?;
+        provider
+            .offers(&tern_cloud::Region::new(region.as_str()))
+            .await
+    });
+    let offers = offers
+        .with_context(|| format!("asking GCP for the offers of {region} in project {project}"))?;
+    let live = offers.iter().filter(|o| o.observed_at.is_some()).count();
+    let source = format!(
+        "live: GCP {region} ({} offers, {live} priced by the Cloud Billing Catalog, the rest by the bundled catalog)",
+        offers.len()
+    );
+    Ok((
+        tern_pricing::Catalog {
+            offers,
+            sources: Vec::new(),
+        },
+        source,
+    ))
+}
+
+#[cfg(not(feature = "gcp"))]
+fn live(_: &Args) -> anyhow::Result<(tern_pricing::Catalog, String)> {
+    anyhow::bail!(
+        "this tern was built without GCP support; build it with `cargo install --path . --features gcp` for --live"
+    )
 }
 
 /// One output row: a shape in a zone, with whatever capacity types passed the filters.
@@ -71,7 +137,11 @@ struct Report<'a> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let catalog = args.catalog.load()?;
+    let (catalog, source) = if args.live {
+        live(&args)?
+    } else {
+        (args.catalog.load()?, args.catalog.describe())
+    };
     let capacity = match (args.spot, args.on_demand) {
         (true, _) => Some(Capacity::Spot),
         (_, true) => Some(Capacity::OnDemand),
@@ -99,15 +169,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return print_json_line(&Report {
             rows: shown.len(),
             matching_rows: matching,
-            catalog: args.catalog.describe(),
+            catalog: source,
             offers: shown,
         });
     }
     if shown.is_empty() {
-        eprintln!(
-            "no offers match these filters ({})",
-            args.catalog.describe()
-        );
+        eprintln!("no offers match these filters ({source})");
         return Ok(());
     }
     let mut t = table(&[
@@ -156,13 +223,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// Group sorted offers into rows by (cloud, zone, shape), keeping the order of each row's
 /// cheapest offer, so the listing stays sorted by price.
 fn side_by_side<'a>(offers: &[&'a Offer]) -> Vec<Row<'a>> {
-    let mut index: std::collections::HashMap<(Cloud, &str, &str), usize> = Default::default();
+    // GCP sells one N1 host type bare and with each GPU model: the accelerators are part of
+    // the row's identity, or a V100 price lands on the bare host's row.
+    type Key<'k> = (Cloud, &'k str, &'k str, Option<(&'k str, u32)>);
+    let mut index: std::collections::HashMap<Key<'a>, usize> = Default::default();
     let mut rows: Vec<Row<'a>> = Vec::new();
     for &offer in offers {
         let key = (
             offer.cloud,
             offer.zone.as_str(),
             offer.instance_type.name.as_str(),
+            offer.accelerator().map(|a| (a.name.as_str(), a.count)),
         );
         let i = *index.entry(key).or_insert_with(|| {
             rows.push(Row {

@@ -2,15 +2,12 @@
 //! every page read, every operation polled to DONE. Errors are returned raw; the provider maps
 //! them through [`crate::errors`] with the offer they belong to.
 
-use std::time::Duration;
-
 use google_cloud_compute_v1::client::{
     AcceleratorTypes, Instances, MachineTypes, ZoneOperations, Zones,
 };
 use google_cloud_compute_v1::model::{
     BulkInsertInstanceResource, Instance, MachineType, Operation,
 };
-use google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder;
 use google_cloud_lro::Poller;
 use tern_cloud::ProviderError;
 
@@ -29,35 +26,7 @@ pub struct Compute {
     zones: Zones,
 }
 
-/// Builds one client with the config's endpoint, credentials and polling backoff.
-macro_rules! client {
-    ($ty:ty, $config:expr) => {{
-        let config: &GcpConfig = $config;
-        let mut builder = <$ty>::builder();
-        if let Some(url) = &config.endpoint {
-            builder = builder.with_endpoint(url.clone());
-        }
-        if config.anonymous {
-            builder = builder.with_credentials(
-                google_cloud_auth::credentials::anonymous::Builder::new().build(),
-            );
-        }
-        let backoff = ExponentialBackoffBuilder::new()
-            .with_initial_delay(config.poll_interval)
-            .with_maximum_delay(Duration::from_secs(10).max(config.poll_interval))
-            .build()
-            .map_err(|e| invalid(format!("polling backoff: {e}")))?;
-        builder
-            .with_polling_backoff_policy(backoff)
-            .build()
-            .await
-            .map_err(|e| ProviderError::Unauthorized {
-                message: format!("building the Compute client: {e}"),
-            })?
-    }};
-}
-
-fn invalid(message: String) -> ProviderError {
+pub(crate) fn invalid(message: String) -> ProviderError {
     ProviderError::InvalidRequest { message }
 }
 
@@ -67,11 +36,11 @@ impl Compute {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Self {
             project: config.project.clone(),
-            instances: client!(Instances, config),
-            operations: client!(ZoneOperations, config),
-            machine_types: client!(MachineTypes, config),
-            accelerator_types: client!(AcceleratorTypes, config),
-            zones: client!(Zones, config),
+            instances: client!(Instances, config, &config.endpoint),
+            operations: client!(ZoneOperations, config, &config.endpoint),
+            machine_types: client!(MachineTypes, config, &config.endpoint),
+            accelerator_types: client!(AcceleratorTypes, config, &config.endpoint),
+            zones: client!(Zones, config, &config.endpoint),
         })
     }
 

@@ -12,6 +12,12 @@ pub struct GcpConfig {
     pub zones: Vec<String>,
     /// Send every Compute call here instead of `https://compute.googleapis.com` (a fake).
     pub endpoint: Option<String>,
+    /// Send Cloud Billing Catalog calls here instead of `https://cloudbilling.googleapis.com`.
+    pub billing_endpoint: Option<String>,
+    /// Price offers from the Cloud Billing Catalog (else from the bundled catalog only).
+    pub live_prices: bool,
+    /// How long Billing Catalog prices are reused; a failed refresh is retried after a tenth.
+    pub prices_ttl: Duration,
     /// No credentials at all: only for a local fake.
     pub anonymous: bool,
     /// The workers' service account (email); none means the template's or the project default.
@@ -48,6 +54,9 @@ impl GcpConfig {
             region: region.into(),
             zones: Vec::new(),
             endpoint: None,
+            billing_endpoint: None,
+            live_prices: true,
+            prices_ttl: Duration::from_secs(3600),
             anonymous: false,
             service_account: None,
             instance_template: None,

@@ -62,6 +62,10 @@ struct World {
     rate_limited: u32,
     /// Every mutating call received: (method, path, requestId).
     calls: Vec<(String, String, Option<String>)>,
+    /// Cloud Billing Catalog SKUs served at `/v1/services/{id}/skus`.
+    skus: Vec<Value>,
+    /// The Billing Catalog answers 503.
+    billing_down: bool,
     /// Operation polls answered (`GET …/operations/{name}`).
     polls: u32,
     /// Items per list page.
@@ -122,6 +126,16 @@ impl FakeCompute {
     /// The next `n` mutating calls are rate limited.
     pub fn rate_limit(&self, n: u32) {
         lock(&self.world).rate_limited = n;
+    }
+
+    /// Serve these Cloud Billing Catalog SKUs (JSON as the API sends them).
+    pub fn set_skus(&self, skus: Vec<Value>) {
+        lock(&self.world).skus = skus;
+    }
+
+    /// Make the Billing Catalog unreachable (503) or reachable again.
+    pub fn set_billing_down(&self, down: bool) {
+        lock(&self.world).billing_down = down;
     }
 
     pub fn set_page_size(&self, n: usize) {
@@ -355,6 +369,81 @@ impl World {
     }
 }
 
+/// One Cloud Billing Catalog SKU as the API sends it: USD per `unit` (`h`, `GiBy.h`).
+pub fn sku(description: &str, usage: &str, unit: &str, price: f64, region: &str) -> Value {
+    let units = price.trunc();
+    let nanos = ((price - units) * 1e9).round();
+    json!({
+        "name": format!("services/6F81-5844-456A/skus/{:016x}", description.len() as u64 * 7919 + units as u64),
+        "skuId": format!("{:04X}-{:04X}-{:04X}", description.len(), nanos as u64 % 65536, usage.len()),
+        "description": description,
+        "category": {"serviceDisplayName": "Compute Engine", "resourceFamily": "Compute",
+                     "resourceGroup": "GPU", "usageType": usage},
+        "serviceRegions": [region],
+        "pricingInfo": [{"pricingExpression": {"usageUnit": unit, "displayQuantity": 1,
+            "tieredRates": [{"startUsageAmount": 0,
+                "unitPrice": {"currencyCode": "USD", "units": format!("{units}"), "nanos": nanos}}]}}],
+        "serviceProviderName": "Google",
+    })
+}
+
+/// SKUs that reproduce a catalog's N1 + GPU prices in `zone`: N1 core and RAM prices solved
+/// from its n1-standard-8 and n1-highmem-8 rows, and each GPU's price from its one-GPU N1
+/// offer. What a "Billing Catalog that answers with catalog prices" looks like.
+pub fn skus_from_catalog(catalog: &[tern_cloud::Offer], zone: &str) -> Vec<Value> {
+    use tern_cloud::Capacity;
+    let find = |name: &str, gpu: Option<&str>, cap: Capacity| {
+        catalog.iter().find(|o| {
+            o.zone.0 == zone
+                && o.capacity == cap
+                && o.instance_type.name == name
+                && o.accelerator().map(|a| (a.name.as_str(), a.count)) == gpu.map(|g| (g, 1))
+        })
+    };
+    let mut out = Vec::new();
+    for (cap, usage, prefix) in [
+        (Capacity::OnDemand, "OnDemand", ""),
+        (Capacity::Spot, "Preemptible", "Spot Preemptible "),
+    ] {
+        let (Some(std8), Some(hm8)) = (
+            find("n1-standard-8", None, cap),
+            find("n1-highmem-8", None, cap),
+        ) else {
+            continue;
+        };
+        let region = hm8.region.0.as_str();
+        let ram = (hm8.price_per_hour - std8.price_per_hour) / 22.0;
+        let core = (std8.price_per_hour - 30.0 * ram) / 8.0;
+        out.push(sku(
+            &format!("{prefix}N1 Predefined Instance Core running in Americas"),
+            usage,
+            "h",
+            core,
+            region,
+        ));
+        out.push(sku(
+            &format!("{prefix}N1 Predefined Instance Ram running in Americas"),
+            usage,
+            "GiBy.h",
+            ram,
+            region,
+        ));
+        for (gpu, description) in crate::billing::GPU_SKUS {
+            if let Some(o) = find("n1-highmem-8", Some(gpu), cap) {
+                let price = o.price_per_hour - hm8.price_per_hour;
+                out.push(sku(
+                    &format!("{prefix}{description} GPU running in Americas"),
+                    usage,
+                    "h",
+                    price,
+                    region,
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn last(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or(url)
 }
@@ -403,6 +492,9 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let path = uri.path().to_owned();
+    if method == Method::GET && path.starts_with("/v1/services/") && path.ends_with("/skus") {
+        return list_skus(&lock(&world), &query);
+    }
     let Some(rest) = path.strip_prefix("/compute/v1/projects/") else {
         return error(
             StatusCode::NOT_FOUND,
@@ -485,6 +577,35 @@ async fn handle(
 }
 
 type Reply = Result<Response, ApiError>;
+
+/// `services.skus.list` of the Cloud Billing Catalog: `pageSize` and `pageToken` paging.
+fn list_skus(w: &World, query: &HashMap<String, String>) -> Response {
+    if w.billing_down {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backendError",
+            "The service is currently unavailable.",
+        )
+        .into_response();
+    }
+    let size = query
+        .get("pageSize")
+        .and_then(|m| m.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(5000)
+        .min(w.page_size);
+    let start: usize = query
+        .get("pageToken")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    let end = (start + size).min(w.skus.len());
+    let next = if end < w.skus.len() {
+        end.to_string()
+    } else {
+        String::new()
+    };
+    ok(json!({"skus": w.skus.get(start..end).unwrap_or_default(), "nextPageToken": next}))
+}
 
 fn known_zone<'a>(w: &'a World, zone: &str) -> Result<&'a FakeZone, ApiError> {
     w.zone(zone).ok_or_else(|| {

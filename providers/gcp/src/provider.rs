@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use google_cloud_billing_v1::client::CloudCatalog;
 use google_cloud_compute_v1::model::scheduling::{
     InstanceTerminationAction, OnHostMaintenance, ProvisioningModel,
 };
@@ -16,9 +17,11 @@ use tern_cloud::{
     Availability, Capacity, Cloud, Instance, InstanceId, InstanceState, Interruption,
     InterruptionKind, LaunchOutcome, LaunchRequest, Offer, Provider, ProviderError, Region, tag,
 };
+use tern_pricing::PriceHistory;
 use tracing::{debug, info, warn};
 use uuid_like::request_id;
 
+use crate::billing::{self, SkuPrices};
 use crate::compute::Compute;
 use crate::errors::{from_call, from_operation, is_already_exists};
 use crate::offers::{self, ZoneShapes};
@@ -45,12 +48,16 @@ const LIVE: [&str; 7] = [
 struct Cache {
     zones: Option<(Instant, Vec<String>)>,
     shapes: HashMap<String, (Instant, ZoneShapes)>,
+    /// The last Billing Catalog refresh: when it was tried, and the last good prices.
+    prices: Option<(Instant, Option<Arc<SkuPrices>>)>,
 }
 
 /// tern's [`Provider`] for Compute Engine GPU VMs.
 pub struct GcpProvider {
     config: GcpConfig,
     compute: Compute,
+    billing: Option<CloudCatalog>,
+    history: Option<Arc<Mutex<PriceHistory>>>,
     /// The catalog's GPU offers of the region, by [`Offer::key`].
     catalog: Arc<Vec<Offer>>,
     by_key: HashMap<String, Offer>,
@@ -117,6 +124,11 @@ impl GcpProvider {
     /// As [`Self::connect`], with prices and shapes from these offers.
     pub async fn with_catalog(config: GcpConfig, catalog: &[Offer]) -> Result<Self, ProviderError> {
         let compute = Compute::connect(&config).await?;
+        let billing = if config.live_prices {
+            Some(client!(CloudCatalog, &config, &config.billing_endpoint))
+        } else {
+            None
+        };
         let mine: Vec<Offer> = catalog
             .iter()
             .filter(|o| o.cloud == Cloud::Gcp && o.region.0 == config.region)
@@ -129,6 +141,8 @@ impl GcpProvider {
         Ok(Self {
             config,
             compute,
+            billing,
+            history: None,
             catalog: Arc::new(mine),
             by_key,
             cache: Mutex::default(),
@@ -136,6 +150,50 @@ impl GcpProvider {
             seen_preemptions: Mutex::default(),
             started: Utc::now(),
         })
+    }
+
+    /// Record every Billing Catalog refresh's offers into this history.
+    pub fn with_price_history(mut self, history: Arc<Mutex<PriceHistory>>) -> Self {
+        self.history = Some(history);
+        self
+    }
+
+    /// The Billing Catalog's prices for the region (refreshed per TTL) and whether they were
+    /// fetched just now; `None` when off or never reached. A failure keeps the last good
+    /// prices, logs once, and is retried after a tenth of the TTL.
+    async fn sku_prices(&self) -> (Option<Arc<SkuPrices>>, bool) {
+        let Some(client) = &self.billing else {
+            return (None, false);
+        };
+        let cached = lock(&self.cache).prices.clone();
+        let last = cached.as_ref().and_then(|c| c.1.clone());
+        if let Some((at, good)) = &cached {
+            let wait = if good.is_some() {
+                self.config.prices_ttl
+            } else {
+                self.config.prices_ttl / 10
+            };
+            if at.elapsed() < wait {
+                return (last, false);
+            }
+        }
+        match billing::fetch(client).await {
+            Ok(skus) => {
+                let prices = Arc::new(SkuPrices::from_skus(&skus, &self.config.region));
+                debug!(
+                    skus = skus.len(),
+                    priced = prices.prices.len(),
+                    "Billing Catalog prices"
+                );
+                lock(&self.cache).prices = Some((Instant::now(), Some(prices.clone())));
+                (Some(prices), true)
+            }
+            Err(e) => {
+                warn!(error = %from_call(&e, None), "Cloud Billing Catalog unreachable; keeping the last good prices (or the bundled catalog's)");
+                lock(&self.cache).prices = Some((Instant::now(), last.clone()));
+                (last, false)
+            }
+        }
     }
 
     pub fn config(&self) -> &GcpConfig {
@@ -476,15 +534,33 @@ impl Provider for GcpProvider {
         if region.0 != self.config.region {
             return Ok(Vec::new());
         }
+        let (prices, fresh) = self.sku_prices().await;
+        let now = Utc::now();
         let mut out = Vec::new();
         for zone in self.zones().await? {
             let shapes = self.shapes(&zone).await?;
-            for mut o in offers::in_zone(&self.catalog, &zone, &shapes, &self.config.machine_types)
-            {
+            for o in offers::in_zone(&self.catalog, &zone, &shapes, &self.config.machine_types) {
+                let mut o = match prices.as_ref().and_then(|p| p.price(&o)) {
+                    Some(live) => Offer {
+                        observed_at: Some(now),
+                        ..live
+                    },
+                    None => o,
+                };
                 if self.recently_short(&o.key()) {
                     o.availability = Availability::Unavailable;
                 }
                 out.push(o);
+            }
+        }
+        if fresh && let Some(history) = &self.history {
+            let live: Vec<Offer> = out
+                .iter()
+                .filter(|o| o.observed_at.is_some())
+                .cloned()
+                .collect();
+            if let Err(e) = lock(history).record(&live, now, "gcp:cloudbilling:skus") {
+                warn!(error = %e, "could not record Billing Catalog prices in the price history");
             }
         }
         Ok(out)

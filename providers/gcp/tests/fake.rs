@@ -46,6 +46,7 @@ fn zones() -> Vec<FakeZone> {
 fn config(fake: &FakeCompute) -> GcpConfig {
     GcpConfig {
         endpoint: Some(fake.endpoint.clone()),
+        billing_endpoint: Some(fake.endpoint.clone()),
         anonymous: true,
         owner: Some(OWNER.into()),
         poll_interval: Duration::from_millis(20),
@@ -408,4 +409,70 @@ fn label_filters_name_the_gcp_label_keys() {
         labels::filter(tag::OWNER, "Team-A"),
         "labels.tern-owner = \"team-a\""
     );
+}
+
+/// The fake's SKUs for the bundled catalog's us-central1-a prices, plus decoys $7 dearer in
+/// another region, which tern must not pick up.
+fn catalog_skus() -> Vec<serde_json::Value> {
+    let catalog = tern_pricing::bundled().expect("catalog");
+    let mut skus = tern_gcp::fake::skus_from_catalog(&catalog.offers, "us-central1-a");
+    let decoys = tern_gcp::fake::skus_from_catalog(&catalog.offers, "us-central1-a")
+        .into_iter()
+        .map(|mut s| {
+            s["serviceRegions"] = serde_json::json!(["europe-west4"]);
+            s["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"]["units"] =
+                serde_json::json!("7");
+            s
+        });
+    skus.extend(decoys);
+    skus
+}
+
+#[tokio::test]
+async fn billing_catalog_prices_agree_with_the_bundled_catalog_and_fall_back_to_it() {
+    let (fake, provider) = setup().await;
+    fake.set_page_size(3);
+    fake.set_skus(catalog_skus());
+    let catalog = tern_pricing::bundled().expect("catalog");
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let mut live = 0;
+    for o in &offers {
+        let same = catalog
+            .offers
+            .iter()
+            .find(|c| c.key() == o.key() && c.accelerator() == o.accelerator())
+            .expect("in catalog");
+        assert!(
+            (same.price_per_hour - o.price_per_hour).abs() < 1e-4,
+            "{}: catalog {} vs live {}",
+            o.key(),
+            same.price_per_hour,
+            o.price_per_hour
+        );
+        if o.observed_at.is_some() {
+            live += 1;
+            assert_eq!(o.breakdown.len(), 2, "{:?}", o.breakdown);
+        }
+    }
+    // N1 + GPU offers are live-priced; A2 (no A2 core or RAM SKUs served) keeps the catalog's.
+    let n1 = offers
+        .iter()
+        .filter(|o| o.instance_type.name.starts_with("n1-"))
+        .count();
+    assert!(n1 > 0 && live == n1, "{live} live of {n1} N1 offers");
+    let a2 = find(&offers, "us-central1-a", "A100", 1, Capacity::Spot);
+    assert!(a2.observed_at.is_none());
+}
+
+#[tokio::test]
+async fn an_unreachable_billing_catalog_leaves_the_bundled_prices() {
+    let (fake, provider) = setup().await;
+    fake.set_skus(catalog_skus());
+    fake.set_billing_down(true);
+    let offers = provider
+        .offers(&Region::new(REGION))
+        .await
+        .expect("offers still");
+    assert!(!offers.is_empty());
+    assert!(offers.iter().all(|o| o.observed_at.is_none()));
 }
