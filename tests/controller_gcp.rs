@@ -26,6 +26,7 @@ fn zones() -> Vec<FakeZone> {
             region: "us-central1".into(),
             machine_types: vec![("n1-highmem-8".into(), 8, 53248)],
             accelerators: vec!["nvidia-tesla-t4".into()],
+            tpu_types: Vec::new(),
         })
         .collect()
 }

@@ -75,7 +75,8 @@ pub struct Args {
     /// network, and a startup script that runs `tern agent`.
     #[arg(long, value_name = "TEMPLATE")]
     instance_template: Option<String>,
-    /// GCP: send every Compute and Cloud Billing Catalog call here (a local fake of the APIs).
+    /// GCP: send every Compute, Cloud TPU and Cloud Billing Catalog call here (a local fake of
+    /// the APIs).
     #[arg(long, value_name = "URL")]
     gcp_endpoint: Option<String>,
     /// GCP: send no credentials (only for a local fake at --gcp-endpoint).
@@ -242,6 +243,7 @@ async fn gcp_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
         zones: args.zones.clone(),
         endpoint: args.gcp_endpoint.clone(),
         billing_endpoint: args.gcp_endpoint.clone(),
+        tpu_endpoint: args.gcp_endpoint.clone(),
         anonymous: args.gcp_anonymous,
         service_account: args.service_account.clone(),
         instance_template: args.instance_template.clone(),

@@ -47,7 +47,7 @@ pub struct Args {
     /// GCP project for --live.
     #[arg(long, env = "GOOGLE_CLOUD_PROJECT", requires = "live")]
     pub project: Option<String>,
-    /// Send --live's Compute and Billing calls here (a local fake of the APIs).
+    /// Send --live's Compute, TPU and Billing calls here (a local fake of the APIs).
     #[arg(long, value_name = "URL", requires = "live")]
     pub gcp_endpoint: Option<String>,
     /// Send no credentials with --live (only for a local fake at --gcp-endpoint).
@@ -74,6 +74,7 @@ fn live(args: &Args) -> anyhow::Result<(tern_pricing::Catalog, String)> {
     let config = tern_gcp::GcpConfig {
         endpoint: args.gcp_endpoint.clone(),
         billing_endpoint: args.gcp_endpoint.clone(),
+        tpu_endpoint: args.gcp_endpoint.clone(),
         anonymous: args.gcp_anonymous,
         ..tern_gcp::GcpConfig::new(project.clone(), region.clone())
     };

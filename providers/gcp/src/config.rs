@@ -18,6 +18,17 @@ pub struct GcpConfig {
     pub live_prices: bool,
     /// How long Billing Catalog prices are reused; a failed refresh is retried after a tenth.
     pub prices_ttl: Duration,
+    /// Send Cloud TPU calls here instead of `https://tpu.googleapis.com`.
+    pub tpu_endpoint: Option<String>,
+    /// Offer and launch TPU slices (needs the Cloud TPU API enabled in the project).
+    pub tpus: bool,
+    /// TPU VM software version of the slices tern creates.
+    pub tpu_runtime: String,
+    /// Spot slices with at most this many chips are created directly as nodes; larger or
+    /// on-demand slices go through queued resources.
+    pub tpu_direct_max_chips: u32,
+    /// How long a queued resource waits for capacity before GCP drops it.
+    pub tpu_queue_for: Duration,
     /// No credentials at all: only for a local fake.
     pub anonymous: bool,
     /// The workers' service account (email); none means the template's or the project default.
@@ -57,6 +68,11 @@ impl GcpConfig {
             billing_endpoint: None,
             live_prices: true,
             prices_ttl: Duration::from_secs(3600),
+            tpu_endpoint: None,
+            tpus: true,
+            tpu_runtime: "v2-alpha-tpuv5".into(),
+            tpu_direct_max_chips: 8,
+            tpu_queue_for: Duration::from_secs(3600),
             anonymous: false,
             service_account: None,
             instance_template: None,

@@ -54,6 +54,21 @@ pub fn classify(
     offer: Option<&str>,
 ) -> ProviderError {
     let has = |list: &[&str]| list.contains(&code);
+    // Cloud TPU reports both stockouts and quota as RESOURCE_EXHAUSTED; the message tells.
+    if code == "RESOURCE_EXHAUSTED" {
+        return if message.to_ascii_lowercase().contains("quota") {
+            ProviderError::Quota {
+                code: code.to_owned(),
+                message: message.to_owned(),
+            }
+        } else {
+            ProviderError::Capacity {
+                offer: offer.unwrap_or("unknown").to_owned(),
+                code: code.to_owned(),
+                message: message.to_owned(),
+            }
+        };
+    }
     if has(CAPACITY) || code.starts_with("ZONE_RESOURCE_POOL_EXHAUSTED") {
         ProviderError::Capacity {
             offer: offer.unwrap_or("unknown").to_owned(),
@@ -177,6 +192,24 @@ mod tests {
             ProviderError::Unauthorized { .. }
         ));
         assert!(classify("backendError", Some(503), "", None).is_retryable());
+        assert!(
+            classify(
+                "RESOURCE_EXHAUSTED",
+                Some(429),
+                "There is no more capacity in the zone",
+                None
+            )
+            .is_capacity()
+        );
+        assert!(
+            classify(
+                "RESOURCE_EXHAUSTED",
+                Some(429),
+                "Quota limit 'TPUV5sPodPerProjectPerZoneForTPUAPI' has been exceeded",
+                None
+            )
+            .is_quota()
+        );
         assert!(matches!(
             classify("invalid", Some(400), "bad", None),
             ProviderError::InvalidRequest { .. }

@@ -60,6 +60,7 @@ pub mod labels;
 mod offers;
 pub mod permissions;
 mod provider;
+mod tpu;
 
 #[cfg(feature = "fake")]
 pub mod fake;

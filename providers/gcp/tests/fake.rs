@@ -27,18 +27,21 @@ fn zones() -> Vec<FakeZone> {
                 mt("e2-small", 2, 2048),
             ],
             accelerators: vec!["nvidia-tesla-v100".into(), "nvidia-tesla-t4".into()],
+            tpu_types: Vec::new(),
         },
         FakeZone {
             name: "us-central1-b".into(),
             region: REGION.into(),
             machine_types: vec![mt("n1-highmem-8", 8, 53248)],
             accelerators: vec!["nvidia-tesla-t4".into()],
+            tpu_types: Vec::new(),
         },
         FakeZone {
             name: "europe-west4-a".into(),
             region: "europe-west4".into(),
             machine_types: vec![mt("n1-highmem-8", 8, 53248)],
             accelerators: vec!["nvidia-tesla-v100".into()],
+            tpu_types: Vec::new(),
         },
     ]
 }
@@ -47,6 +50,7 @@ fn config(fake: &FakeCompute) -> GcpConfig {
     GcpConfig {
         endpoint: Some(fake.endpoint.clone()),
         billing_endpoint: Some(fake.endpoint.clone()),
+        tpu_endpoint: Some(fake.endpoint.clone()),
         anonymous: true,
         owner: Some(OWNER.into()),
         poll_interval: Duration::from_millis(20),

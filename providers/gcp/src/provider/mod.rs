@@ -21,10 +21,14 @@ use tern_pricing::PriceHistory;
 use tracing::{debug, info, warn};
 use uuid_like::request_id;
 
+mod slices;
+
+use self::slices::{Target, target};
 use crate::billing::{self, SkuPrices};
 use crate::compute::Compute;
 use crate::errors::{from_call, from_operation, is_already_exists};
 use crate::offers::{self, ZoneShapes};
+use crate::tpu::Tpus;
 use crate::{GcpConfig, labels};
 
 /// A spot VM gets an ACPI soft-off and 30 s before it is stopped.
@@ -48,6 +52,8 @@ const LIVE: [&str; 7] = [
 struct Cache {
     zones: Option<(Instant, Vec<String>)>,
     shapes: HashMap<String, (Instant, ZoneShapes)>,
+    /// TPU slice types per zone.
+    tpu_types: HashMap<String, (Instant, Vec<String>)>,
     /// The last Billing Catalog refresh: when it was tried, and the last good prices.
     prices: Option<(Instant, Option<Arc<SkuPrices>>)>,
 }
@@ -57,6 +63,7 @@ pub struct GcpProvider {
     config: GcpConfig,
     compute: Compute,
     billing: Option<CloudCatalog>,
+    tpus: Option<Tpus>,
     history: Option<Arc<Mutex<PriceHistory>>>,
     /// The catalog's GPU offers of the region, by [`Offer::key`].
     catalog: Arc<Vec<Offer>>,
@@ -99,13 +106,6 @@ fn instance_id(zone: &str, name: &str) -> InstanceId {
     InstanceId(format!("{zone}/{name}"))
 }
 
-fn split_id(id: &InstanceId) -> Result<(&str, &str), ProviderError> {
-    id.0.split_once('/')
-        .ok_or_else(|| ProviderError::InvalidRequest {
-            message: format!("GCP instance ids are ZONE/NAME, found {:?}", id.0),
-        })
-}
-
 /// The last path segment of a GCE URL (`…/zones/us-central1-a` → `us-central1-a`).
 fn last_segment(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or(url)
@@ -124,6 +124,11 @@ impl GcpProvider {
     /// As [`Self::connect`], with prices and shapes from these offers.
     pub async fn with_catalog(config: GcpConfig, catalog: &[Offer]) -> Result<Self, ProviderError> {
         let compute = Compute::connect(&config).await?;
+        let tpus = if config.tpus {
+            Some(Tpus::connect(&config).await?)
+        } else {
+            None
+        };
         let billing = if config.live_prices {
             Some(client!(CloudCatalog, &config, &config.billing_endpoint))
         } else {
@@ -142,6 +147,7 @@ impl GcpProvider {
             config,
             compute,
             billing,
+            tpus,
             history: None,
             catalog: Arc::new(mine),
             by_key,
@@ -344,8 +350,15 @@ impl GcpProvider {
         zones.sort_unstable();
         zones.dedup();
         let mut out = Vec::new();
+        let intent = request.intent.to_string();
         for zone in zones {
             out.extend(self.listed(zone, &filter).await?);
+            let slices = self.slices(zone).await?;
+            out.extend(
+                slices
+                    .into_iter()
+                    .filter(|i| i.tags.get(tag::INTENT) == Some(&intent)),
+            );
         }
         Ok(out)
     }
@@ -539,7 +552,10 @@ impl Provider for GcpProvider {
         let mut out = Vec::new();
         for zone in self.zones().await? {
             let shapes = self.shapes(&zone).await?;
-            for o in offers::in_zone(&self.catalog, &zone, &shapes, &self.config.machine_types) {
+            let mut here =
+                offers::in_zone(&self.catalog, &zone, &shapes, &self.config.machine_types);
+            here.extend(self.tpu_offers(&zone).await);
+            for o in here {
                 let mut o = match prices.as_ref().and_then(|p| p.price(&o)) {
                     Some(live) => Offer {
                         observed_at: Some(now),
@@ -602,6 +618,19 @@ impl Provider for GcpProvider {
             }
             let count = request.count - have;
             let min_count = request.min_count.saturating_sub(have).min(count);
+            if offer.instance_type.name.starts_with("tpu-") {
+                match self.launch_slices(request, n, offer, count).await {
+                    Ok(made) => outcome.instances.extend(made),
+                    Err(e) if e.is_throttled() => return Err(e),
+                    Err(e) => {
+                        if e.is_capacity() {
+                            lock(&self.capacity_errors).insert(offer.key(), Instant::now());
+                        }
+                        outcome.errors.push((offer.key(), e));
+                    }
+                }
+                continue;
+            }
             match self.launch_offer(request, n, offer, count, min_count).await {
                 Ok(()) if self.config.dry_run => {}
                 Ok(()) => {
@@ -627,7 +656,10 @@ impl Provider for GcpProvider {
     }
 
     async fn terminate(&self, id: &InstanceId) -> Result<(), ProviderError> {
-        let (zone, name) = split_id(id)?;
+        let (zone, name) = match target(id)? {
+            Target::Vm { zone, name } => (zone, name),
+            Target::Node { .. } | Target::Queued { .. } => return self.terminate_slice(id).await,
+        };
         let instance = match self.compute.get(zone, name).await {
             Ok(i) => i,
             Err(e) => {
@@ -671,6 +703,10 @@ impl Provider for GcpProvider {
         let mut out = Vec::new();
         for zone in self.zones().await? {
             let mut found = self.listed(&zone, &filter).await?;
+            let wanted = labels::value(owner);
+            found.extend(self.slices(&zone).await?.into_iter().filter(|i| {
+                i.tags.get(tag::OWNER).map(|o| labels::value(o)) == Some(wanted.clone())
+            }));
             // Labels are lowercase; the owner tag reads back as the controller wrote it.
             for i in &mut found {
                 i.tags.insert(tag::OWNER.into(), owner.to_owned());
@@ -684,6 +720,7 @@ impl Provider for GcpProvider {
         let filter = format!("operationType = \"{PREEMPTED}\"");
         let mut found = Vec::new();
         for zone in self.zones().await? {
+            found.extend(self.slice_interruptions(&zone).await?);
             let ops = self
                 .compute
                 .operations(&zone, &filter)

@@ -28,6 +28,8 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+mod tpu;
+
 /// One zone's shapes: machine types (name, vCPUs, memory MiB) and accelerator type names.
 #[derive(Debug, Clone, Default)]
 pub struct FakeZone {
@@ -35,6 +37,8 @@ pub struct FakeZone {
     pub region: String,
     pub machine_types: Vec<(String, i32, i32)>,
     pub accelerators: Vec<String>,
+    /// TPU slice types (`v5p-8`, …) the zone sells.
+    pub tpu_types: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -62,6 +66,8 @@ struct World {
     rate_limited: u32,
     /// Every mutating call received: (method, path, requestId).
     calls: Vec<(String, String, Option<String>)>,
+    /// Cloud TPU: nodes, queued resources, operations and capacity.
+    tpu: tpu::TpuWorld,
     /// Cloud Billing Catalog SKUs served at `/v1/services/{id}/skus`.
     skus: Vec<Value>,
     /// The Billing Catalog answers 503.
@@ -87,7 +93,7 @@ fn lock(w: &Mutex<World>) -> MutexGuard<'_, World> {
 const BASE: &str = "https://www.googleapis.com/compute/v1";
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339()
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 impl FakeCompute {
@@ -454,6 +460,8 @@ struct ApiError {
     status: StatusCode,
     reason: String,
     message: String,
+    /// AIP-193 status name (`ALREADY_EXISTS`): the body shape of APIs newer than Compute.
+    code_name: Option<&'static str>,
 }
 
 fn error(status: StatusCode, reason: &str, message: &str) -> ApiError {
@@ -461,6 +469,15 @@ fn error(status: StatusCode, reason: &str, message: &str) -> ApiError {
         status,
         reason: reason.to_owned(),
         message: message.to_owned(),
+        code_name: None,
+    }
+}
+
+/// An error as AIP-193 APIs (Cloud TPU) send it: `{"error": {code, message, status}}`.
+fn status_error(status: StatusCode, code_name: &'static str, message: &str) -> ApiError {
+    ApiError {
+        code_name: Some(code_name),
+        ..error(status, "", message)
     }
 }
 
@@ -471,11 +488,18 @@ impl IntoResponse for ApiError {
         } else {
             "global"
         };
-        let body = json!({"error": {
-            "code": self.status.as_u16(),
-            "message": self.message,
-            "errors": [{"message": self.message, "domain": domain, "reason": self.reason}]
-        }});
+        let body = match self.code_name {
+            Some(name) => json!({"error": {
+                "code": self.status.as_u16(),
+                "message": self.message,
+                "status": name,
+            }}),
+            None => json!({"error": {
+                "code": self.status.as_u16(),
+                "message": self.message,
+                "errors": [{"message": self.message, "domain": domain, "reason": self.reason}]
+            }}),
+        };
         (self.status, axum::Json(body)).into_response()
     }
 }
@@ -494,6 +518,19 @@ async fn handle(
     let path = uri.path().to_owned();
     if method == Method::GET && path.starts_with("/v1/services/") && path.ends_with("/skus") {
         return list_skus(&lock(&world), &query);
+    }
+    if let Some(rest) = path.strip_prefix("/v2/projects/") {
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut w = lock(&world);
+        if method != Method::GET {
+            w.calls.push((
+                method.to_string(),
+                path.clone(),
+                query.get("requestId").cloned(),
+            ));
+        }
+        return tpu::handle(&mut w, &method, rest, &query, &body)
+            .unwrap_or_else(IntoResponse::into_response);
     }
     let Some(rest) = path.strip_prefix("/compute/v1/projects/") else {
         return error(
