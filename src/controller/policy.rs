@@ -286,7 +286,10 @@ impl Controller {
         let tick = self.policy_tick(now);
         let mut held: HashMap<String, u32> = HashMap::new();
         for i in self.fleet.instances.values() {
-            let alive = matches!(i.state, InstanceState::Pending | InstanceState::Running);
+            let alive = matches!(
+                i.state,
+                InstanceState::Queued | InstanceState::Pending | InstanceState::Running
+            );
             if alive && !i.draining && i.offer.capacity == Capacity::Spot {
                 let key = pool_key(&i.offer.instance_type.name, i.offer.zone.as_str());
                 *held.entry(key).or_default() += 1;

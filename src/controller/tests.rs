@@ -6,7 +6,9 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::TimeZone;
-use tern_cloud::{Cloud, IdempotencyKey, Instance, Interruption, LaunchOutcome, parse_job_spec};
+use tern_cloud::{
+    Cloud, IdempotencyKey, Instance, InstanceState, Interruption, LaunchOutcome, parse_job_spec,
+};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
@@ -893,5 +895,86 @@ async fn an_excluded_zone_is_never_launched_into_even_when_cheapest() {
             .expect("usage")
             .iter()
             .any(|u| u.offer_key.contains("us-west-2a"))
+    );
+}
+
+/// A cloud whose launches never start running: every instance reads `state` (Pending: a VM
+/// stuck booting; Queued: a TPU queued resource waiting for capacity).
+#[derive(Debug)]
+struct NeverRunning {
+    inner: Arc<SimCloud>,
+    state: InstanceState,
+    terminated: Mutex<Vec<InstanceId>>,
+}
+
+impl NeverRunning {
+    fn stuck(&self, mut list: Vec<Instance>) -> Vec<Instance> {
+        for i in &mut list {
+            i.state = self.state;
+        }
+        list
+    }
+}
+
+#[async_trait]
+impl Provider for NeverRunning {
+    fn cloud(&self) -> Cloud {
+        Cloud::Sim
+    }
+    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
+        self.inner.offers(region).await
+    }
+    async fn launch(
+        &self,
+        request: &LaunchRequest,
+    ) -> std::result::Result<LaunchOutcome, ProviderError> {
+        let mut out = self.inner.launch(request).await?;
+        out.instances = self.stuck(out.instances);
+        Ok(out)
+    }
+    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
+        self.terminated.lock().expect("lock").push(id.clone());
+        self.inner.terminate(id).await
+    }
+    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
+        Ok(self.stuck(self.inner.list(owner).await?))
+    }
+    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
+        self.inner.interruptions().await
+    }
+}
+
+#[tokio::test]
+async fn a_stuck_launch_times_out_but_a_queued_request_waits() {
+    let mut terminated = Vec::new();
+    for state in [InstanceState::Pending, InstanceState::Queued] {
+        let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
+        let provider = Arc::new(NeverRunning {
+            inner: sim.clone(),
+            state,
+            terminated: Mutex::new(Vec::new()),
+        });
+        let store = Arc::new(Store::in_memory().expect("store"));
+        let mut ctl = Controller::open(store, provider.clone(), config()).expect("open");
+        ctl.submit(job("stuck", "1", false), sim.now())
+            .expect("submit");
+        // Ten minutes: twice the launch timeout.
+        run(&mut ctl, &sim, 10).await;
+        terminated.push(provider.terminated.lock().expect("lock").len());
+        if state == InstanceState::Queued {
+            assert_eq!(
+                ctl.instances().count(),
+                1,
+                "the queued request is still the job's"
+            );
+        }
+    }
+    assert!(
+        terminated[0] >= 1,
+        "a VM stuck pending is terminated: {terminated:?}"
+    );
+    assert_eq!(
+        terminated[1], 0,
+        "a queued request is left to its own validity"
     );
 }

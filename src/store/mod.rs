@@ -370,6 +370,7 @@ fn instance_state(s: &str) -> Result<InstanceState> {
 
 fn instance_state_str(s: InstanceState) -> &'static str {
     match s {
+        InstanceState::Queued => "queued",
         InstanceState::Pending => "pending",
         InstanceState::Running => "running",
         InstanceState::Stopping => "stopping",

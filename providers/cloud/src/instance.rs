@@ -26,6 +26,9 @@ impl From<&str> for InstanceId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum InstanceState {
+    /// Waiting in the cloud's own queue for capacity (a GCP TPU queued resource): not running
+    /// yet, bounded by the request's own validity rather than tern's launch timeout.
+    Queued,
     Pending,
     Running,
     /// Shutting down or stopping; still billed on some clouds.

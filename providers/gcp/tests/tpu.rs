@@ -153,7 +153,7 @@ async fn a_large_slice_waits_in_a_queued_resource_until_active_and_a_cancel_dele
     assert_eq!(out.instances.len(), 1, "{:?}", out.errors);
     let id = out.instances[0].id.clone();
     assert!(id.0.starts_with(&format!("{ZONE}/qr/tern-")), "{id}");
-    assert_eq!(out.instances[0].state, InstanceState::Pending);
+    assert_eq!(out.instances[0].state, InstanceState::Queued);
     let qrs = fake.queued_resources();
     assert_eq!(qrs.len(), 1);
     let qr = &qrs[0].3;

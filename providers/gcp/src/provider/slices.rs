@@ -1,6 +1,6 @@
 //! TPU slices behind the same [`tern_cloud::Provider`] calls as VMs. A slice is an instance
 //! whose id is `ZONE/tpu/NAME` (a node made directly) or `ZONE/qr/NAME` (a queued resource,
-//! Pending while it waits for capacity, Running once ACTIVE). A queued resource still waiting
+//! Queued while it waits for capacity, Running once ACTIVE). A queued resource still waiting
 //! is therefore an intent in progress the controller can see, and cancelling it (the plan
 //! changed) is a terminate. PREEMPTED nodes and suspended or failed queued resources are
 //! deleted when seen, so they stop holding quota, and reported as preemptions.
@@ -58,9 +58,8 @@ fn node_state(node: &Node) -> Option<InstanceState> {
 fn queued_state(qr: &QueuedResource) -> Option<InstanceState> {
     let state = qr.state.as_ref()?.state.name()?;
     match state {
-        "CREATING" | "ACCEPTED" | "WAITING_FOR_RESOURCES" | "PROVISIONING" => {
-            Some(InstanceState::Pending)
-        }
+        "CREATING" | "ACCEPTED" | "WAITING_FOR_RESOURCES" => Some(InstanceState::Queued),
+        "PROVISIONING" => Some(InstanceState::Pending),
         "ACTIVE" => Some(InstanceState::Running),
         // FAILED, SUSPENDING, SUSPENDED, DELETING: gone.
         _ => None,
@@ -177,11 +176,15 @@ impl GcpProvider {
                     break;
                 }
             }
-            let kind = if direct { "tpu" } else { "qr" };
+            let (kind, state) = if direct {
+                ("tpu", InstanceState::Pending)
+            } else {
+                ("qr", InstanceState::Queued)
+            };
             made.push(Instance {
                 id: InstanceId(format!("{zone}/{kind}/{name}")),
                 offer: offer.clone(),
-                state: InstanceState::Pending,
+                state,
                 tags: request.tags.clone(),
                 launched_at: Utc::now(),
             });
