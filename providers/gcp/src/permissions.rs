@@ -57,11 +57,64 @@ pub const PERMISSIONS: &[(&str, &str)] = &[
         "iam.serviceAccounts.actAs",
         "running workers as their service account",
     ),
+    ("tpu.acceleratorTypes.list", "TPU slice types per zone"),
+    ("tpu.nodes.create", "small spot slices, created directly"),
+    (
+        "tpu.nodes.list",
+        "slices: idempotency, leaks, preemptions, the owner check",
+    ),
+    (
+        "tpu.nodes.delete",
+        "slices, and PREEMPTED nodes (they hold quota)",
+    ),
+    ("tpu.queuedResources.create", "large or on-demand slices"),
+    (
+        "tpu.queuedResources.list",
+        "queued slices: state, leaks, the owner check",
+    ),
+    (
+        "tpu.queuedResources.delete",
+        "cancelling a queued slice, deleting a suspended one",
+    ),
+    ("tpu.operations.get", "polling TPU operations"),
 ];
 
-/// The permission names alone, sorted.
+/// The permission names alone, sorted. The Cloud Billing Catalog (public prices) needs no
+/// IAM permission, only the Cloud Billing API enabled.
 pub fn names() -> Vec<&'static str> {
     let mut v: Vec<&str> = PERMISSIONS.iter().map(|(p, _)| *p).collect();
     v.sort_unstable();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_permission_is_listed_once_and_well_formed() {
+        let names = names();
+        let mut unique = names.clone();
+        unique.dedup();
+        assert_eq!(names, unique);
+        for p in names {
+            let parts: Vec<&str> = p.split('.').collect();
+            assert_eq!(parts.len(), 3, "{p}");
+            assert!(["compute", "iam", "tpu"].contains(&parts[0]), "{p}");
+        }
+    }
+
+    #[test]
+    fn the_readme_lists_exactly_these_permissions() {
+        let readme = include_str!("../README.md");
+        let listed: Vec<&str> = readme
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- `"))
+            .filter_map(|l| l.split('`').next())
+            .filter(|p| p.split('.').count() == 3 && !p.contains(' '))
+            .collect();
+        let mut listed = listed;
+        listed.sort_unstable();
+        assert_eq!(listed, names());
+    }
 }

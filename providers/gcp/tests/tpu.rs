@@ -165,12 +165,12 @@ async fn a_large_slice_waits_in_a_queued_resource_until_active_and_a_cancel_dele
     );
     assert!(fake.tpu_nodes().is_empty(), "no node before capacity");
 
-    // Waiting for resources: still a pending instance, the same id.
+    // Waiting for resources: still queued (tern's launch timeout does not apply), same id.
     assert!(fake.wait_queued(ZONE, &qrs[0].1));
     let listed = provider.list(OWNER).await.expect("list");
     assert_eq!(
         (listed[0].id.clone(), listed[0].state),
-        (id.clone(), InstanceState::Pending)
+        (id.clone(), InstanceState::Queued)
     );
     // Capacity: ACTIVE, its node READY, and the instance Running under the same id.
     assert!(fake.provision_queued(ZONE, &qrs[0].1));
