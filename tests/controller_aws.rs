@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Reaper, free_port, submit, tern_json, train_with_agent, wait_for};
+use common::{Reaper, free_port, submit_t4_small, tern_json, train_with_agent, wait_for};
 
 const TOKEN: &str = "aws-scenario-token";
 const OWNER: &str = "tern-scenario";
@@ -108,15 +108,7 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
     );
     wait_for(&addr);
 
-    let spec = dir.path().join("t4.toml");
-    std::fs::write(
-        &spec,
-        "name = \"t4-small\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
-         deadline = \"12h\"\nlocal_batch = 32\n[work]\nsamples = 100000\n\
-         [[observation]]\naccelerator = \"T4\"\ngpus = 1\nlocal_batch = 32\nstep_seconds = 0.25\n",
-    )
-    .expect("spec");
-    submit(&spec, &server, TOKEN);
+    submit_t4_small(dir.path(), &server, TOKEN);
 
     // The controller plans on moto's offers and launches through CreateFleet.
     let t0 = Instant::now();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Reaper, free_port, submit, tern_json, train_with_agent, wait_for};
+use common::{Reaper, free_port, submit_t4_small, tern_json, train_with_agent, wait_for};
 use tern_gcp::fake::{FakeCompute, FakeZone};
 
 const TOKEN: &str = "gcp-scenario-token";
@@ -75,15 +75,7 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
     );
     wait_for(&addr);
 
-    let spec = dir.path().join("t4.toml");
-    std::fs::write(
-        &spec,
-        "name = \"t4-small\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
-         deadline = \"12h\"\nlocal_batch = 32\n[work]\nsamples = 100000\n\
-         [[observation]]\naccelerator = \"T4\"\ngpus = 1\nlocal_batch = 32\nstep_seconds = 0.25\n",
-    )
-    .expect("spec");
-    submit(&spec, &server, TOKEN);
+    submit_t4_small(dir.path(), &server, TOKEN);
 
     // Planned on the fake's zones and launched through instances.insert, labelled.
     wait_until("a first instance, known to the controller", || {

@@ -227,3 +227,17 @@ pub fn train_with_agent(dir: &Path, job: &str, samples: u64, server: &str, token
         String::from_utf8_lossy(&agent.stderr)
     );
 }
+
+/// Write and submit "t4-small": one T4 worker, 100,000 samples at 0.25 s a step, due in 12 h;
+/// the job the cloud-provider scenario tests run.
+pub fn submit_t4_small(dir: &Path, server: &str, token: &str) {
+    let spec = dir.join("t4.toml");
+    std::fs::write(
+        &spec,
+        "name = \"t4-small\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
+         deadline = \"12h\"\nlocal_batch = 32\n[work]\nsamples = 100000\n\
+         [[observation]]\naccelerator = \"T4\"\ngpus = 1\nlocal_batch = 32\nstep_seconds = 0.25\n",
+    )
+    .expect("spec");
+    submit(&spec, server, token);
+}

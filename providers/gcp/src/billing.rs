@@ -134,24 +134,14 @@ impl SkuPrices {
 
 /// Every Compute Engine SKU, all pages, in USD.
 pub async fn fetch(client: &CloudCatalog) -> Result<Vec<Sku>, google_cloud_billing_v1::Error> {
-    let mut out = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = client
+    Ok(every_page!(
+        client
             .list_skus()
             .set_parent(COMPUTE_SERVICE)
             .set_currency_code("USD")
-            .set_page_size(5000)
-            .set_page_token(&token)
-            .send()
-            .await?;
-        out.extend(page.skus);
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        token = page.next_page_token;
-    }
-    Ok(out)
+            .set_page_size(5000),
+        skus
+    ))
 }
 
 #[cfg(test)]

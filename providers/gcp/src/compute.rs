@@ -47,73 +47,37 @@ impl Compute {
     /// The UP zones of `region`.
     pub async fn zones(&self, region: &str) -> Result<Vec<String>> {
         let suffix = format!("/regions/{region}");
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .zones
-                .list()
-                .set_project(&self.project)
-                .set_page_token(&token)
-                .send()
-                .await?;
-            for z in page.items {
-                let in_region = z.region.as_deref().is_some_and(|r| r.ends_with(&suffix));
-                let up = z.status.as_ref().is_none_or(|s| s.name() == Some("UP"));
-                if let (true, true, Some(name)) = (in_region, up, z.name) {
-                    out.push(name);
-                }
-            }
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
+        let zones = every_page!(self.zones.list().set_project(&self.project), items);
+        let mut out: Vec<String> = zones
+            .into_iter()
+            .filter(|z| z.region.as_deref().is_some_and(|r| r.ends_with(&suffix)))
+            .filter(|z| z.status.as_ref().is_none_or(|s| s.name() == Some("UP")))
+            .filter_map(|z| z.name)
+            .collect();
         out.sort();
         Ok(out)
     }
 
     pub async fn machine_types(&self, zone: &str) -> Result<Vec<MachineType>> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .machine_types
+        Ok(every_page!(
+            self.machine_types
                 .list()
                 .set_project(&self.project)
-                .set_zone(zone)
-                .set_page_token(&token)
-                .send()
-                .await?;
-            out.extend(page.items);
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
-        Ok(out)
+                .set_zone(zone),
+            items
+        ))
     }
 
     /// The accelerator type names of a zone (`nvidia-tesla-v100`, …).
     pub async fn accelerator_types(&self, zone: &str) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .accelerator_types
+        let types = every_page!(
+            self.accelerator_types
                 .list()
                 .set_project(&self.project)
-                .set_zone(zone)
-                .set_page_token(&token)
-                .send()
-                .await?;
-            out.extend(page.items.into_iter().filter_map(|a| a.name));
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
-        Ok(out)
+                .set_zone(zone),
+            items
+        );
+        Ok(types.into_iter().filter_map(|a| a.name).collect())
     }
 
     /// `instances.insert`, polled to DONE. The returned operation may carry an error.
@@ -156,25 +120,14 @@ impl Compute {
 
     /// Every instance of `zone` matching `filter`.
     pub async fn list(&self, zone: &str, filter: &str) -> Result<Vec<Instance>> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .instances
+        Ok(every_page!(
+            self.instances
                 .list()
                 .set_project(&self.project)
                 .set_zone(zone)
-                .set_filter(filter)
-                .set_page_token(&token)
-                .send()
-                .await?;
-            out.extend(page.items);
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
-        Ok(out)
+                .set_filter(filter),
+            items
+        ))
     }
 
     pub async fn get(&self, zone: &str, name: &str) -> Result<Instance> {
@@ -202,24 +155,13 @@ impl Compute {
 
     /// The zone's operations matching `filter` (e.g. preemptions).
     pub async fn operations(&self, zone: &str, filter: &str) -> Result<Vec<Operation>> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .operations
+        Ok(every_page!(
+            self.operations
                 .list()
                 .set_project(&self.project)
                 .set_zone(zone)
-                .set_filter(filter)
-                .set_page_token(&token)
-                .send()
-                .await?;
-            out.extend(page.items);
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
-        Ok(out)
+                .set_filter(filter),
+            items
+        ))
     }
 }

@@ -52,6 +52,26 @@ macro_rules! client {
     }};
 }
 
+/// Every item of a paged list call: `$call` is the request builder without its page token,
+/// `$items` the response's item field. Compute's `nextPageToken` is optional, TPU's and
+/// Billing's a plain string; both end the loop when empty.
+macro_rules! every_page {
+    ($call:expr, $items:ident) => {{
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = $call.set_page_token(&token).send().await?;
+            out.extend(page.$items);
+            let next: Option<String> = page.next_page_token.into();
+            match next {
+                Some(t) if !t.is_empty() => token = t,
+                _ => break,
+            }
+        }
+        out
+    }};
+}
+
 pub mod billing;
 mod compute;
 mod config;

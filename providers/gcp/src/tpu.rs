@@ -55,27 +55,16 @@ impl Tpus {
 
     /// Slice types a zone sells (`v5p-8`, …).
     pub async fn accelerator_types(&self, zone: &str) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .client
+        let types = every_page!(
+            self.client
                 .list_accelerator_types()
-                .set_parent(self.parent(zone))
-                .set_page_token(&token)
-                .send()
-                .await?;
-            out.extend(
-                page.accelerator_types
-                    .into_iter()
-                    .filter_map(|a| a.name.rsplit('/').next().map(str::to_owned)),
-            );
-            if page.next_page_token.is_empty() {
-                break;
-            }
-            token = page.next_page_token;
-        }
-        Ok(out)
+                .set_parent(self.parent(zone)),
+            accelerator_types
+        );
+        Ok(types
+            .into_iter()
+            .filter_map(|a| a.name.rsplit('/').next().map(str::to_owned))
+            .collect())
     }
 
     /// `nodes.create`, polled to done. The node id is the request's guard: a second create of
@@ -128,43 +117,19 @@ impl Tpus {
     }
 
     pub async fn nodes(&self, zone: &str) -> Result<Vec<Node>> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .client
-                .list_nodes()
-                .set_parent(self.parent(zone))
-                .set_page_token(&token)
-                .send()
-                .await?;
-            out.extend(page.nodes);
-            if page.next_page_token.is_empty() {
-                break;
-            }
-            token = page.next_page_token;
-        }
-        Ok(out)
+        Ok(every_page!(
+            self.client.list_nodes().set_parent(self.parent(zone)),
+            nodes
+        ))
     }
 
     pub async fn queued(&self, zone: &str) -> Result<Vec<QueuedResource>> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .client
+        Ok(every_page!(
+            self.client
                 .list_queued_resources()
-                .set_parent(self.parent(zone))
-                .set_page_token(&token)
-                .send()
-                .await?;
-            out.extend(page.queued_resources);
-            if page.next_page_token.is_empty() {
-                break;
-            }
-            token = page.next_page_token;
-        }
-        Ok(out)
+                .set_parent(self.parent(zone)),
+            queued_resources
+        ))
     }
 
     pub async fn delete_node(&self, zone: &str, id: &str) -> Result<()> {

@@ -1,12 +1,11 @@
 //! The real google-cloud-rust Compute clients inside `GcpProvider`, against the crate's fake
 //! of the Compute REST API (anonymous credentials).
 
+mod support;
+
 use std::time::Duration;
 
-use tern_cloud::{
-    Availability, Capacity, IdempotencyKey, IntentId, LaunchRequest, Offer, Provider, Region, Tags,
-    tag,
-};
+use tern_cloud::{Availability, Capacity, LaunchRequest, Offer, Provider, Region, tag};
 use tern_gcp::fake::{FakeCompute, FakeZone};
 use tern_gcp::{GcpConfig, GcpProvider, labels};
 
@@ -83,22 +82,7 @@ fn find<'a>(
 }
 
 fn request(offers: Vec<Offer>, count: u32, min_count: u32) -> LaunchRequest {
-    let intent = IntentId::from_uuid(uuid::Uuid::new_v4());
-    let mut tags = Tags::new();
-    tags.insert(tag::OWNER.into(), OWNER.into());
-    tags.insert(tag::INTENT.into(), intent.to_string());
-    tags.insert(tag::JOB.into(), "BERT.large".into());
-    LaunchRequest {
-        key: IdempotencyKey::derive(intent, 0),
-        intent,
-        job: "BERT.large".into(),
-        offers,
-        count,
-        min_count,
-        single_zone: count > 1,
-        tags,
-        template: None,
-    }
+    support::request(offers, count, min_count, OWNER, "BERT.large")
 }
 
 #[tokio::test]

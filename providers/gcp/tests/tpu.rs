@@ -1,11 +1,12 @@
 //! TPU slices through the real google-cloud-tpu-v2 client against the crate's fake: small spot
 //! slices as nodes, large ones as queued resources, preempted nodes deleted.
 
+mod support;
+
 use std::time::Duration;
 
 use tern_cloud::{
-    Capacity, IdempotencyKey, InstanceState, IntentId, InterruptionKind, LaunchRequest, Offer,
-    Provider, Region, Tags, tag,
+    Capacity, InstanceState, InterruptionKind, LaunchRequest, Offer, Provider, Region, tag,
 };
 use tern_gcp::fake::{FakeCompute, FakeZone};
 use tern_gcp::{GcpConfig, GcpProvider};
@@ -54,22 +55,7 @@ fn slice(offers: &[Offer], name: &str, capacity: Capacity) -> Offer {
 }
 
 fn request(offer: Offer, count: u32) -> LaunchRequest {
-    let intent = IntentId::from_uuid(uuid::Uuid::new_v4());
-    let mut tags = Tags::new();
-    tags.insert(tag::OWNER.into(), OWNER.into());
-    tags.insert(tag::INTENT.into(), intent.to_string());
-    tags.insert(tag::JOB.into(), "llm".into());
-    LaunchRequest {
-        key: IdempotencyKey::derive(intent, 0),
-        intent,
-        job: "llm".into(),
-        offers: vec![offer],
-        count,
-        min_count: count,
-        single_zone: true,
-        tags,
-        template: None,
-    }
+    support::request(vec![offer], count, count, OWNER, "llm")
 }
 
 #[tokio::test]
