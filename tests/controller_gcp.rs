@@ -31,11 +31,12 @@ fn zones() -> Vec<FakeZone> {
         .collect()
 }
 
-/// Names of the live VMs carrying our owner label.
+/// Names of the live VMs tern launched for the job (our owner label and an intent).
 fn ours(fake: &FakeCompute) -> Vec<String> {
     fake.instances()
         .into_iter()
         .filter(|i| i.2.get("tern-owner").map(String::as_str) == Some(OWNER))
+        .filter(|i| i.2.contains_key("tern-intent"))
         .map(|i| format!("{}/{}", i.0, i.1))
         .collect()
 }
@@ -89,6 +90,22 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
         assert!(vm["labels"][key].is_string(), "{key} missing: {vm}");
     }
     assert_eq!(vm["scheduling"]["onHostMaintenance"], "TERMINATE");
+    // A VM of this store that no intent accounts for (a leak), and one with our owner label
+    // from another store (foreign): the leak collector deletes the first only.
+    let cluster = vm["labels"]["tern-cluster"]
+        .as_str()
+        .expect("cluster")
+        .to_owned();
+    fake.put_instance(
+        "us-central1-b",
+        "tern-leaked",
+        &[("tern-owner", OWNER), ("tern-cluster", &cluster)],
+    );
+    fake.put_instance(
+        "us-central1-b",
+        "tern-foreign",
+        &[("tern-owner", OWNER), ("tern-cluster", "another-store")],
+    );
     assert!(
         fake.calls()
             .iter()
@@ -128,7 +145,7 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
         }
     }
 
-    // Finished: the controller deletes its VM.
+    // Finished: the controller deletes its VM (the two planted VMs aside).
     let t0 = Instant::now();
     let job = loop {
         let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
@@ -146,6 +163,11 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
     assert_eq!(job["progress"], 1.0, "{job}");
     let deletes = fake.calls().iter().filter(|c| c.0 == "DELETE").count();
     assert!(deletes >= 1, "{:?}", fake.calls());
+    // The leak goes after its 30 s grace; the foreign VM stays.
+    wait_until("the leak collected", || {
+        fake.instance("us-central1-b", "tern-leaked").is_none()
+    });
+    assert!(fake.instance("us-central1-b", "tern-foreign").is_some());
 }
 
 /// `tern offers … --json --limit 0` rows, keyed by zone, type, accelerators.
