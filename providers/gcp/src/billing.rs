@@ -38,12 +38,56 @@ pub enum Part {
     Core(String),
     /// One GiB of RAM of this machine family, per hour.
     Ram(String),
+    /// One chip of this TPU generation (`v5p`, `v5litepod`, `v6e`), per hour.
+    TpuChip(String),
 }
 
 /// A region's SKU prices, USD per unit-hour.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SkuPrices {
     pub prices: HashMap<(Part, Capacity), f64>,
+}
+
+/// Chips in a TPU slice, for the generations the Billing Catalog prices per chip-hour: v4 and
+/// v5p slices are named by TensorCores (two per chip), v5e (`v5litepod`) and v6e by chips.
+/// v2 and v3 are priced per device or pod, not per chip: `None`, and they keep the catalog's.
+pub fn tpu_chips(slice: &str) -> Option<(&str, u32)> {
+    let (version, size) = slice.rsplit_once('-')?;
+    let size: u32 = size.parse().ok()?;
+    match version {
+        "v4" | "v5p" => Some((version, size / 2)),
+        "v5litepod" | "v6e" => Some((version, size)),
+        _ => None,
+    }
+}
+
+/// The TPU generation a TPU SKU's description names (`TPU v5p …`, `Tpu-v5e …`), in the TPU
+/// API's spelling (`v5e` is `v5litepod`).
+fn tpu_generation(description: &str) -> Option<String> {
+    let lower = description.to_ascii_lowercase();
+    let at = lower.find("tpu")?;
+    let rest = &lower[at + 3..];
+    let start = rest.find('v')?;
+    let version: String = rest[start..]
+        .chars()
+        .enumerate()
+        .take_while(|(i, c)| {
+            if *i == 0 {
+                *c == 'v'
+            } else {
+                c.is_ascii_alphanumeric()
+            }
+        })
+        .map(|(_, c)| c)
+        .collect();
+    if version.len() < 2 || !version[1..].starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    Some(if version == "v5e" {
+        "v5litepod".into()
+    } else {
+        version
+    })
 }
 
 /// What a SKU's description says it prices, and for which capacity.
@@ -96,7 +140,18 @@ impl SkuPrices {
             if !sku.service_regions.iter().any(|r| r == region) {
                 continue;
             }
-            if let (Some(key), Some(price)) = (classify(&sku.description), unit_price(sku)) {
+            let group = sku.category.as_ref().map(|c| c.resource_group.as_str());
+            let key = if group == Some("TPU") {
+                let capacity = if usage == Some("Preemptible") {
+                    Capacity::Spot
+                } else {
+                    Capacity::OnDemand
+                };
+                tpu_generation(&sku.description).map(|g| (Part::TpuChip(g), capacity))
+            } else {
+                classify(&sku.description)
+            };
+            if let (Some(key), Some(price)) = (key, unit_price(sku)) {
                 prices.insert(key, price);
             }
         }
@@ -110,6 +165,17 @@ impl SkuPrices {
     /// The offer at these prices, with its breakdown; `None` when a part is unpriced.
     pub fn price(&self, offer: &Offer) -> Option<Offer> {
         let shape = &offer.instance_type;
+        if let Some(slice) = shape.name.strip_prefix("tpu-") {
+            let (generation, chips) = tpu_chips(slice)?;
+            let chip = self.get(Part::TpuChip(generation.to_owned()), offer.capacity)?;
+            let mut priced = offer.clone();
+            priced.price_per_hour = chip * f64::from(chips);
+            priced.breakdown = vec![PriceComponent {
+                label: format!("{chips} x {generation} chip"),
+                price_per_hour: priced.price_per_hour,
+            }];
+            return Some(priced);
+        }
         let family = shape.name.split('-').next()?.to_uppercase();
         let cap = offer.capacity;
         let host = shape.vcpus * self.get(Part::Core(family.clone()), cap)?
@@ -167,6 +233,19 @@ mod tests {
             Some((Part::Ram("A2".into()), Capacity::Spot))
         );
         assert_eq!(classify("Network Inter Zone Egress"), None);
+        assert_eq!(
+            tpu_generation("TPU v5p chip running in Americas").as_deref(),
+            Some("v5p")
+        );
+        assert_eq!(
+            tpu_generation("Tpu-v5e Preemptible chip").as_deref(),
+            Some("v5litepod")
+        );
+        assert_eq!(tpu_generation("TPU v6e chip").as_deref(), Some("v6e"));
+        assert_eq!(tpu_generation("Network egress"), None);
+        assert_eq!(tpu_chips("v5p-8"), Some(("v5p", 4)));
+        assert_eq!(tpu_chips("v5litepod-16"), Some(("v5litepod", 16)));
+        assert_eq!(tpu_chips("v3-8"), None);
         assert_eq!(classify("Nvidia Quantum GPU running in Americas"), None);
     }
 }

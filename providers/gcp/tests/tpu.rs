@@ -22,7 +22,7 @@ async fn setup() -> (FakeCompute, GcpProvider) {
             region: "us-central1".into(),
             machine_types: Vec::new(),
             accelerators: Vec::new(),
-            tpu_types: vec!["v3-8".into(), "v2-32".into()],
+            tpu_types: vec!["v3-8".into(), "v2-32".into(), "v5p-8".into()],
         },
         FakeZone {
             name: "us-central1-b".into(),
@@ -227,4 +227,36 @@ async fn someone_elses_preempted_node_is_left_alone() {
         .expect_err("not ours, in any state");
     assert!(e.to_string().contains("tern-owner"), "{e}");
     assert_eq!(fake.tpu_nodes().len(), 1);
+}
+
+#[tokio::test]
+async fn per_chip_billing_prices_agree_with_the_catalog_for_v5p_and_v2_v3_keep_it() {
+    let (fake, provider) = setup().await;
+    let catalog = tern_pricing::bundled().expect("catalog");
+    fake.set_skus(tern_gcp::fake::skus_from_catalog(&catalog.offers, ZONE));
+    let offers = provider
+        .offers(&Region::new("us-central1"))
+        .await
+        .expect("offers");
+    for capacity in [Capacity::OnDemand, Capacity::Spot] {
+        let v5p = slice(&offers, "tpu-v5p-8", capacity);
+        let listed = catalog
+            .offers
+            .iter()
+            .find(|o| o.key() == v5p.key())
+            .expect("in the catalog");
+        assert!(
+            v5p.observed_at.is_some(),
+            "v5p is priced per chip by the Catalog API"
+        );
+        assert!(
+            (v5p.price_per_hour - listed.price_per_hour).abs() < 1e-6,
+            "{capacity}: {} vs {}",
+            v5p.price_per_hour,
+            listed.price_per_hour
+        );
+        assert_eq!(v5p.breakdown[0].label, "4 x v5p chip");
+        // v3 devices are not priced per chip: the catalog's price stays.
+        assert!(slice(&offers, "tpu-v3-8", capacity).observed_at.is_none());
+    }
 }

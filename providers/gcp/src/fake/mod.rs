@@ -394,8 +394,8 @@ pub fn sku(description: &str, usage: &str, unit: &str, price: f64, region: &str)
 }
 
 /// SKUs that reproduce a catalog's N1 + GPU prices in `zone`: N1 core and RAM prices solved
-/// from its n1-standard-8 and n1-highmem-8 rows, and each GPU's price from its one-GPU N1
-/// offer. What a "Billing Catalog that answers with catalog prices" looks like.
+/// from its n1-standard-8 and n1-highmem-8 rows, each GPU's price from its one-GPU N1 offer,
+/// and per-chip TPU prices from its v4/v5p/v5e/v6e slices. What a "Billing Catalog that answers with catalog prices" looks like.
 pub fn skus_from_catalog(catalog: &[tern_cloud::Offer], zone: &str) -> Vec<Value> {
     use tern_cloud::Capacity;
     let find = |name: &str, gpu: Option<&str>, cap: Capacity| {
@@ -434,6 +434,30 @@ pub fn skus_from_catalog(catalog: &[tern_cloud::Offer], zone: &str) -> Vec<Value
             ram,
             region,
         ));
+        for o in catalog
+            .iter()
+            .filter(|o| o.zone.0 == zone && o.capacity == cap)
+        {
+            let slice = o
+                .instance_type
+                .name
+                .strip_prefix("tpu-")
+                .unwrap_or_default();
+            if let Some((generation, chips)) = crate::billing::tpu_chips(slice) {
+                let description = format!("{prefix}TPU {generation} chip running in Americas");
+                let mut s = sku(
+                    &description,
+                    usage,
+                    "h",
+                    o.price_per_hour / f64::from(chips),
+                    region,
+                );
+                s["category"]["resourceGroup"] = json!("TPU");
+                if !out.iter().any(|x| x["description"] == s["description"]) {
+                    out.push(s);
+                }
+            }
+        }
         for (gpu, description) in crate::billing::GPU_SKUS {
             if let Some(o) = find("n1-highmem-8", Some(gpu), cap) {
                 let price = o.price_per_hour - hm8.price_per_hour;
