@@ -464,3 +464,18 @@ async fn an_unreachable_billing_catalog_leaves_the_bundled_prices() {
     assert!(!offers.is_empty());
     assert!(offers.iter().all(|o| o.observed_at.is_none()));
 }
+
+#[tokio::test]
+async fn a_project_without_the_tpu_api_still_lists_and_launches_vms() {
+    let (fake, provider) = setup().await;
+    fake.set_tpu_disabled(true);
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let t4 = find(&offers, "us-central1-a", "T4", 1, Capacity::Spot).clone();
+    let out = provider
+        .launch(&request(vec![t4], 1, 1))
+        .await
+        .expect("launch");
+    assert_eq!(out.instances.len(), 1);
+    assert_eq!(provider.list(OWNER).await.expect("list").len(), 1);
+    assert!(provider.interruptions().await.expect("poll").is_empty());
+}

@@ -72,6 +72,8 @@ struct World {
     skus: Vec<Value>,
     /// The Billing Catalog answers 503.
     billing_down: bool,
+    /// The Cloud TPU API is disabled in the project (403 on every TPU call).
+    tpu_disabled: bool,
     /// Operation polls answered (`GET …/operations/{name}`).
     polls: u32,
     /// Items per list page.
@@ -137,6 +139,11 @@ impl FakeCompute {
     /// Serve these Cloud Billing Catalog SKUs (JSON as the API sends them).
     pub fn set_skus(&self, skus: Vec<Value>) {
         lock(&self.world).skus = skus;
+    }
+
+    /// Disable (or enable) the Cloud TPU API in the fake project.
+    pub fn set_tpu_disabled(&self, disabled: bool) {
+        lock(&self.world).tpu_disabled = disabled;
     }
 
     /// Make the Billing Catalog unreachable (503) or reachable again.
@@ -552,6 +559,14 @@ async fn handle(
                 path.clone(),
                 query.get("requestId").cloned(),
             ));
+        }
+        if w.tpu_disabled {
+            let message = format!(
+                "Cloud TPU API has not been used in project {} before or it is disabled.",
+                w.project
+            );
+            return status_error(StatusCode::FORBIDDEN, "PERMISSION_DENIED", &message)
+                .into_response();
         }
         return tpu::handle(&mut w, &method, rest, &query, &body)
             .unwrap_or_else(IntoResponse::into_response);

@@ -351,8 +351,15 @@ impl GcpProvider {
         zones.dedup();
         let mut out = Vec::new();
         let intent = request.intent.to_string();
+        let tpu = request
+            .offers
+            .iter()
+            .any(|o| o.instance_type.name.starts_with("tpu-"));
         for zone in zones {
             out.extend(self.listed(zone, &filter).await?);
+            if !tpu {
+                continue;
+            }
             let slices = self.slices(zone).await?;
             out.extend(
                 slices

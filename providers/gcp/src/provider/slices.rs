@@ -198,8 +198,17 @@ impl GcpProvider {
         let Some(tpus) = self.tpus() else {
             return Ok(Vec::new());
         };
+        let nodes = match tpus.nodes(zone).await.map_err(|e| from_call(&e, None)) {
+            Ok(n) => n,
+            // The TPU API disabled, or no TPU permission: tern cannot have made slices here.
+            Err(e @ ProviderError::Unauthorized { .. }) => {
+                warn!(%zone, error = %e, "no access to Cloud TPU; listing VMs only");
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
         let mut out = Vec::new();
-        for node in tpus.nodes(zone).await.map_err(|e| from_call(&e, None))? {
+        for node in nodes {
             if !node.queued_resource.is_empty() {
                 continue;
             }
@@ -283,7 +292,12 @@ impl GcpProvider {
         };
         let now = Utc::now();
         let mut gone: Vec<InstanceId> = Vec::new();
-        for node in tpus.nodes(zone).await.map_err(|e| from_call(&e, None))? {
+        let nodes = match tpus.nodes(zone).await.map_err(|e| from_call(&e, None)) {
+            Ok(n) => n,
+            Err(ProviderError::Unauthorized { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        for node in nodes {
             let preempted = matches!(node.state.name(), Some("PREEMPTED" | "TERMINATED"));
             if preempted && node.queued_resource.is_empty() && self.owns_labels(&node.labels) {
                 let name = node.name.rsplit('/').next().unwrap_or_default().to_owned();
