@@ -94,7 +94,7 @@ impl Controller {
     }
 
     /// Hours of work left after the last checkpoint at `samples_per_s`.
-    fn work_hours(&self, name: &str, samples_per_s: f64) -> f64 {
+    pub(super) fn work_hours(&self, name: &str, samples_per_s: f64) -> f64 {
         self.fleet.jobs.get(name).map_or(0.0, |e| {
             fleet::work_hours(
                 e.record.total_samples - e.record.checkpoint_samples,

@@ -134,6 +134,12 @@ pub enum Event {
         /// How long the offer is avoided now.
         avoided: Duration,
     },
+    /// A queued spot request cancelled: the deadline needs on-demand now.
+    QueueCancelled {
+        job: String,
+        id: InstanceId,
+        offer: String,
+    },
     Planned {
         job: String,
         placement: Placement,
@@ -220,6 +226,7 @@ impl Event {
             Event::LeakCollected { .. } => "leak",
             Event::ForeignInstance { .. } => "foreign",
             Event::LaunchTimedOut { .. } => "timeout",
+            Event::QueueCancelled { .. } => "queue-cancelled",
             Event::Planned { .. } => "plan",
             Event::Unplaceable { .. } => "unplaceable",
             Event::Waiting { .. } => "wait",
@@ -249,6 +256,7 @@ impl Event {
             | Event::Notice { job, .. }
             | Event::Preempted { job, .. }
             | Event::LaunchTimedOut { job, .. }
+            | Event::QueueCancelled { job, .. }
             | Event::Planned { job, .. }
             | Event::Unplaceable { job, .. }
             | Event::Waiting { job, .. }
@@ -355,6 +363,10 @@ impl fmt::Display for Event {
                 f,
                 "{id} did not come up within {after:?}; terminated, {offer} avoided for {} min",
                 avoided.as_secs().div_ceil(60)
+            ),
+            Event::QueueCancelled { id, offer, .. } => write!(
+                f,
+                "{id} still queued for {offer} and the deadline needs on-demand now; cancelled"
             ),
             Event::Planned { placement, .. } => write!(f, "{placement}"),
             Event::Unplaceable { reason, .. } => write!(f, "{reason}"),

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, IntentId, Offer};
+use tern_policies::deadline::Placement;
 
 use super::events::Event;
 use super::{Controller, Result, delta};
@@ -32,6 +33,7 @@ impl Controller {
         self.cloud.foreign.retain(|id, _| seen.contains(id));
         self.end_gone(&seen, now)?;
         self.time_out_launches(now).await?;
+        self.cancel_late_queues(now).await?;
         Ok(true)
     }
 
@@ -160,6 +162,59 @@ impl Controller {
                     after: self.config.launch_timeout,
                     offer: i.offer.key(),
                     avoided,
+                },
+            )?;
+            self.mark_dirty(&i.job);
+        }
+        Ok(())
+    }
+
+    /// A spot request still waiting in the cloud's queue (a TPU queued resource) once its
+    /// job's deadline needs on-demand now: waiting on is no longer a plan that meets the
+    /// deadline, so the request is cancelled and the job planned again. (Queued requests have
+    /// no launch timeout; this is what ends them early.)
+    async fn cancel_late_queues(&mut self, now: DateTime<Utc>) -> Result<()> {
+        let mut queued: Vec<InstanceRecord> = self
+            .fleet
+            .instances
+            .values()
+            .filter(|i| i.state == InstanceState::Queued && i.offer.capacity == Capacity::Spot)
+            .cloned()
+            .collect();
+        queued.sort_by(|a, b| a.id.cmp(&b.id));
+        for i in queued {
+            let nodes = self
+                .fleet
+                .jobs
+                .get(&i.job)
+                .map_or(1, |e| e.record.target_count.max(1));
+            // The same decision `replace` takes: the deadline policy where the job has one,
+            // else the spot-wait rule.
+            let on_demand_now = match self.ask_policy(&i.job, &i.offer, nodes, now) {
+                Some(call) => matches!(call.step.placement, Placement::OnDemand),
+                None => {
+                    let pessimistic = self
+                        .throughput(&i.job, &i.offer, nodes)
+                        .map_or(0.0, |t| t.1);
+                    let work_h = self.work_hours(&i.job, pessimistic);
+                    self.spot_wait(&i.job, work_h, now).is_none()
+                }
+            };
+            if !on_demand_now {
+                continue;
+            }
+            if let Err(e) = self.provider.terminate(&i.id).await {
+                self.cloud_error(&e);
+                continue;
+            }
+            self.store.end_instance(&i.id, now)?;
+            self.fleet.instances.remove(&i.id);
+            self.emit(
+                now,
+                Event::QueueCancelled {
+                    job: i.job.clone(),
+                    id: i.id.clone(),
+                    offer: i.offer.key(),
                 },
             )?;
             self.mark_dirty(&i.job);

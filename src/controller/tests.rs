@@ -978,3 +978,48 @@ async fn a_stuck_launch_times_out_but_a_queued_request_waits() {
         "a queued request is left to its own validity"
     );
 }
+
+#[tokio::test]
+async fn a_queued_spot_request_is_cancelled_once_the_deadline_needs_on_demand() {
+    let sim = sim(vec![trace("us-west-2a", vec![8; 400])]);
+    let provider = Arc::new(NeverRunning {
+        inner: sim.clone(),
+        state: InstanceState::Queued,
+        terminated: Mutex::new(Vec::new()),
+    });
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store.clone(), provider.clone(), config()).expect("open");
+    // 17.4 h of work (23.1 h at worst) due in 26 h: a little slack, spent while the request
+    // waits in the queue.
+    let text = "name = \"tight\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+         deadline = \"26h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n";
+    let spec = parse_job_spec(text, "job.toml").expect("valid spec");
+    ctl.submit(spec, sim.now()).expect("submit");
+    run(&mut ctl, &sim, 5).await;
+    let first: Vec<Instance> = sim.list("test-owner").await.expect("list");
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        first[0].offer.capacity,
+        Capacity::Spot,
+        "planned on spot while slack lasts"
+    );
+    // Three hours of passes: the slack runs out, the queued spot request is cancelled.
+    run(&mut ctl, &sim, 180).await;
+    let terminated = provider.terminated.lock().expect("lock").clone();
+    assert!(terminated.contains(&first[0].id), "{terminated:?}");
+    let events = store.events(0, None).expect("events");
+    let shown: Vec<String> = events
+        .iter()
+        .map(|e| format!("{}: {}", e.kind, e.message))
+        .collect();
+    let cancels = events
+        .iter()
+        .filter(|e| e.kind == "queue-cancelled")
+        .count();
+    assert_eq!(cancels, 1, "cancelled once, not over and over: {shown:#?}");
+    // Planned again, on-demand this time.
+    let now: Vec<Instance> = sim.list("test-owner").await.expect("list");
+    assert_eq!(now.len(), 1, "{shown:#?}");
+    assert_eq!(now[0].offer.capacity, Capacity::OnDemand, "{shown:#?}");
+}
