@@ -241,3 +241,37 @@ fn live_offers_agree_with_the_bundled_catalog_where_the_billing_catalog_does() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn bad_gcp_flags_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["controller", "--provider", "gcp", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .arg("--state")
+            .arg(dir.path().join("state.db"))
+            .env("TERN_TOKEN", TOKEN)
+            .env_remove("GOOGLE_CLOUD_PROJECT")
+            .output()
+            .expect("tern controller");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let e = run(&["--region", "us-central1"]);
+    assert!(e.contains("--project"), "{e}");
+    let e = run(&["--project", "p"]);
+    assert!(e.contains("--region"), "{e}");
+    let e = run(&[
+        "--project",
+        "p",
+        "--region",
+        "us-central1",
+        "--zone",
+        "europe-west4-a",
+    ]);
+    assert!(
+        e.contains("europe-west4-a") && e.contains("us-central1"),
+        "{e}"
+    );
+}
