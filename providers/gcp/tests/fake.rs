@@ -334,6 +334,12 @@ async fn list_and_terminate_touch_only_instances_with_our_owner_label() {
     );
     // Leak collection lists by owner label (every page).
     let listed = provider.list(OWNER).await.expect("list");
+    // Read back as the T4 offer, not another GPU on the same N1 host type.
+    assert!(
+        listed
+            .iter()
+            .all(|i| i.offer.accelerator().is_some_and(|a| a.name == "T4"))
+    );
     let mut ids: Vec<_> = listed.iter().map(|i| i.id.clone()).collect();
     ids.sort();
     let mut want: Vec<_> = ours.instances.iter().map(|i| i.id.clone()).collect();

@@ -67,7 +67,8 @@ pub struct GcpProvider {
     history: Option<Arc<Mutex<PriceHistory>>>,
     /// The catalog's GPU offers of the region, by [`Offer::key`].
     catalog: Arc<Vec<Offer>>,
-    by_key: HashMap<String, Offer>,
+    /// One N1 host type carries several GPU models, so a key may name several offers.
+    by_key: HashMap<String, Vec<Offer>>,
     cache: Mutex<Cache>,
     /// Offer key → when it last hit a stockout.
     capacity_errors: Mutex<HashMap<String, Instant>>,
@@ -141,7 +142,10 @@ impl GcpProvider {
             .collect();
         let mut by_key = HashMap::new();
         for o in mine.iter().filter(|o| o.accelerator().is_some()) {
-            by_key.entry(o.key()).or_insert_with(|| o.clone());
+            by_key
+                .entry(o.key())
+                .or_insert_with(Vec::new)
+                .push(o.clone());
         }
         Ok(Self {
             config,
@@ -407,6 +411,11 @@ impl GcpProvider {
         } else {
             Capacity::OnDemand
         };
+        let gpu = i
+            .guest_accelerators
+            .first()
+            .and_then(|a| a.accelerator_type.as_deref())
+            .map(last_segment);
         let state = match i.status.as_ref().and_then(|s| s.name()) {
             Some("PROVISIONING" | "STAGING" | "PENDING") => InstanceState::Pending,
             Some("RUNNING") => InstanceState::Running,
@@ -426,18 +435,35 @@ impl GcpProvider {
             .map_or_else(Utc::now, |t| t.with_timezone(&Utc));
         Some(Instance {
             id: instance_id(zone, &name),
-            offer: self.offer_for(zone, type_name, capacity),
+            offer: self.offer_for(zone, type_name, capacity, gpu),
             state,
             tags,
             launched_at,
         })
     }
 
-    /// The offer an instance was bought as: the catalog's GPU offer of that key, else the bare
-    /// machine type at no known price.
-    fn offer_for(&self, zone: &str, type_name: &str, capacity: Capacity) -> Offer {
+    /// The offer an instance was bought as: the catalog's offer of that key whose GPU is the
+    /// one attached (`gpu`, a Compute accelerator type), else the bare machine type at no known
+    /// price.
+    fn offer_for(
+        &self,
+        zone: &str,
+        type_name: &str,
+        capacity: Capacity,
+        gpu: Option<&str>,
+    ) -> Offer {
         let key = format!("{}/{zone}/{type_name}/{capacity}", Cloud::Gcp);
-        self.by_key.get(&key).cloned().unwrap_or_else(|| Offer {
+        let same = self.by_key.get(&key).and_then(|list| {
+            list.iter()
+                .find(|o| {
+                    let attached = o
+                        .accelerator()
+                        .and_then(|a| offers::gce_accelerator(&a.name));
+                    gpu.is_none_or(|g| attached == Some(g))
+                })
+                .or_else(|| list.first())
+        });
+        same.cloned().unwrap_or_else(|| Offer {
             cloud: Cloud::Gcp,
             region: Region::new(self.config.region.as_str()),
             zone: tern_cloud::Zone::new(zone),

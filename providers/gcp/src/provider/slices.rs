@@ -266,7 +266,7 @@ impl GcpProvider {
         let type_name = format!("tpu-{}", node.accelerator_type);
         Instance {
             id: InstanceId(format!("{zone}/{kind}/{name}")),
-            offer: self.offer_for(zone, &type_name, capacity),
+            offer: self.offer_for(zone, &type_name, capacity, None),
             state,
             tags: tags_of(node),
             launched_at,
