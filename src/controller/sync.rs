@@ -183,11 +183,10 @@ impl Controller {
             .collect();
         queued.sort_by(|a, b| a.id.cmp(&b.id));
         for i in queued {
-            let nodes = self
-                .fleet
-                .jobs
-                .get(&i.job)
-                .map_or(1, |e| e.record.target_count.max(1));
+            // The node count `replace` asks about, so both calls share the job's policy state.
+            let nodes = self.fleet.jobs.get(&i.job).map_or(1, |e| {
+                e.record.planned_count.max(e.record.target_count).max(1)
+            });
             // The same decision `replace` takes: the deadline policy where the job has one,
             // else the spot-wait rule.
             let on_demand_now = match self.ask_policy(&i.job, &i.offer, nodes, now) {
