@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Reaper, free_port, submit_t4_small, tern_json, train_with_agent, wait_for};
+use common::{
+    Reaper, free_port, submit_t4_small, tern_json, train_with_agent, wait_finished_and_released,
+    wait_for,
+};
 
 const TOKEN: &str = "aws-scenario-token";
 const OWNER: &str = "tern-scenario";
@@ -128,20 +131,7 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
     train_with_agent(dir.path(), "t4-small", 100_000, &server, TOKEN);
 
     // Finished: the controller terminates the instance in moto.
-    let t0 = Instant::now();
-    let job = loop {
-        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
-        let j = v["jobs"][0].clone();
-        if j["state"] == "finished" && running_owned(&moto) == 0 {
-            break j;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "job not finished and released: {v}, {} running",
-            running_owned(&moto)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let job = wait_finished_and_released(&server, TOKEN, || running_owned(&moto));
     assert_eq!(job["progress"], 1.0, "{job}");
     // Every instance tern launched carries its owner, intent and job tags.
     let tags = boto(

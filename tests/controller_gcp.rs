@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Reaper, free_port, submit_t4_small, tern_json, train_with_agent, wait_for};
+use common::{
+    Reaper, free_port, submit_t4_small, tern_json, train_with_agent, wait_finished_and_released,
+    wait_for,
+};
 use tern_gcp::fake::{FakeCompute, FakeZone};
 
 const TOKEN: &str = "gcp-scenario-token";
@@ -41,10 +44,18 @@ fn ours(fake: &FakeCompute) -> Vec<String> {
         .collect()
 }
 
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+/// Wait up to 60 s for `ok`; on a timeout, show the controller's last log lines.
+fn wait_until(what: &str, log: &std::path::Path, mut ok: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !ok() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "timed out: {what}");
+        if t0.elapsed() > Duration::from_secs(60) {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            panic!(
+                "timed out: {what}; the controller's last lines:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -59,6 +70,7 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
     let mut reaper = Reaper(Vec::new());
     let addr = format!("127.0.0.1:{}", free_port());
     let server = format!("http://{addr}");
+    let log = dir.path().join("controller.log");
     reaper.0.push(
         Command::new(env!("CARGO_BIN_EXE_tern"))
             .args(["controller", "--provider", "gcp", "--project", PROJECT])
@@ -70,7 +82,7 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
             .env("TERN_DB", dir.path().join("prices.db"))
             .env("TERN_TOKEN", TOKEN)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("controller"),
     );
@@ -79,7 +91,7 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
     submit_t4_small(dir.path(), &server, TOKEN);
 
     // Planned on the fake's zones and launched through instances.insert, labelled.
-    wait_until("a first instance, known to the controller", || {
+    wait_until("a first instance, known to the controller", &log, || {
         let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
         ours(&fake).len() == 1 && v["jobs"][0]["instances"].as_u64() == Some(1)
     });
@@ -115,23 +127,28 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
         fake.calls()
     );
 
-    // GCE preempts it: the controller reads the zone operation and replaces the VM.
+    // GCE preempts it: the controller reads the zone operation during the VM's 30 s of
+    // soft-off, asks for a checkpoint and launches a replacement; then the VM goes.
     assert!(fake.preempt(zone, name));
-    wait_until("a replacement", || {
-        let now = ours(&fake);
-        now.len() == 1 && now[0] != first
-    });
     let client = tern::api::client::Client::new(
         &server,
         Some(TOKEN.into()),
         tern::http::client().expect("http"),
     )
     .expect("client");
-    wait_until("the preemption in the events", || {
+    wait_until("the preemption in the events", &log, || {
         let events = runtime.block_on(client.events(0, None)).expect("events");
         events
             .iter()
             .any(|e| e.kind == "notice" && e.message.contains(&first))
+    });
+    wait_until("a replacement", &log, || {
+        ours(&fake).iter().any(|id| *id != first)
+    });
+    assert!(fake.reclaim(zone, name));
+    wait_until("only the replacement left", &log, || {
+        let now = ours(&fake);
+        now.len() == 1 && now[0] != first
     });
 
     // The notice asked the job to checkpoint: an agent run that still sees the drain (the
@@ -146,25 +163,12 @@ fn a_job_survives_a_preemption_and_runs_to_the_end_on_gcp_via_the_fake_api() {
     }
 
     // Finished: the controller deletes its VM (the two planted VMs aside).
-    let t0 = Instant::now();
-    let job = loop {
-        let v = tern_json(&["status", "--json", "--server", &server], TOKEN);
-        let j = v["jobs"][0].clone();
-        if j["state"] == "finished" && ours(&fake).is_empty() {
-            break j;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "job not finished and released: {v}, live: {:?}",
-            ours(&fake)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let job = wait_finished_and_released(&server, TOKEN, || ours(&fake).len());
     assert_eq!(job["progress"], 1.0, "{job}");
     let deletes = fake.calls().iter().filter(|c| c.0 == "DELETE").count();
     assert!(deletes >= 1, "{:?}", fake.calls());
     // The leak goes after its 30 s grace; the foreign VM stays.
-    wait_until("the leak collected", || {
+    wait_until("the leak collected", &log, || {
         fake.instance("us-central1-b", "tern-leaked").is_none()
     });
     assert!(fake.instance("us-central1-b", "tern-foreign").is_some());

@@ -241,3 +241,26 @@ pub fn submit_t4_small(dir: &Path, server: &str, token: &str) {
     .expect("spec");
     submit(&spec, server, token);
 }
+
+/// Wait up to 60 s until the first job is finished and `live()` (the instances the test can
+/// still see in its cloud) is 0; the job's status.
+pub fn wait_finished_and_released(
+    server: &str,
+    token: &str,
+    live: impl Fn() -> usize,
+) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let v = tern_json(&["status", "--json", "--server", server], token);
+        let j = v["jobs"][0].clone();
+        if j["state"] == "finished" && live() == 0 {
+            return j;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "job not finished and released: {v}, {} live",
+            live()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}

@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use tern_cloud::{Availability, Capacity, LaunchRequest, Offer, Provider, Region, tag};
 use tern_gcp::fake::{FakeCompute, FakeZone};
 use tern_gcp::{GcpConfig, GcpProvider, labels};
@@ -46,15 +44,7 @@ fn zones() -> Vec<FakeZone> {
 }
 
 fn config(fake: &FakeCompute) -> GcpConfig {
-    GcpConfig {
-        endpoint: Some(fake.endpoint.clone()),
-        billing_endpoint: Some(fake.endpoint.clone()),
-        tpu_endpoint: Some(fake.endpoint.clone()),
-        anonymous: true,
-        owner: Some(OWNER.into()),
-        poll_interval: Duration::from_millis(20),
-        ..GcpConfig::new(PROJECT, REGION)
-    }
+    support::config(fake, PROJECT, REGION, OWNER)
 }
 
 async fn setup() -> (FakeCompute, GcpProvider) {
@@ -311,7 +301,10 @@ async fn a_preemption_in_zone_operations_becomes_one_interruption() {
     assert!(lead <= chrono::Duration::seconds(30), "{lead}");
     // Reported once.
     assert!(provider.interruptions().await.expect("poll").is_empty());
-    // The VM was deleted (termination action DELETE): it is no longer listed.
+    // Stopping through its 30 s, then deleted (termination action DELETE): no longer listed.
+    let listed = provider.list(OWNER).await.expect("list");
+    assert_eq!(listed[0].state, tern_cloud::InstanceState::Stopping);
+    assert!(fake.reclaim(zone, name));
     assert!(provider.list(OWNER).await.expect("list").is_empty());
 }
 

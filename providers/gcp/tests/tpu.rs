@@ -3,13 +3,11 @@
 
 mod support;
 
-use std::time::Duration;
-
 use tern_cloud::{
     Capacity, InstanceState, InterruptionKind, LaunchRequest, Offer, Provider, Region, tag,
 };
+use tern_gcp::GcpProvider;
 use tern_gcp::fake::{FakeCompute, FakeZone};
-use tern_gcp::{GcpConfig, GcpProvider};
 
 const PROJECT: &str = "tern-tpu";
 const OWNER: &str = "tern-fake";
@@ -33,15 +31,7 @@ async fn setup() -> (FakeCompute, GcpProvider) {
         },
     ];
     let fake = FakeCompute::start(PROJECT, zones).await.expect("fake");
-    let config = GcpConfig {
-        endpoint: Some(fake.endpoint.clone()),
-        billing_endpoint: Some(fake.endpoint.clone()),
-        tpu_endpoint: Some(fake.endpoint.clone()),
-        anonymous: true,
-        owner: Some(OWNER.into()),
-        poll_interval: Duration::from_millis(20),
-        ..GcpConfig::new(PROJECT, "us-central1")
-    };
+    let config = support::config(&fake, PROJECT, "us-central1", OWNER);
     let provider = GcpProvider::connect(config).await.expect("provider");
     (fake, provider)
 }

@@ -11,7 +11,8 @@
 //! - instance names are unique per zone (409 `alreadyExists`);
 //! - `bulkInsert` honours `count`, `minCount` (all or nothing below it) and `namePattern`;
 //! - `list` filters on labels (`labels.KEY = "VALUE"`) and pages with `maxResults`/`pageToken`;
-//! - a preempted spot VM leaves a `compute.instances.preempted` zone operation;
+//! - a preempted spot VM leaves a `compute.instances.preempted` zone operation and is STOPPING
+//!   (the guest's 30 s soft-off) until the test reclaims it: deleted, or TERMINATED;
 //! - `$alt`, `$apiVersion` and other client parameters are ignored.
 //!
 //! Tests script it through [`FakeCompute`]: capacity per zone and machine type, quota errors,
@@ -180,23 +181,15 @@ impl FakeCompute {
         );
     }
 
-    /// GCE preempts a spot VM: it is stopped (and, with `instanceTerminationAction = DELETE`,
-    /// deleted) and a `compute.instances.preempted` operation appears in its zone.
+    /// GCE preempts a spot VM: a `compute.instances.preempted` operation appears in its zone
+    /// and the VM is STOPPING (the guest's 30 s ACPI soft-off) until [`Self::reclaim`].
     pub fn preempt(&self, zone: &str, name: &str) -> bool {
         let mut w = lock(&self.world);
-        let Some(inst) = w
-            .instances
-            .get(&(zone.to_owned(), name.to_owned()))
-            .cloned()
-        else {
+        let key = (zone.to_owned(), name.to_owned());
+        let Some(inst) = w.instances.get_mut(&key) else {
             return false;
         };
-        let delete = inst["scheduling"]["instanceTerminationAction"] == "DELETE";
-        if delete {
-            w.instances.remove(&(zone.to_owned(), name.to_owned()));
-        } else if let Some(i) = w.instances.get_mut(&(zone.to_owned(), name.to_owned())) {
-            i["status"] = json!("TERMINATED");
-        }
+        inst["status"] = json!("STOPPING");
         let target = format!(
             "{BASE}/projects/{}/zones/{zone}/instances/{name}",
             w.project
@@ -204,6 +197,22 @@ impl FakeCompute {
         let op = w.new_op(zone, "compute.instances.preempted", &target, None, 0);
         if let Some(o) = w.ops.get_mut(&op) {
             o.body["status"] = json!("DONE");
+        }
+        true
+    }
+
+    /// The end of a preemption's 30 s: the VM is deleted (`instanceTerminationAction =
+    /// DELETE`) or TERMINATED (STOP).
+    pub fn reclaim(&self, zone: &str, name: &str) -> bool {
+        let mut w = lock(&self.world);
+        let key = (zone.to_owned(), name.to_owned());
+        let Some(inst) = w.instances.get(&key).cloned() else {
+            return false;
+        };
+        if inst["scheduling"]["instanceTerminationAction"] == "DELETE" {
+            w.instances.remove(&key);
+        } else if let Some(i) = w.instances.get_mut(&key) {
+            i["status"] = json!("TERMINATED");
         }
         true
     }

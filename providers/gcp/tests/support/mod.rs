@@ -1,6 +1,24 @@
 //! What the fake-backed tests share.
 
+use std::time::Duration;
+
 use tern_cloud::{IdempotencyKey, IntentId, LaunchRequest, Offer, Tags, tag};
+use tern_gcp::GcpConfig;
+use tern_gcp::fake::FakeCompute;
+
+/// A provider config that sends every call (Compute, TPU, Billing Catalog) to `fake`, without
+/// credentials, polling operations every 20 ms.
+pub fn config(fake: &FakeCompute, project: &str, region: &str, owner: &str) -> GcpConfig {
+    GcpConfig {
+        endpoint: Some(fake.endpoint.clone()),
+        billing_endpoint: Some(fake.endpoint.clone()),
+        tpu_endpoint: Some(fake.endpoint.clone()),
+        anonymous: true,
+        owner: Some(owner.into()),
+        poll_interval: Duration::from_millis(20),
+        ..GcpConfig::new(project, region)
+    }
+}
 
 /// A launch of `count` (at least `min_count`) from `offers`, for a fresh intent of `job`,
 /// tagged for `owner`.
