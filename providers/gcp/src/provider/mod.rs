@@ -700,16 +700,12 @@ impl Provider for GcpProvider {
                 return if err.is_not_found() { Ok(()) } else { Err(err) };
             }
         };
-        let owner = labels::key(tag::OWNER);
-        let ours = match &self.config.owner {
-            Some(o) => instance.labels.get(&owner) == Some(&labels::value(o)),
-            None => instance.labels.contains_key(&owner),
-        };
-        if !ours {
+        if !self.owns_labels(&instance.labels) {
             return Err(ProviderError::InvalidRequest {
                 message: format!(
-                    "instance {id} does not carry this controller's {owner} label; tern deletes \
-                     only its own instances"
+                    "instance {id} does not carry this controller's {} label; tern deletes \
+                     only its own instances",
+                    labels::key(tag::OWNER)
                 ),
             });
         }

@@ -273,7 +273,12 @@ impl GcpProvider {
         }
     }
 
-    fn owns_labels(&self, labels_of: &std::collections::HashMap<String, String>) -> bool {
+    /// Whether labels carry this controller's owner (any owner label when none is set): the
+    /// check every delete, VM or slice, makes first.
+    pub(super) fn owns_labels(
+        &self,
+        labels_of: &std::collections::HashMap<String, String>,
+    ) -> bool {
         let owner = labels::key(tag::OWNER);
         match &self.config.owner {
             Some(o) => labels_of.get(&owner) == Some(&labels::value(o)),
