@@ -138,6 +138,12 @@ impl Client {
         self.send(self.http.get(&url), url).await
     }
 
+    /// The spec the job was admitted with (`GET /v1/jobs/{name}/spec`).
+    pub async fn job_spec(&self, name: &str) -> Result<tern_cloud::JobSpec, ClientError> {
+        let url = self.url(&format!("/v1/jobs/{}/spec", path_segment(name)));
+        self.send(self.http.get(&url), url).await
+    }
+
     /// Cancel a job; the answer is its status after the cancel.
     pub async fn cancel(&self, name: &str) -> Result<Option<JobStatus>, ClientError> {
         let url = self.url(&format!("/v1/jobs/{}", path_segment(name)));

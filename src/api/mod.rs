@@ -132,6 +132,18 @@ async fn status(State(state): State<ApiState>, Path(name): Path<String>) -> Resp
     }
 }
 
+/// The spec a job was admitted with, as JSON: what `tern_job` imports compare against. Read
+/// from the store, never from the cloud.
+async fn spec(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    let store = state.store.clone();
+    let job = name.clone();
+    match blocking(move || Ok(store.job(&job)?)).await {
+        Ok(Some(record)) => axum::Json(&record.spec).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("unknown job {name}")),
+        Err(r) => r,
+    }
+}
+
 async fn cancel(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
     if !state.shared.view().jobs.contains_key(&name) {
         return error(StatusCode::NOT_FOUND, format!("unknown job {name}"));
@@ -323,6 +335,7 @@ pub fn router(state: ApiState) -> Router {
     let v1 = Router::new()
         .route("/jobs", post(submit).get(list))
         .route("/jobs/{name}", get(status).delete(cancel))
+        .route("/jobs/{name}/spec", get(spec))
         .route("/jobs/{name}/progress", post(progress))
         .route("/events", get(events))
         .route("/costs", get(costs))

@@ -1,12 +1,10 @@
 //! `tern submit`, `tern status` and `tern cancel`: the controller's API from the command line.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::Context;
 use tern::api::client::{Client, ClientError};
 use tern::api::wire::JobStatus;
-use tern::jobs::{check_new, check_regions, inline_profile, read_spec, spec_folder};
-use tern_cloud::JobSpec;
+use tern::jobs::{check_new, check_regions, read_spec, spec_folder, wire_spec};
 
 /// Where the controller is and how to authenticate.
 #[derive(Debug, clap::Args)]
@@ -99,36 +97,11 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             catalog.offers.iter().map(|o| o.region.as_str()).collect();
         check_regions(&spec, regions.iter().copied(), &shown)?;
     }
-    let body = wire_spec(&text, &spec, &args.job)?;
+    let body = wire_spec(&text, &spec, spec_folder(&args.job))?;
     let name = call(&args.server, async |c| c.submit(&body).await)?;
     debug_assert_eq!(name, spec.name);
     println!("submitted {name}");
     Ok(())
-}
-
-/// The spec as the controller receives it: a `[profile] path` is read here, relative to the
-/// spec's folder, and sent as CSV text, since the controller reads no file a spec names.
-fn wire_spec(text: &str, spec: &JobSpec, path: &Path) -> anyhow::Result<String> {
-    let Some(p) = spec.profile.as_ref().filter(|p| p.path.is_some()) else {
-        return Ok(text.to_owned());
-    };
-    let inline = inline_profile(p, spec_folder(path))?;
-    let mut root: toml::Table =
-        toml::from_str(text).with_context(|| format!("re-reading {}", path.display()))?;
-    let mut profile = toml::Table::new();
-    let fields = [
-        ("accelerator", Some(inline.accelerator)),
-        ("node_type", inline.node_type),
-        ("placements", inline.placements),
-        ("scalability", inline.scalability),
-    ];
-    for (key, value) in fields {
-        if let Some(v) = value {
-            profile.insert(key.to_owned(), toml::Value::String(v));
-        }
-    }
-    root.insert("profile".to_owned(), toml::Value::Table(profile));
-    Ok(toml::to_string(&root)?)
 }
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {

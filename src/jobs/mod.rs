@@ -62,6 +62,8 @@ pub enum JobError {
         name: String,
         known: String,
     },
+    #[error("{what}: {why}")]
+    Rewrite { what: &'static str, why: String },
     #[error("{shown}: `deadline`: {at} is {why}")]
     Deadline {
         shown: String,
@@ -307,6 +309,37 @@ pub fn read_spec(path: &Path) -> Result<String, JobError> {
     read_text_capped(path, Limit::SPEC).map_err(|source| JobError::Read {
         path: path.display().to_string(),
         source,
+    })
+}
+
+/// The spec as the controller receives it: a `[profile] path` is read here, relative to
+/// `base` (the spec's folder), and sent as CSV text, since the controller reads no file a
+/// spec names. Used by `tern submit` and the Terraform provider.
+pub fn wire_spec(text: &str, spec: &JobSpec, base: &Path) -> Result<String, JobError> {
+    let Some(p) = spec.profile.as_ref().filter(|p| p.path.is_some()) else {
+        return Ok(text.to_owned());
+    };
+    let inline = inline_profile(p, base)?;
+    let mut root: toml::Table = toml::from_str(text).map_err(|e| JobError::Rewrite {
+        what: "re-reading the spec",
+        why: e.to_string(),
+    })?;
+    let mut profile = toml::Table::new();
+    let fields = [
+        ("accelerator", Some(inline.accelerator)),
+        ("node_type", inline.node_type),
+        ("placements", inline.placements),
+        ("scalability", inline.scalability),
+    ];
+    for (key, value) in fields {
+        if let Some(v) = value {
+            profile.insert(key.to_owned(), toml::Value::String(v));
+        }
+    }
+    root.insert("profile".to_owned(), toml::Value::Table(profile));
+    toml::to_string(&root).map_err(|e| JobError::Rewrite {
+        what: "writing the spec",
+        why: e.to_string(),
     })
 }
 
