@@ -138,6 +138,12 @@ impl Client {
         self.send(self.http.get(&url), url).await
     }
 
+    /// The offers the controller last read from its cloud (`GET /v1/offers`).
+    pub async fn offers(&self) -> Result<Vec<tern_cloud::Offer>, ClientError> {
+        let url = self.url("/v1/offers");
+        self.send(self.http.get(&url), url).await
+    }
+
     /// The spec the job was admitted with (`GET /v1/jobs/{name}/spec`).
     pub async fn job_spec(&self, name: &str) -> Result<tern_cloud::JobSpec, ClientError> {
         let url = self.url(&format!("/v1/jobs/{}/spec", path_segment(name)));

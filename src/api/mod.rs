@@ -132,6 +132,12 @@ async fn status(State(state): State<ApiState>, Path(name): Path<String>) -> Resp
     }
 }
 
+/// The offers the controller last read from its cloud, with its prices and what it knows of
+/// their availability: `tern_offers` with `source = "controller"`.
+async fn offers(State(state): State<ApiState>) -> Response {
+    axum::Json(&*state.shared.view().offers).into_response()
+}
+
 /// The spec a job was admitted with, as JSON: what `tern_job` imports compare against. Read
 /// from the store, never from the cloud.
 async fn spec(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
@@ -337,6 +343,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{name}", get(status).delete(cancel))
         .route("/jobs/{name}/spec", get(spec))
         .route("/jobs/{name}/progress", post(progress))
+        .route("/offers", get(offers))
         .route("/events", get(events))
         .route("/costs", get(costs))
         .layer(middleware::from_fn_with_state(

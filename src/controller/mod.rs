@@ -191,6 +191,9 @@ struct CloudMemory {
     /// Offer key → spot $/h last seen: a change is an event that re-checks running jobs for a
     /// cheaper place at once.
     spot_prices: HashMap<String, f64>,
+    /// The latest offers of every region, as `GET /v1/offers` shows them, and when read.
+    offers: Arc<Vec<Offer>>,
+    offers_at: Option<DateTime<Utc>>,
 }
 
 /// Intent ids: per-process randomness plus a counter, so a restarted controller never reuses
@@ -369,6 +372,11 @@ impl Controller {
     }
 
     /// Live (not ended) instances the controller tracks.
+    /// The offers of the latest pass that asked the cloud (empty before the first).
+    pub fn latest_offers(&self) -> Arc<Vec<Offer>> {
+        self.cloud.offers.clone()
+    }
+
     pub fn instances(&self) -> impl Iterator<Item = &InstanceRecord> {
         self.fleet.instances.values()
     }

@@ -14,6 +14,9 @@ use super::{Controller, Result, delta, fallbacks, hours};
 use crate::store::{InstanceRecord, JobState};
 use tern_policies::deadline::Placement as Policy;
 
+/// How old the offers `GET /v1/offers` shows may grow while the controller is idle.
+const OFFERS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// What each job needs this pass.
 #[derive(Debug, Default)]
 struct Triage {
@@ -44,7 +47,13 @@ impl Controller {
         // any job is active.
         let sample = self.sampled != Some(self.policy_tick(now))
             && self.fleet.jobs.values().any(|e| !e.record.state.is_final());
-        if !(triage.needs_offers() || sample) {
+        // An idle controller still reads offers now and then, so `GET /v1/offers` (what
+        // `tern_offers` with `source = "controller"` shows) is never empty nor old.
+        let stale = self
+            .cloud
+            .offers_at
+            .is_none_or(|t| now - t >= delta(OFFERS_MAX_AGE));
+        if !(triage.needs_offers() || sample || stale) {
             return Ok(());
         }
         let Some(offers) = self.offers(now).await else {
@@ -155,6 +164,8 @@ impl Controller {
                 o.availability = Availability::Unavailable;
             }
         }
+        self.cloud.offers = std::sync::Arc::new(all.clone());
+        self.cloud.offers_at = Some(now);
         if price_moved {
             for e in self.fleet.jobs.values_mut() {
                 e.last_migrate_check = None;

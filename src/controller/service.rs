@@ -60,6 +60,9 @@ pub struct JobView {
 #[derive(Debug, Clone, Default)]
 pub struct View {
     pub jobs: BTreeMap<String, JobView>,
+    /// The offers of the latest pass that asked the cloud, prices and availability as the
+    /// controller sees them (`GET /v1/offers`).
+    pub offers: Arc<Vec<tern_cloud::Offer>>,
 }
 
 fn status_of(j: &JobRecord, mine: &[&InstanceRecord]) -> JobStatus {
@@ -101,7 +104,10 @@ impl View {
                 (j.name().to_string(), view)
             })
             .collect();
-        View { jobs }
+        View {
+            jobs,
+            offers: ctl.latest_offers(),
+        }
     }
 
     /// Show a queued request before the pass has taken it.

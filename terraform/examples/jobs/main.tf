@@ -35,6 +35,13 @@ data "tern_offers" "t4" {
   limit       = 3
 }
 
+# What the controller itself sees: the offers it last read from its cloud, at the prices it
+# pays (here the simulated cloud's V100 pools).
+data "tern_offers" "live" {
+  source      = "controller"
+  accelerator = "V100"
+}
+
 # What the planner would choose for the ResNet job on the bundled catalog, and what it
 # expects it to cost.
 data "tern_plan" "resnet" {
@@ -65,6 +72,10 @@ resource "tern_job" "sweep" {
 
 output "cheapest_t4" {
   value = "${data.tern_offers.t4.cheapest.instance_type} in ${data.tern_offers.t4.cheapest.zone} at ${data.tern_offers.t4.cheapest.price_per_hour} USD/h"
+}
+
+output "live_v100_zones" {
+  value = sort(distinct([for o in data.tern_offers.live.offers : o.zone]))
 }
 
 output "resnet_plan" {

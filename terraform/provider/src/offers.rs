@@ -1,5 +1,6 @@
-//! `data "tern_offers"`: the cheapest offers for an accelerator, from the bundled catalog or
-//! catalog files, filtered as `tern offers` filters. Users feed the chosen type and zone into
+//! `data "tern_offers"`: the cheapest offers for an accelerator, from the bundled catalog,
+//! catalog files, or a running controller (the offers its last pass read from its cloud, at
+//! the prices it sees), filtered as `tern offers` filters. Users feed the chosen type and zone into
 //! their own `aws_instance` or `google_compute_instance`.
 
 use rmpv::Value;
@@ -67,6 +68,13 @@ pub fn data_schema() -> Schema {
                 "SkyPilot v8 catalog CSV files to use instead of the bundled snapshot.",
             ),
             attr(
+                "source",
+                "\"string\"",
+                Mode::Optional,
+                "catalog (default: the bundled snapshot, or `catalog`) or controller (the offers \
+                 the configured controller last read from its cloud, at the prices it sees).",
+            ),
+            attr(
                 "offers",
                 &offers,
                 Mode::Computed,
@@ -82,10 +90,33 @@ pub fn data_schema() -> Schema {
     )
 }
 
-/// Reads the data source: `config` in, the full object out.
-pub fn read(config: &Value) -> Result<Value, Diags> {
+/// Where the offers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Catalog,
+    Controller,
+}
+
+pub fn origin(config: &Value) -> Result<Origin, Diags> {
+    match value::string(config, "source").ok().flatten().as_deref() {
+        None | Some("catalog") => Ok(Origin::Catalog),
+        Some("controller") => Ok(Origin::Controller),
+        Some(other) => Err(vec![diag::error(
+            Some("source"),
+            "Invalid source",
+            format!("expected \"catalog\" or \"controller\", got {other:?}"),
+        )]),
+    }
+}
+
+/// Reads the data source: `config` in, the full object out. `catalog` is what `source` names
+/// (the caller fetched a controller's offers); `None` loads the bundled or listed catalog.
+pub fn read(config: &Value, catalog: Option<Catalog>) -> Result<Value, Diags> {
     let query = query(config)?;
-    let catalog = load_catalog(config)?;
+    let catalog = match catalog {
+        Some(c) => c,
+        None => load_catalog(config)?,
+    };
     let query = query.resolve(&catalog).map_err(|e| {
         vec![diag::error(
             Some(field_of(&e)),
@@ -215,7 +246,7 @@ mod tests {
             ("capacity", Value::from("spot")),
             ("limit", value::num(3.0)),
         ]);
-        let out = read(&config).unwrap();
+        let out = read(&config, None).unwrap();
         let Some(Value::Array(offers)) = value::get(&out, "offers") else {
             panic!()
         };
@@ -241,12 +272,15 @@ mod tests {
     #[test]
     fn a_typo_gets_the_close_names_on_its_attribute() {
         let config = value::object([("accelerator", Value::from("V10O"))]);
-        let diags = read(&config).unwrap_err();
+        let diags = read(&config, None).unwrap_err();
         assert!(diags[0].detail.contains("V100"), "{}", diags[0].detail);
         let config = value::object([
             ("accelerator", Value::from("V100")),
             ("capacity", Value::from("cheap")),
         ]);
-        assert_eq!(read(&config).unwrap_err()[0].summary, "Invalid capacity");
+        assert_eq!(
+            read(&config, None).unwrap_err()[0].summary,
+            "Invalid capacity"
+        );
     }
 }

@@ -97,6 +97,27 @@ impl TernProvider {
     }
 }
 
+impl TernProvider {
+    /// `tern_offers`: from a catalog, or from the controller when `source = "controller"`.
+    async fn read_offers(&self, config: Value) -> Result<Value, Diags> {
+        let catalog = match offers::origin(&config)? {
+            offers::Origin::Catalog => None,
+            offers::Origin::Controller => {
+                let client = self.client()?;
+                let list = client
+                    .offers()
+                    .await
+                    .map_err(|e| vec![crate::job::client_diag(&e, None)])?;
+                Some(tern_pricing::Catalog {
+                    offers: list,
+                    ..tern_pricing::Catalog::default()
+                })
+            }
+        };
+        blocking(move || offers::read(&config, catalog)).await
+    }
+}
+
 fn decode(dv: Option<&DynamicValue>) -> Result<Value, Diags> {
     value::decode(dv).map_err(|e| {
         vec![diag::error(
@@ -352,7 +373,7 @@ impl Provider for TernProvider {
         let result = match decode(r.config.as_ref()) {
             Err(d) => Err(d),
             Ok(config) => match r.type_name.as_str() {
-                offers::TYPE => blocking(move || offers::read(&config)).await,
+                offers::TYPE => self.read_offers(config).await,
                 plan::TYPE => blocking(move || plan::read(&config)).await,
                 other => Err(unknown_type("data source", other)),
             },
