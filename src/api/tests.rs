@@ -405,3 +405,32 @@ async fn the_library_client_speaks_tls_to_a_trusted_ca_only() {
     let plain = client(format!("http://{addr}"), Some(&certs.ca));
     plain.jobs().await.expect_err("plain HTTP to a TLS port");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_controller_shows_its_offers_and_a_job_its_admitted_spec() {
+    let (c, _store, running) = serve(idle_sim()).await;
+    // No job yet: the first pass still reads the cloud's offers for `GET /v1/offers`.
+    let t0 = Instant::now();
+    let offers = loop {
+        let o = c.offers().await.expect("offers");
+        if !o.is_empty() || t0.elapsed() > Duration::from_secs(10) {
+            break o;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        offers
+            .iter()
+            .any(|o| o.zone.as_str() == "us-west-2a" && o.instance_type.name == "p3.2xlarge"),
+        "{offers:?}"
+    );
+    c.submit(&spec("s")).await.expect("submit");
+    let admitted = c.job_spec("s").await.expect("spec");
+    assert_eq!(admitted, tern_cloud::parse_job_spec(&spec("s"), "x").expect("parse"));
+    let missing = c.job_spec("nope").await.expect_err("unknown job");
+    assert_eq!(missing.status(), Some(404));
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}
