@@ -87,29 +87,25 @@ fn controller(dir: &Path) -> (Killed, String) {
     (Killed(child), format!("http://{addr}"))
 }
 
-/// A provider mirror holding this build, and a CLI config that installs from it only, so
-/// `terraform init` works with no registry.
-fn cli_config(dir: &Path) -> PathBuf {
-    let plat = dir.join("mirror/registry.terraform.io/tern/tern/0.1.0/linux_amd64");
+/// A home folder whose implicit provider mirror (`~/.terraform.d/plugins`) holds this build,
+/// laid out as terraform/README.md tells users to, so `terraform init` works with no
+/// registry and no CLI configuration.
+fn home(dir: &Path) -> PathBuf {
+    let home = dir.join("home");
+    let plat = home.join(".terraform.d/plugins/registry.terraform.io/tern/tern/0.1.0/linux_amd64");
     std::fs::create_dir_all(&plat).unwrap();
     std::fs::copy(
         env!("CARGO_BIN_EXE_terraform-provider-tern"),
         plat.join("terraform-provider-tern_v0.1.0"),
     )
     .unwrap();
-    let rc = dir.join("terraform.rc");
-    let text = format!(
-        "provider_installation {{\n  filesystem_mirror {{\n    path    = \"{}\"\n    include = [\"registry.terraform.io/tern/tern\"]\n  }}\n}}\n",
-        dir.join("mirror").display()
-    );
-    std::fs::write(&rc, text).unwrap();
-    rc
+    home
 }
 
 struct Tf {
     bin: String,
     work: PathBuf,
-    rc: PathBuf,
+    home: PathBuf,
     token: String,
 }
 
@@ -118,7 +114,9 @@ impl Tf {
         Command::new(&self.bin)
             .args(args)
             .current_dir(&self.work)
-            .env("TF_CLI_CONFIG_FILE", &self.rc)
+            .env("HOME", &self.home)
+            .env_remove("TF_CLI_CONFIG_FILE")
+            .env_remove("TF_PLUGIN_CACHE_DIR")
             .env("TF_IN_AUTOMATION", "1")
             .env("CHECKPOINT_DISABLE", "1")
             .env("TERN_TOKEN", &self.token)
@@ -191,7 +189,7 @@ fn the_example_applies_plans_clean_replaces_imports_drifts_and_destroys() {
     let tf = Tf {
         bin: terraform_bin(),
         work,
-        rc: cli_config(dir.path()),
+        home: home(dir.path()),
         token: TOKEN.into(),
     };
     let endpoint = format!("endpoint={server}");
@@ -326,7 +324,7 @@ fn the_example_applies_plans_clean_replaces_imports_drifts_and_destroys() {
         token: "wrong".into(),
         bin: tf.bin.clone(),
         work: tf.work.clone(),
-        rc: tf.rc.clone(),
+        home: tf.home.clone(),
     };
     let text = wrong.expect(1, &[&["plan", "-no-color"][..], &var, &steps].concat());
     assert!(
@@ -382,7 +380,7 @@ resource "tern_job" "bad" {
     let tf = Tf {
         bin: terraform_bin(),
         work,
-        rc: cli_config(dir.path()),
+        home: home(dir.path()),
         token: TOKEN.into(),
     };
     tf.expect(0, &["init", "-no-color"]);
@@ -394,5 +392,23 @@ resource "tern_job" "bad" {
     assert!(
         text.contains("tern_job.bad") && text.contains("job = {"),
         "the diagnostic points at the attribute:\n{text}"
+    );
+}
+
+/// terraform/README.md shows the example the test above runs, verbatim, and installs the
+/// provider where `home()` does.
+#[test]
+fn the_readme_shows_the_example_the_tests_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for file in ["examples/jobs/main.tf", "examples/jobs/jobs/resnet.toml"] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        assert!(
+            readme.contains(&text),
+            "terraform/README.md does not show {file} as it is"
+        );
+    }
+    assert!(
+        readme.contains("~/.terraform.d/plugins/registry.terraform.io/tern/tern/0.1.0/linux_amd64")
     );
 }
