@@ -109,7 +109,7 @@ fn whole(mut v: Value) -> Value {
 }
 
 pub fn validate(config: &Value) -> Diags {
-    match spec::resolve(config, chrono::Utc::now()) {
+    match spec::resolve(config) {
         Err(d) => vec![d],
         Ok(Source::Missing) => vec![diag::error(
             Some(spec::JOB),
@@ -129,14 +129,21 @@ pub fn plan(
     if proposed.is_nil() {
         return Ok((Value::Nil, Vec::new()));
     }
-    let digest = match spec::resolve(config, chrono::Utc::now()).map_err(|d| vec![d])? {
-        Source::Ready(r) => Some(spec::digest(&r.spec)),
+    let resolved = match spec::resolve(config).map_err(|d| vec![d])? {
+        Source::Ready(r) => Some(r),
         Source::Unknown => None,
         Source::Missing => return Err(validate(config)),
     };
+    // A job about to be submitted must pass what the controller checks at admission.
+    let check_new = || match &resolved {
+        Some(r) => spec::check_new(r, chrono::Utc::now()).map_err(|d| vec![d]),
+        None => Ok(()),
+    };
+    let digest = resolved.as_ref().map(|r| spec::digest(&r.spec));
     let mut planned = whole(proposed.clone());
     let digest_value = digest.as_deref().map_or_else(value::unknown, Value::from);
     if prior.is_nil() {
+        check_new()?;
         set_unknown(&mut planned);
         value::set(&mut planned, DIGEST, digest_value);
         return Ok((planned, Vec::new()));
@@ -154,6 +161,7 @@ pub fn plan(
         }
         return Ok((planned, Vec::new()));
     }
+    check_new()?;
     let mut replace = Vec::new();
     if changed {
         replace.push(diag::path(DIGEST));
@@ -193,10 +201,10 @@ pub async fn apply(
     if !prior.is_nil() {
         return Ok(planned.clone());
     }
-    let Source::Ready(resolved) = spec::resolve(config, chrono::Utc::now()).map_err(|d| vec![d])?
-    else {
+    let Source::Ready(resolved) = spec::resolve(config).map_err(|d| vec![d])? else {
         return Err(validate(config));
     };
+    spec::check_new(&resolved, chrono::Utc::now()).map_err(|d| vec![d])?;
     let name = spec::controller_name(&resolved.spec.name);
     let wire = spec::renamed(&resolved.wire, &name);
     client
@@ -399,6 +407,34 @@ mod tests {
         let other = whole(other);
         let (_, replace) = plan(&prior, &other, &other).unwrap();
         assert_eq!(replace, vec![diag::path(DIGEST)]);
+    }
+
+    #[test]
+    fn a_running_job_whose_deadline_has_passed_still_plans_clean_but_cannot_be_created() {
+        let job = serde_json::json!({
+            "name": "j", "team": "t", "accelerators": ["T4"], "local_batch": 8, "workers": 1,
+            "deadline": "2020-01-01T00:00:00Z", "work": {"steps": 10, "batch": 8},
+        });
+        let c = whole(value::object([(
+            spec::JOB,
+            Value::Array(vec![
+                Value::Binary(b"\"dynamic\"".to_vec()),
+                value::from_json(&job),
+            ]),
+        )]));
+        let err = plan(&Value::Nil, &c, &c).unwrap_err();
+        assert!(err[0].detail.contains("deadline"), "{}", err[0].detail);
+        let mut prior = c.clone();
+        for (name, _, _) in COMPUTED {
+            value::set(&mut prior, name, Value::from("x"));
+        }
+        let Source::Ready(r) = spec::resolve(&c).unwrap() else {
+            panic!()
+        };
+        value::set(&mut prior, DIGEST, Value::from(spec::digest(&r.spec)));
+        let (planned, replace) = plan(&prior, &c, &c).unwrap();
+        assert!(replace.is_empty());
+        assert_eq!(planned, prior);
     }
 
     #[test]

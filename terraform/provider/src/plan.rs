@@ -106,7 +106,7 @@ pub fn data_schema() -> Schema {
 
 pub fn read(config: &Value) -> Result<Value, Diags> {
     let now = Utc::now();
-    let resolved = match spec::resolve(config, now).map_err(|d| vec![d])? {
+    let resolved = match spec::resolve(config).map_err(|d| vec![d])? {
         Source::Ready(r) => r,
         Source::Missing => {
             return Err(vec![diag::error(
@@ -123,6 +123,7 @@ pub fn read(config: &Value) -> Result<Value, Diags> {
             )]);
         }
     };
+    spec::check_new(&resolved, now).map_err(|d| vec![d])?;
     let catalog = crate::offers::load_catalog(config)?;
     let job = tern::jobs::LoadedJob::from_spec(resolved.spec.clone(), None, resolved.attr, now)
         .map_err(|e| {

@@ -37,7 +37,9 @@ pub enum Source {
 }
 
 /// Reads the spec from `config`; errors name the attribute they are about.
-pub fn resolve(config: &Value, now: DateTime<Utc>) -> Result<Source, Diagnostic> {
+/// Only the spec's own rules are checked here; [`check_new`] adds what a new submission must
+/// also satisfy.
+pub fn resolve(config: &Value) -> Result<Source, Diagnostic> {
     let job = value::dynamic_json(config, JOB);
     let file = value::string(config, SPEC_FILE);
     let (job, file) = match (job, file) {
@@ -56,9 +58,15 @@ pub fn resolve(config: &Value, now: DateTime<Utc>) -> Result<Source, Diagnostic>
         (Some(json), None) => from_object(&json)?,
         (None, Some(path)) => from_file(&path)?,
     };
-    tern::jobs::check_new(&resolved.spec, now, resolved.attr)
-        .map_err(|e| invalid(resolved.attr, e.to_string()))?;
     Ok(Source::Ready(Box::new(resolved)))
+}
+
+/// What the controller checks when it admits a job (known accelerators, a deadline in the
+/// future): for a new job and a plan, never for a job that already runs, whose absolute
+/// deadline may have passed since.
+pub fn check_new(resolved: &Resolved, now: DateTime<Utc>) -> Result<(), Diagnostic> {
+    tern::jobs::check_new(&resolved.spec, now, resolved.attr)
+        .map_err(|e| invalid(resolved.attr, e.to_string()))
 }
 
 fn invalid(attr: &'static str, detail: String) -> Diagnostic {
@@ -182,7 +190,7 @@ mod tests {
 
     #[test]
     fn an_hcl_object_is_the_toml_spec() {
-        let Source::Ready(r) = resolve(&config(small()), Utc::now()).unwrap() else {
+        let Source::Ready(r) = resolve(&config(small())).unwrap() else {
             panic!("expected a spec")
         };
         assert_eq!(r.spec.name, "bert");
@@ -201,7 +209,7 @@ mod tests {
     fn errors_name_the_attribute_and_the_field() {
         let mut bad = small();
         bad["workers"] = serde_json::json!({"min": 0, "max": 2});
-        let err = resolve(&config(bad), Utc::now()).err().expect("invalid");
+        let err = resolve(&config(bad)).err().expect("invalid");
         let attr = err.attribute.unwrap().steps[0].selector.clone().unwrap();
         assert_eq!(
             attr,
@@ -214,14 +222,14 @@ mod tests {
     fn both_sources_at_once_is_an_error() {
         let mut c = config(small());
         value::set(&mut c, SPEC_FILE, Value::from("x.toml"));
-        let err = resolve(&c, Utc::now()).err().expect("conflict");
+        let err = resolve(&c).err().expect("conflict");
         assert_eq!(err.summary, "Conflicting job spec");
     }
 
     #[test]
     fn a_missing_file_names_it() {
         let c = value::object([(SPEC_FILE, Value::from("/no/such/job.toml"))]);
-        let err = resolve(&c, Utc::now()).err().expect("missing file");
+        let err = resolve(&c).err().expect("missing file");
         assert!(err.detail.contains("/no/such/job.toml"), "{}", err.detail);
     }
 
