@@ -426,7 +426,10 @@ async fn an_idle_controller_shows_its_offers_and_a_job_its_admitted_spec() {
     );
     c.submit(&spec("s")).await.expect("submit");
     let admitted = c.job_spec("s").await.expect("spec");
-    assert_eq!(admitted, tern_cloud::parse_job_spec(&spec("s"), "x").expect("parse"));
+    assert_eq!(
+        admitted,
+        tern_cloud::parse_job_spec(&spec("s"), "x").expect("parse")
+    );
     let missing = c.job_spec("nope").await.expect_err("unknown job");
     assert_eq!(missing.status(), Some(404));
     tokio::task::spawn_blocking(move || running.stop())

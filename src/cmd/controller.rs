@@ -100,7 +100,8 @@ pub struct Args {
     /// `AWS_ENDPOINT_URL`.
     #[arg(long, value_name = "URL")]
     aws_endpoint: Option<String>,
-    /// AWS: offer only these instance types (default: every type with accelerators).
+    /// AWS or GCP: offer only these instance types (GCP: machine types; default: every type
+    /// with accelerators).
     #[arg(long = "instance-type", value_name = "TYPE")]
     instance_types: Vec<String>,
     /// AWS or GCP: live prices the controller reads (AWS spot and Pricing API, GCP Billing
@@ -249,6 +250,7 @@ async fn gcp_provider(args: &Args) -> anyhow::Result<(Arc<dyn Provider>, Vec<ter
         instance_template: args.instance_template.clone(),
         dry_run: args.dry_run,
         owner: Some(args.owner.clone()),
+        machine_types: args.instance_types.clone(),
         ..tern_gcp::GcpConfig::new(project, region)
     };
     let history = open_price_history(args)?;

@@ -4,21 +4,123 @@
 //! matter: the spot interruption warning (two minutes' notice), the rebalance
 //! recommendation (elevated risk, no deadline), the instance state change (the instance is
 //! going or gone) and the AWS Health scheduled change (retirement or maintenance).
+//! [`EVENT_SHAPES`] lists them once: the parser accepts exactly these, and the Terraform
+//! module's EventBridge rules match exactly these (a test compares them).
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
+use serde_json::{Map, Value, json};
 use tern_cloud::{InstanceId, Interruption, InterruptionKind};
 
 /// AWS stops a spot instance two minutes after the warning.
 const SPOT_NOTICE: Duration = Duration::minutes(2);
+
+/// What tern makes of one kind of event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A spot instance is stopped two minutes after the event.
+    SpotWarning,
+    /// Elevated risk of a spot interruption, no deadline.
+    Rebalance,
+    /// The instance is going or gone.
+    StateChange,
+    /// A scheduled retirement or maintenance of one or more instances.
+    Health,
+}
+
+/// One EventBridge event shape tern consumes: a `source`, a `detail-type`, and the `detail`
+/// field values tern acts on. Events of the shape with other detail values are well formed
+/// but need nothing (an instance starting, a health issue that is not a scheduled change);
+/// the EventBridge rule does not forward them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventShape {
+    pub kind: EventKind,
+    pub source: &'static str,
+    pub detail_type: &'static str,
+    /// `detail` fields and the values that matter; an event matches when each field holds
+    /// one of its values.
+    pub detail: &'static [(&'static str, &'static [&'static str])],
+}
+
+/// Every event shape tern consumes: what the parser accepts and what the EventBridge rules of
+/// `terraform/modules/aws-controller` match.
+pub const EVENT_SHAPES: [EventShape; 4] = [
+    EventShape {
+        kind: EventKind::SpotWarning,
+        source: "aws.ec2",
+        detail_type: "EC2 Spot Instance Interruption Warning",
+        detail: &[],
+    },
+    EventShape {
+        kind: EventKind::Rebalance,
+        source: "aws.ec2",
+        detail_type: "EC2 Instance Rebalance Recommendation",
+        detail: &[],
+    },
+    EventShape {
+        kind: EventKind::StateChange,
+        source: "aws.ec2",
+        detail_type: "EC2 Instance State-change Notification",
+        // pending and running: nothing is being taken away.
+        detail: &[(
+            "state",
+            &["shutting-down", "terminated", "stopping", "stopped"],
+        )],
+    },
+    EventShape {
+        kind: EventKind::Health,
+        source: "aws.health",
+        detail_type: "AWS Health Event",
+        detail: &[
+            ("service", &["EC2"]),
+            ("eventTypeCategory", &["scheduledChange"]),
+        ],
+    },
+];
+
+impl EventShape {
+    /// The shape of an event with this source and detail-type, if tern consumes it.
+    pub fn find(source: &str, detail_type: &str) -> Option<&'static EventShape> {
+        EVENT_SHAPES
+            .iter()
+            .find(|s| s.source == source && s.detail_type == detail_type)
+    }
+
+    /// The EventBridge event pattern (a rule's `event_pattern`) matching this shape.
+    pub fn pattern(&self) -> Value {
+        let mut pattern = json!({
+            "source": [self.source],
+            "detail-type": [self.detail_type],
+        });
+        if !self.detail.is_empty() {
+            let detail: Map<String, Value> = self
+                .detail
+                .iter()
+                .map(|(field, values)| ((*field).to_owned(), json!(values)))
+                .collect();
+            pattern["detail"] = Value::Object(detail);
+        }
+        pattern
+    }
+
+    /// Whether an event's detail holds one of the listed values in each listed field.
+    fn wants(&self, detail: &Value) -> bool {
+        self.detail.iter().all(|(field, values)| {
+            detail
+                .get(field)
+                .and_then(Value::as_str)
+                .is_some_and(|v| values.contains(&v))
+        })
+    }
+}
 
 /// Why a message body is not an event tern understands.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum EventError {
     #[error("not an EventBridge event: {0}")]
     Json(String),
-    #[error("unhandled event type '{0}'")]
-    UnknownType(String),
+    #[error("unhandled event type '{detail_type}' from '{origin}'")]
+    UnknownType { origin: String, detail_type: String },
     #[error("event '{0}' names no instance")]
     NoInstance(String),
 }
@@ -33,7 +135,7 @@ struct Envelope {
     #[serde(default)]
     resources: Vec<String>,
     #[serde(default)]
-    detail: serde_json::Value,
+    detail: Value,
 }
 
 /// Parse one message body. `Ok(vec![])` means a well-formed event that needs no action (an
@@ -41,6 +143,15 @@ struct Envelope {
 pub fn parse(body: &str, received_at: DateTime<Utc>) -> Result<Vec<Interruption>, EventError> {
     let event: Envelope =
         serde_json::from_str(body).map_err(|e| EventError::Json(e.to_string()))?;
+    let shape = EventShape::find(&event.source, &event.detail_type).ok_or_else(|| {
+        EventError::UnknownType {
+            origin: event.source.clone(),
+            detail_type: event.detail_type.clone(),
+        }
+    })?;
+    if !shape.wants(&event.detail) {
+        return Ok(Vec::new());
+    }
     let sent = event.time.unwrap_or(received_at);
     let one = |kind, deadline| -> Result<Vec<Interruption>, EventError> {
         let id = detail_instance(&event.detail)
@@ -53,34 +164,17 @@ pub fn parse(body: &str, received_at: DateTime<Utc>) -> Result<Vec<Interruption>
             received_at,
         }])
     };
-    match event.detail_type.as_str() {
-        "EC2 Spot Instance Interruption Warning" => {
-            one(InterruptionKind::SpotNotice, Some(sent + SPOT_NOTICE))
-        }
-        "EC2 Instance Rebalance Recommendation" => one(InterruptionKind::Rebalance, None),
-        "EC2 Instance State-change Notification" => {
-            let state = event.detail.get("state").and_then(|s| s.as_str());
-            match state {
-                Some("shutting-down" | "terminated" | "stopping" | "stopped") => {
-                    one(InterruptionKind::Preempted, Some(sent))
-                }
-                // pending, running: nothing is being taken away.
-                _ => Ok(Vec::new()),
-            }
-        }
-        "AWS Health Event" if event.source == "aws.health" => Ok(health(&event, received_at)),
-        other => Err(EventError::UnknownType(other.to_owned())),
+    match shape.kind {
+        EventKind::SpotWarning => one(InterruptionKind::SpotNotice, Some(sent + SPOT_NOTICE)),
+        EventKind::Rebalance => one(InterruptionKind::Rebalance, None),
+        EventKind::StateChange => one(InterruptionKind::Preempted, Some(sent)),
+        EventKind::Health => Ok(health(&event, received_at)),
     }
 }
 
 /// A scheduled change (instance retirement, system maintenance) for each affected instance.
 fn health(event: &Envelope, received_at: DateTime<Utc>) -> Vec<Interruption> {
     let d = &event.detail;
-    let category = d.get("eventTypeCategory").and_then(|v| v.as_str());
-    let service = d.get("service").and_then(|v| v.as_str());
-    if category != Some("scheduledChange") || service.is_some_and(|s| s != "EC2") {
-        return Vec::new();
-    }
     let deadline = d
         .get("startTime")
         .and_then(|v| v.as_str())
@@ -257,12 +351,75 @@ mod tests {
         let other = r#"{"detail-type": "EC2 AMI State Change", "source": "aws.ec2", "detail": {}}"#;
         assert_eq!(
             parse(other, now()),
-            Err(EventError::UnknownType("EC2 AMI State Change".into()))
+            Err(EventError::UnknownType {
+                origin: "aws.ec2".into(),
+                detail_type: "EC2 AMI State Change".into()
+            })
         );
-        let nameless = r#"{"detail-type": "EC2 Instance Rebalance Recommendation", "detail": {}}"#;
+        // A known detail-type from another source is not the event tern knows.
+        let forged = r#"{"detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "my.app", "detail": {"instance-id": "i-1"}}"#;
+        assert!(matches!(
+            parse(forged, now()),
+            Err(EventError::UnknownType { .. })
+        ));
+        let nameless = r#"{"detail-type": "EC2 Instance Rebalance Recommendation",
+            "source": "aws.ec2", "detail": {}}"#;
         assert!(matches!(
             parse(nameless, now()),
             Err(EventError::NoInstance(_))
         ));
+    }
+
+    /// An event of `shape` whose detail holds the first wanted value of each field.
+    fn event_of(shape: &EventShape) -> String {
+        let mut detail = json!({"instance-id": "i-0shape"});
+        for (field, values) in shape.detail {
+            detail[*field] = json!(values[0]);
+        }
+        detail["affectedEntities"] = json!([{"entityValue": "i-0shape"}]);
+        json!({
+            "source": shape.source,
+            "detail-type": shape.detail_type,
+            "time": "2026-11-22T10:00:00Z",
+            "detail": detail,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn every_listed_shape_is_parsed_into_an_interruption() {
+        for shape in &EVENT_SHAPES {
+            let got = parse(&event_of(shape), now()).unwrap();
+            assert_eq!(got.len(), 1, "{shape:?}");
+            assert_eq!(got[0].instance.0, "i-0shape", "{shape:?}");
+        }
+    }
+
+    #[test]
+    fn shapes_are_distinct_and_their_patterns_name_source_and_detail_type() {
+        for (n, a) in EVENT_SHAPES.iter().enumerate() {
+            for b in &EVENT_SHAPES[n + 1..] {
+                assert!((a.source, a.detail_type) != (b.source, b.detail_type));
+            }
+        }
+        let state = EVENT_SHAPES[2].pattern();
+        assert_eq!(
+            state,
+            json!({
+                "source": ["aws.ec2"],
+                "detail-type": ["EC2 Instance State-change Notification"],
+                "detail": {"state": ["shutting-down", "terminated", "stopping", "stopped"]},
+            })
+        );
+        assert!(EVENT_SHAPES[0].pattern().get("detail").is_none());
+    }
+
+    #[test]
+    fn a_health_event_about_another_service_needs_nothing() {
+        let body = r#"{"detail-type": "AWS Health Event", "source": "aws.health",
+            "resources": ["i-abcd1111"],
+            "detail": {"service": "RDS", "eventTypeCategory": "scheduledChange"}}"#;
+        assert!(parse(body, now()).unwrap().is_empty());
     }
 }

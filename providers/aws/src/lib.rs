@@ -6,7 +6,10 @@
 //!   kept when a refresh fails.
 //! - Launch: CreateFleet `type=instant` with the intent's ClientToken, one override per
 //!   offer, tags on instances and volumes.
-//! - Interruptions: EventBridge events delivered to an SQS queue.
+//! - Interruptions: EventBridge events delivered to an SQS queue, of the shapes in
+//!   [`events::EVENT_SHAPES`].
+//! - IAM: [`permissions::ACTIONS`], the exact actions those calls need (tests keep it equal to
+//!   the SDK calls in this crate, the README and the Terraform module).
 //!
 //! Error codes are classified in one place, [`errors`].
 
@@ -15,6 +18,7 @@ pub mod errors;
 pub mod events;
 mod fleet;
 mod offers;
+pub mod permissions;
 pub mod pricing_api;
 mod provider;
 
