@@ -58,7 +58,7 @@ resource "tern_job" "sweep" {
   job = {
     name         = "sweep"
     team         = "research"
-    accelerators = ["V100"]
+    accelerators = ["T4", "V100"]
     deadline     = "24h"
     workers      = 1
     local_batch  = 32

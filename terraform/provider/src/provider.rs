@@ -39,7 +39,7 @@ fn provider_schema() -> Schema {
                 "token",
                 "\"string\"",
                 Mode::Optional,
-                "The controller's API token (default TERN_TOKEN). Prefer the environment variable: it stays out of the configuration.",
+                "The controller's API token (default TERN_TOKEN, else the file TERN_TOKEN_FILE names). Prefer the environment: it keeps the token out of the configuration.",
             )),
             attr(
                 "ca_file",
@@ -71,7 +71,13 @@ impl TernProvider {
         };
         let endpoint =
             from("endpoint", "TERN_SERVER").unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        let token = from("token", "TERN_TOKEN");
+        let token = match from("token", "TERN_TOKEN") {
+            Some(t) => Some(t),
+            None => match token_file() {
+                Ok(t) => t,
+                Err(d) => return vec![d],
+            },
+        };
         let ca = from("ca_file", "TERN_CA");
         let http = match tern::http::client_with_ca(ca.as_deref().map(std::path::Path::new)) {
             Ok(h) => h,
@@ -116,6 +122,24 @@ impl TernProvider {
         };
         blocking(move || offers::read(&config, catalog)).await
     }
+}
+
+/// The token in the file `TERN_TOKEN_FILE` names, as `tern` reads it (surrounding
+/// whitespace dropped).
+fn token_file() -> Result<Option<String>, Diagnostic> {
+    let Some(path) = std::env::var_os("TERN_TOKEN_FILE").filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        let shown = std::path::Path::new(&path).display().to_string();
+        diag::error(
+            Some("token"),
+            "Cannot read TERN_TOKEN_FILE",
+            format!("{shown}: {e}"),
+        )
+    })?;
+    let token = text.trim();
+    Ok((!token.is_empty()).then(|| token.to_string()))
 }
 
 fn decode(dv: Option<&DynamicValue>) -> Result<Value, Diags> {

@@ -106,7 +106,8 @@ struct Tf {
     bin: String,
     work: PathBuf,
     home: PathBuf,
-    token: String,
+    /// The token's environment: `TERN_TOKEN`, or `TERN_TOKEN_FILE`.
+    token: (&'static str, String),
 }
 
 impl Tf {
@@ -119,7 +120,9 @@ impl Tf {
             .env_remove("TF_PLUGIN_CACHE_DIR")
             .env("TF_IN_AUTOMATION", "1")
             .env("CHECKPOINT_DISABLE", "1")
-            .env("TERN_TOKEN", &self.token)
+            .env_remove("TERN_TOKEN")
+            .env_remove("TERN_TOKEN_FILE")
+            .env(self.token.0, &self.token.1)
             .env_remove("TERN_SERVER")
             .output()
             .expect("terraform")
@@ -190,7 +193,7 @@ fn the_example_applies_plans_clean_replaces_imports_drifts_and_destroys() {
         bin: terraform_bin(),
         work,
         home: home(dir.path()),
-        token: TOKEN.into(),
+        token: ("TERN_TOKEN", TOKEN.into()),
     };
     let endpoint = format!("endpoint={server}");
     let var = ["-var", endpoint.as_str()];
@@ -321,7 +324,7 @@ fn the_example_applies_plans_clean_replaces_imports_drifts_and_destroys() {
 
     // Error paths, with state to refresh: each a diagnostic naming the attribute.
     let wrong = Tf {
-        token: "wrong".into(),
+        token: ("TERN_TOKEN", "wrong".into()),
         bin: tf.bin.clone(),
         work: tf.work.clone(),
         home: tf.home.clone(),
@@ -381,7 +384,7 @@ resource "tern_job" "bad" {
         bin: terraform_bin(),
         work,
         home: home(dir.path()),
-        token: TOKEN.into(),
+        token: ("TERN_TOKEN", TOKEN.into()),
     };
     tf.expect(0, &["init", "-no-color"]);
     let text = tf.expect(1, &["plan", "-no-color"]);
