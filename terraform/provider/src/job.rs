@@ -73,20 +73,7 @@ const COMPUTED: &[(&str, &str, &str)] = &[
 ];
 
 pub fn resource_schema() -> Schema {
-    let mut attributes = vec![
-        attr(
-            spec::JOB,
-            "\"dynamic\"",
-            Mode::Optional,
-            "The job spec as an HCL object: the keys and tables of a TOML job spec.",
-        ),
-        attr(
-            spec::SPEC_FILE,
-            "\"string\"",
-            Mode::Optional,
-            "Path to a TOML job spec (instead of `job`).",
-        ),
-    ];
+    let mut attributes = spec::attributes();
     attributes.extend(
         COMPUTED
             .iter()

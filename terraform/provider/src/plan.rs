@@ -33,19 +33,8 @@ const CHOICE: &[(&str, &str)] = &[
 pub fn data_schema() -> Schema {
     let mut alt_fields = CHOICE.to_vec();
     alt_fields.push(("why_not", "string"));
-    let mut attributes = vec![
-        attr(
-            spec::JOB,
-            "\"dynamic\"",
-            Mode::Optional,
-            "The job spec as an HCL object: the keys and tables of a TOML job spec.",
-        ),
-        attr(
-            spec::SPEC_FILE,
-            "\"string\"",
-            Mode::Optional,
-            "Path to a TOML job spec (instead of `job`).",
-        ),
+    let mut attributes = spec::attributes();
+    attributes.extend([
         attr(
             "catalog",
             "[\"list\",\"string\"]",
@@ -88,7 +77,7 @@ pub fn data_schema() -> Schema {
             Mode::Computed,
             "Runner-up configurations, best first, with why each lost.",
         ),
-    ];
+    ]);
     for (name, ty) in CHOICE {
         attributes.push(attr(
             name,

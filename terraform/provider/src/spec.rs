@@ -11,11 +11,31 @@ use sha2::{Digest, Sha256};
 use tern_cloud::JobSpec;
 
 use crate::diag;
+use crate::schema::{Mode, attr};
 use crate::tfplugin6::Diagnostic;
+use crate::tfplugin6::schema::Attribute;
 use crate::value;
 
 pub const JOB: &str = "job";
 pub const SPEC_FILE: &str = "spec_file";
+
+/// The two ways a block gives its spec (`tern_job`, `tern_plan`).
+pub fn attributes() -> Vec<Attribute> {
+    vec![
+        attr(
+            JOB,
+            "\"dynamic\"",
+            Mode::Optional,
+            "The job spec as an HCL object: the keys and tables of a TOML job spec.",
+        ),
+        attr(
+            SPEC_FILE,
+            "\"string\"",
+            Mode::Optional,
+            "Path to a TOML job spec (instead of `job`).",
+        ),
+    ]
+}
 
 /// A spec read from configuration, ready to submit.
 #[derive(Debug, Clone)]
