@@ -24,8 +24,10 @@ pub enum HttpError {
 }
 
 /// rustls needs one process-wide crypto provider; ring keeps the default build free of C
-/// toolchains beyond what the rest of tern needs.
-fn install_crypto() {
+/// toolchains beyond what the rest of tern needs. Public for processes that build a rustls
+/// config before any HTTP client (the Terraform provider's gRPC server): a build that also
+/// links aws-lc-rs (the AWS SDK feature) has no automatic default.
+pub fn install_crypto() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         // Err means another part of the process installed one first: that one is used.

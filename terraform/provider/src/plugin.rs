@@ -39,6 +39,7 @@ pub async fn serve(provider: crate::provider::TernProvider) -> Result<(), Plugin
     if std::env::var(COOKIE_KEY).as_deref() != Ok(COOKIE_VALUE) {
         return Err(PluginError::NotUnderTerraform);
     }
+    tern::http::install_crypto();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(PluginError::Listen)?;
