@@ -116,9 +116,13 @@ fn finish(
     let spec = tern_cloud::parse_job_spec(text, shown).map_err(|e| invalid(attr, e.to_string()))?;
     let wire =
         tern::jobs::wire_spec(text, &spec, base).map_err(|e| invalid(attr, e.to_string()))?;
-    // The controller parses what is sent, so the digest is of the wire text's parse.
-    let spec =
-        tern_cloud::parse_job_spec(&wire, shown).map_err(|e| invalid(attr, e.to_string()))?;
+    // The controller parses what is sent, so the digest is of the wire text's parse; that
+    // differs from the first only when a profile was inlined.
+    let spec = if wire == text {
+        spec
+    } else {
+        tern_cloud::parse_job_spec(&wire, shown).map_err(|e| invalid(attr, e.to_string()))?
+    };
     Ok(Resolved { attr, wire, spec })
 }
 
