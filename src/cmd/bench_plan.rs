@@ -43,6 +43,10 @@ pub struct Args {
     /// Quotas and team budgets (the `tern plan --quota` format), to benchmark a contended plan.
     #[arg(long, value_name = "FILE")]
     pub quota: Option<std::path::PathBuf>,
+    /// Make every job different (each gets its own amount of work, 50-150 % of its
+    /// template's), so no two can be merged into one class: the planner's worst case.
+    #[arg(long)]
+    pub distinct: bool,
     /// HiGHS time limit per plan, seconds.
     #[arg(long, default_value_t = 10.0)]
     pub time_limit: f64,
@@ -73,7 +77,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let jobs: Vec<_> = (0..args.jobs)
         .map(|i| {
             let t = &templates[i % templates.len()];
-            let mut j = t.plan_job(now, now, t.spec.work.samples() as f64);
+            let share = if args.distinct {
+                0.5 + (i * 7919 % 1000) as f64 / 1000.0
+            } else {
+                1.0
+            };
+            let mut j = t.plan_job(now, now, t.spec.work.samples() as f64 * share);
             j.name = format!("job-{i}");
             j
         })
@@ -105,16 +114,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let build = super::bench::build_profile();
     if !args.json {
         println!(
-            "plan {} jobs x {} offers: p50 {:.1} ms, p95 {:.1} ms over {} runs ({build} build); solver {:?}, {} placed; configurations {} generated, {} in the MILP; solve {:.1} ms",
+            "plan {} jobs x {} offers: p50 {:.1} ms, p95 {:.1} ms over {} runs ({build} build); solver {:?} (gap {}), {} placed; configurations {} generated, {} in the MILP as {} columns over {} components; solve {:.1} ms",
             args.jobs,
             catalog.offers.len(),
             t.p50_ms,
             t.p95_ms,
             t.iterations,
             report.solver,
+            report
+                .gap
+                .map_or("none".to_string(), |g| format!("{:.3} %", g * 100.0)),
             report.placed,
             report.candidates.generated,
             report.candidates.considered,
+            report.milp_columns,
+            report.components,
             report.solve_ms
         );
     }
@@ -122,6 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "bench": "plan",
         "build": build,
         "jobs": args.jobs,
+        "distinct": args.distinct,
         "offers": catalog.offers.len(),
         "iterations": t.iterations,
         "p50_ms": t.p50_ms,
@@ -130,10 +145,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "max_ms": t.max_ms,
         "solver": report.solver_family,
         "solver_detail": report.solver,
+        "gap": report.gap,
+        "components": report.components,
+        "milp_columns": report.milp_columns,
         "placed": report.placed,
         "quotas": options.quotas.len(),
         "configurations": report.candidates.generated,
         "milp_configurations": report.candidates.considered,
+        "infeasible": report.candidates.infeasible,
+        "dominated": report.candidates.dominated,
+        "truncated": report.candidates.truncated,
         "last_solve_ms": report.solve_ms,
     }))
 }

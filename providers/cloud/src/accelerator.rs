@@ -31,7 +31,12 @@ impl Accelerator {
     }
 
     pub fn kind(&self) -> AcceleratorKind {
-        if self.name.to_ascii_lowercase().starts_with("tpu-") {
+        // No lower-cased copy: the planner asks this of every configuration it costs.
+        if self
+            .name
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case("tpu-"))
+        {
             AcceleratorKind::Tpu
         } else {
             AcceleratorKind::Gpu

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use tern_cloud::{Availability, Offer};
 
-use super::cost::{Cost, evaluate_with};
+use super::cost::{Cost, Why, evaluate_with};
 use super::resources::{Resources, TeamIds};
 use super::{Entry, Status};
 use crate::input::{Objective, PlanJob, PlanOptions, Throughput};
@@ -148,18 +148,15 @@ fn usage(
     team: Option<TeamIds>,
     resources: &mut Resources<'_>,
     options: &PlanOptions,
-) -> (Vec<(usize, f64)>, Option<String>) {
+) -> (Vec<(usize, f64)>, Option<Why>) {
     let mut usage = Vec::new();
     let mut over = None;
     for &q in &index.quotas[cost.offer] {
         let limit = options.quotas[q].limit;
         if cost.workers > limit {
-            over.get_or_insert_with(|| {
-                format!(
-                    "over {}: needs {}",
-                    resources.label(resources.quota(q)),
-                    cost.workers
-                )
+            over.get_or_insert(Why::Over {
+                resource: resources.quota(q),
+                needs: cost.workers,
             });
         }
         usage.push((resources.quota(q), f64::from(cost.workers)));
@@ -168,7 +165,10 @@ fn usage(
         let nodes = cost.nodes;
         let id = resources.cap(cost.offer, offer, cap);
         if nodes > cap {
-            over.get_or_insert_with(|| format!("over {}: needs {nodes}", resources.label(id)));
+            over.get_or_insert(Why::Over {
+                resource: id,
+                needs: nodes,
+            });
         }
         usage.push((id, f64::from(nodes)));
     }

@@ -34,7 +34,7 @@ pub(super) fn evaluate_with(
     hazard_per_node: f64,
     thr: Option<Throughput>,
     options: &PlanOptions,
-) -> (Cost, Option<String>) {
+) -> (Cost, Option<Why>) {
     let workers = offer.accelerator_units() * nodes;
     let mut cost = Cost {
         offer: offer_index,
@@ -52,7 +52,9 @@ pub(super) fn evaluate_with(
         let acc_name = offer.accelerator().map_or("", |a| a.name.as_str());
         return (
             cost,
-            Some(format!("no throughput forecast for {acc_name} x{workers}")),
+            Some(Why::NoForecast(format!(
+                "no throughput forecast for {acc_name} x{workers}"
+            ))),
         );
     };
     cost.prior = thr.prior;
@@ -99,34 +101,80 @@ impl Cost {
     }
 }
 
+/// Why a configuration is ruled out before the MILP, as numbers: a plan rules out hundreds of
+/// thousands, and words are made only for the few a report shows ([`Why::describe`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Why {
+    NoForecast(String),
+    /// Pessimistic and expected finish, and the deadline, in hours from now.
+    Deadline {
+        high_h: f64,
+        expected_h: f64,
+        deadline_h: f64,
+    },
+    JobBudget {
+        cost: f64,
+        total: f64,
+    },
+    JobHourlyBudget {
+        hourly: f64,
+        per_hour: f64,
+    },
+    /// Needs more of a shared resource (by id) than its whole limit.
+    Over {
+        resource: usize,
+        needs: u32,
+    },
+}
+
+impl Why {
+    /// The sentence a report shows; `label` names a shared resource by id.
+    pub(super) fn describe<'l>(&self, label: impl Fn(usize) -> &'l str) -> String {
+        match self {
+            Why::NoForecast(text) => text.clone(),
+            Why::Deadline {
+                high_h,
+                expected_h,
+                deadline_h,
+            } => format!(
+                "misses the deadline: finishes in {high_h:.1} h at worst ({expected_h:.1} h expected), deadline in {deadline_h:.1} h"
+            ),
+            Why::JobBudget { cost, total } => {
+                format!("over the job budget: ${cost:.2} > ${total:.2}")
+            }
+            Why::JobHourlyBudget { hourly, per_hour } => {
+                format!("over the job budget: ${hourly:.2}/h > ${per_hour:.2}/h")
+            }
+            Why::Over { resource, needs } => format!("over {}: needs {needs}", label(*resource)),
+        }
+    }
+}
+
 /// The first limit of the job's own that the configuration breaks: the deadline (at the
 /// pessimistic finish), then the job's total and hourly budgets.
-fn why_infeasible(job: &PlanJob, cost: &Cost, finish_high_s: f64) -> Option<String> {
+fn why_infeasible(job: &PlanJob, cost: &Cost, finish_high_s: f64) -> Option<Why> {
     if let Some(d) = job.deadline_s
         && finish_high_s > d
     {
-        return Some(format!(
-            "misses the deadline: finishes in {:.1} h at worst ({:.1} h expected), deadline in {:.1} h",
-            cost.finish_high_h,
-            cost.finish_h,
-            d / 3600.0
-        ));
+        return Some(Why::Deadline {
+            high_h: cost.finish_high_h,
+            expected_h: cost.finish_h,
+            deadline_h: d / 3600.0,
+        });
     }
     if let Some(total) = job.budget.total_usd
         && cost.expected_cost > total
     {
-        return Some(format!(
-            "over the job budget: ${:.2} > ${total:.2}",
-            cost.expected_cost
-        ));
+        return Some(Why::JobBudget {
+            cost: cost.expected_cost,
+            total,
+        });
     }
     let hourly = cost.hourly;
     if let Some(per_hour) = job.budget.per_hour_usd
         && hourly > per_hour
     {
-        return Some(format!(
-            "over the job budget: ${hourly:.2}/h > ${per_hour:.2}/h"
-        ));
+        return Some(Why::JobHourlyBudget { hourly, per_hour });
     }
     None
 }
@@ -138,7 +186,7 @@ pub(super) fn evaluate(
     offer: &Offer,
     nodes: u32,
     options: &PlanOptions,
-) -> (Cost, Option<String>) {
+) -> (Cost, Option<Why>) {
     let acc = offer.accelerator().map_or("", |a| a.name.as_str());
     let hazard = if offer.capacity.is_preemptible() {
         options

@@ -4,7 +4,7 @@
 
 use tern_cloud::Offer;
 
-use super::cost::Cost;
+use super::cost::{Cost, Why};
 use super::resources::Resource;
 use super::{Alternative, CandidateCounts, Config, Entry, JobPlan, PlanReport, Status};
 use crate::input::{Objective, PlanJob};
@@ -30,6 +30,9 @@ pub(super) fn report(
         solver: solved.solver,
         solver_family: solved.solver.family(),
         fallback_reason: solved.fallback_reason,
+        gap: solved.gap,
+        components: solved.components,
+        milp_columns: solved.milp_columns,
         solve_ms: solved.solve_time.as_secs_f64() * 1e3,
         offers,
         candidates,
@@ -116,6 +119,10 @@ impl Explainer<'_> {
         }
     }
 
+    fn describe(&self, why: &Why) -> String {
+        why.describe(|r| self.resources[r].label.as_str())
+    }
+
     fn name(&self, e: &Entry) -> String {
         format!("{} x{}", self.offers[e.0.offer].key(), e.0.nodes)
     }
@@ -125,7 +132,7 @@ impl Explainer<'_> {
         let alt = &list[k];
         let chosen = chosen.map(|c| &list[c]);
         match &alt.1 {
-            Status::Infeasible(r) => r.clone(),
+            Status::Infeasible(r) => self.describe(r),
             Status::Dominated(by) => match chosen {
                 Some(c) if alt.3 > c.3 => {
                     format!("{} (and finishes no sooner)", self.worse_by(alt, c))
@@ -221,11 +228,15 @@ impl Explainer<'_> {
         let fastest = list
             .iter()
             .min_by(|a, b| a.0.finish_high_h.total_cmp(&b.0.finish_high_h));
-        let mut kinds: Vec<&str> = list
+        let mut kinds: Vec<String> = list
             .iter()
             .filter_map(|e| match &e.1 {
-                Status::Infeasible(r) => Some(r.split(':').next().unwrap_or(r)),
+                Status::Infeasible(r) => Some(r),
                 _ => None,
+            })
+            .map(|r| {
+                let text = self.describe(r);
+                text.split(':').next().unwrap_or(&text).to_string()
             })
             .collect();
         kinds.sort_unstable();
@@ -236,8 +247,8 @@ impl Explainer<'_> {
                 kinds.join("; "),
                 self.name(f),
                 match &f.1 {
-                    Status::Infeasible(r) => r.as_str(),
-                    _ => "",
+                    Status::Infeasible(r) => self.describe(r),
+                    _ => String::new(),
                 }
             ),
             None => "no configuration".into(),
@@ -260,7 +271,7 @@ impl Explainer<'_> {
             .filter(|e| e.0.offer == cheapest.0.offer)
             .min_by(|a, b| a.3.total_cmp(&b.3))?;
         let why = match &same_offer.1 {
-            Status::Infeasible(r) => r.clone(),
+            Status::Infeasible(r) => self.describe(r),
             _ => match self.objective {
                 Objective::Cost => format!(
                     "but the job would cost ${:.2} in total there vs ${:.2} here ({:.1} h vs {:.1} h)",

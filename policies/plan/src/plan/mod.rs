@@ -23,9 +23,9 @@ mod tests;
 pub use candidates::sizes_between;
 
 use candidates::OfferIndex;
-use cost::Cost;
+use cost::{Cost, Why};
 use explain::Explainer;
-use prune::prune;
+use prune::{digest, prune};
 use resources::Resources;
 
 // The tests reach these through `super::*`.
@@ -65,11 +65,10 @@ pub struct Config {
     pub prior: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "status", content = "detail")]
+#[derive(Debug, Clone, PartialEq)]
 enum Status {
     Candidate,
-    Infeasible(String),
+    Infeasible(Why),
     /// By the configuration at this index of the same job's list.
     Dominated(usize),
     Truncated,
@@ -113,6 +112,14 @@ pub struct PlanReport {
     /// "milp" or "greedy".
     pub solver_family: &'static str,
     pub fallback_reason: Option<String>,
+    /// The optimality gap HiGHS proved, relative to the plan's objective (expected $, or hours
+    /// for the time objective, plus the penalties of unplaced jobs): 0 with solver `milp`,
+    /// positive with `milp-time-limit`, `null` for greedy (nothing proved).
+    pub gap: Option<f64>,
+    /// Independent groups of jobs (sharing no quota, cap or budget) solved apart.
+    pub components: usize,
+    /// Integer columns of the MILPs, after identical jobs were merged into classes.
+    pub milp_columns: usize,
     pub solve_ms: f64,
     pub offers: usize,
     pub candidates: CandidateCounts,
@@ -127,6 +134,12 @@ type Entry = (Cost, Status, Vec<(usize, f64)>, f64);
 
 /// Plan `jobs` on `offers`. Always answers: jobs that cannot be placed say why.
 pub fn plan(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -> PlanReport {
+    plan_with(jobs, offers, options, true)
+}
+
+/// [`plan`], keeping each job's whole list of configurations when `trim` is false (the tests
+/// check that trimming to the [`digest`] changes nothing in the report).
+fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bool) -> PlanReport {
     let mut resources = Resources::new(&options.quotas);
     let index = OfferIndex::new(offers, options);
     let mut counts = CandidateCounts::default();
@@ -137,7 +150,11 @@ pub fn plan(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -> PlanRe
             let mut list = candidates::of_job(job, offers, &index, &mut resources, options);
             counts.generated += list.len();
             prune(&mut list, options.max_candidates_per_job, &mut counts);
-            list
+            if trim {
+                digest(list, options.alternatives, offers)
+            } else {
+                list
+            }
         })
         .collect();
     let (problem, option_of) = model::build(jobs, &configs, &resources.list);

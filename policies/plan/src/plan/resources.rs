@@ -50,10 +50,6 @@ impl<'a> Resources<'a> {
         self.list.len() - 1
     }
 
-    pub(super) fn label(&self, id: usize) -> &str {
-        &self.list[id].label
-    }
-
     /// The id of the quota at index `q` of [`PlanOptions::quotas`].
     pub(super) fn quota(&self, q: usize) -> usize {
         self.quota[q]

@@ -607,3 +607,27 @@ fn a_job_goes_where_its_data_is_and_never_where_it_may_not() {
     assert!(!none.jobs[0].placed);
     assert!(none.jobs[0].reason.is_some());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Keeping only each job's digest of configurations (what the MILP and the report use)
+    /// gives the very report the whole lists give: choices, alternatives and every reason.
+    #[test]
+    fn trimmed_lists_give_the_same_report(
+        (jobs, offers, mut options) in small_instance(),
+        alternatives in 0usize..4,
+        keep in 1usize..4,
+    ) {
+        options.alternatives = alternatives;
+        options.max_candidates_per_job = keep;
+        let json = |r: PlanReport| {
+            let mut v = serde_json::to_value(r).unwrap();
+            v.as_object_mut().unwrap().remove("solve_ms");
+            v
+        };
+        let trimmed = json(plan_with(&jobs, &offers, &options, true));
+        let whole = json(plan_with(&jobs, &offers, &options, false));
+        prop_assert_eq!(trimmed, whole);
+    }
+}
