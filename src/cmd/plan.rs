@@ -329,11 +329,15 @@ fn print_report(r: &PlanReport, catalog: &str) {
         }
     );
     println!(
-        "solver: {:?}{} in {:.0} ms; {} offers from the {catalog}; configurations: {} generated, {} infeasible, {} dominated, {} beyond the per-job cap, {} in the MILP",
+        "solver: {:?}{}{} in {:.0} ms; {} offers from the {catalog}; configurations: {} generated, {} infeasible, {} dominated, {} beyond the per-job cap, {} in the MILP ({} columns over {} independent groups of jobs)",
         r.solver,
         r.fallback_reason
             .as_deref()
             .map(|f| format!(" ({f})"))
+            .unwrap_or_default(),
+        r.gap
+            .filter(|g| *g > 0.0)
+            .map(|g| format!(" (proved within {:.3} % of the optimum)", g * 100.0))
             .unwrap_or_default(),
         r.solve_ms,
         r.offers,
@@ -341,6 +345,8 @@ fn print_report(r: &PlanReport, catalog: &str) {
         c.infeasible,
         c.dominated,
         c.truncated,
-        c.considered
+        c.considered,
+        r.milp_columns,
+        r.components
     );
 }

@@ -21,6 +21,7 @@
 mod disruption;
 pub mod events;
 pub mod inputs;
+mod instances;
 mod intents;
 pub mod lease;
 pub mod metrics;
@@ -169,7 +170,7 @@ struct JobEntry {
 #[derive(Debug, Default)]
 struct Fleet {
     jobs: BTreeMap<String, JobEntry>,
-    instances: HashMap<InstanceId, InstanceRecord>,
+    instances: instances::Instances,
     intents: BTreeMap<IntentId, Intent>,
 }
 
@@ -186,8 +187,9 @@ struct CloudMemory {
     /// Instances with our owner tag but another store's cluster id, as last listed: reported
     /// (once each), never collected unless `adopt_foreign`.
     foreign: HashMap<InstanceId, Option<String>>,
-    /// (zone, instance type) → on-demand $/h, from the latest offers.
-    on_demand: HashMap<(String, String), f64>,
+    /// Instance type → zone → on-demand $/h, from the latest offers. By type first: the
+    /// policy asks for a type's cheapest zone once per job and pass.
+    on_demand: HashMap<String, HashMap<String, f64>>,
     /// Offer key → spot $/h last seen: a change is an event that re-checks running jobs for a
     /// cheaper place at once.
     spot_prices: HashMap<String, f64>,
@@ -220,8 +222,9 @@ pub struct Controller {
     prices: BTreeMap<String, f64>,
     /// The last policy tick sampled.
     sampled: Option<i64>,
-    /// Each deadline job's policy object (its learned counts and value table).
-    policies: HashMap<String, policy::JobPolicy>,
+    /// The deadline policy's objects (learned counts, value table, histories), one per class
+    /// of jobs it cannot tell apart.
+    policies: policy::PolicyCache,
 }
 
 impl std::fmt::Debug for Controller {
@@ -323,11 +326,7 @@ impl Controller {
         }
         let fleet = Fleet {
             jobs,
-            instances: snapshot
-                .instances
-                .into_iter()
-                .map(|i| (i.id.clone(), i))
-                .collect(),
+            instances: snapshot.instances.into_iter().collect(),
             intents: snapshot.intents.into_iter().map(|i| (i.id, i)).collect(),
         };
         let salt = std::collections::hash_map::RandomState::new()
@@ -347,7 +346,7 @@ impl Controller {
             pools,
             prices,
             sampled: None,
-            policies: HashMap::new(),
+            policies: policy::PolicyCache::default(),
         })
     }
 

@@ -30,9 +30,12 @@ pub const LOOKBACK_TICKS: i64 = 7 * 24 * 12;
 /// ticks (a pool is up in such a tick only if it was up in all of it). The policy's value
 /// table grows with window × slack ticks, so this bounds its memory (≤ 10 MB per job).
 pub const MAX_JOB_TICKS: i64 = 512;
-/// Jobs whose policy objects (learned counts and value table) stay in memory between passes;
-/// others are rebuilt from the pool logs when asked.
+/// Policy objects (learned counts, value table and histories, one per class of jobs the policy
+/// cannot tell apart) kept between passes; the least recently asked goes first, and a class
+/// not kept is rebuilt from the pool logs when asked. A value table is at most 10 MB.
 pub const CACHED_POLICIES: usize = 32;
+/// Passes a policy object is kept unasked (its jobs finished, moved shape, or are not checked).
+const POLICY_IDLE_PASSES: u64 = 120;
 
 /// One spot pool (an instance type in a zone): its availability per tick from `first` on.
 #[derive(Debug, Clone)]
@@ -172,21 +175,98 @@ impl Pools {
     }
 
     /// The spot pools of one instance type, in key order.
-    pub(super) fn of_type<'a>(
-        &'a self,
-        instance_type: &'a str,
-    ) -> impl Iterator<Item = &'a PoolLog> {
+    pub(super) fn of_type(&self, instance_type: &str) -> Vec<&PoolLog> {
         self.logs
             .values()
-            .filter(move |l| l.instance_type == instance_type)
+            .filter(|l| l.instance_type == instance_type)
+            .collect()
     }
 }
 
-/// A job's policy object and what it was built for: a new shape or size starts it afresh.
-#[derive(Debug, Default)]
-pub(super) struct JobPolicy {
+/// What the deadline policy knows of a job: jobs alike in all of it (a sweep submitted at
+/// once, replicas of one spec) get the same answers from the same learned state, so they share
+/// one policy object. A new shape or size is a new class, so the object starts afresh.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PolicyClass {
+    shape: String,
+    nodes: u32,
+    job: Job,
+    /// The spot pools it may use, by key.
+    pools: Vec<String>,
+    /// First policy tick of its histories, and policy ticks per tick of its grid.
+    from: i64,
+    k: i64,
+}
+
+/// A class's policy object and the histories it has learned from, kept up to date tick by
+/// tick instead of rebuilt from the logs on every call (10,000 jobs × a week of lookback).
+#[derive(Debug)]
+struct ClassPolicy {
     tern: Tern,
-    shape: Option<(String, u32)>,
+    histories: Vec<Vec<u32>>,
+    /// The last policy tick folded into `histories`.
+    to: i64,
+    /// The pass that last asked.
+    asked: u64,
+}
+
+/// The policy objects of the classes asked recently (see [`CACHED_POLICIES`]).
+#[derive(Debug, Default)]
+pub(super) struct PolicyCache {
+    classes: HashMap<PolicyClass, ClassPolicy>,
+    pass: u64,
+}
+
+impl PolicyCache {
+    /// The object of `class`, with its histories brought up to policy tick `to`.
+    fn get(&mut self, class: PolicyClass, logs: &[&PoolLog], to: i64) -> &mut ClassPolicy {
+        if !self.classes.contains_key(&class) && self.classes.len() >= CACHED_POLICIES {
+            let oldest = self
+                .classes
+                .iter()
+                .min_by_key(|(_, c)| c.asked)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.classes.remove(&k);
+            }
+        }
+        let (from, k) = (class.from, class.k);
+        let entry = self.classes.entry(class).or_insert_with(|| ClassPolicy {
+            tern: Tern::new(),
+            histories: vec![Vec::new(); logs.len()],
+            to: from - 1,
+            asked: 0,
+        });
+        entry.asked = self.pass;
+        entry.extend(logs, from, k, to);
+        entry
+    }
+
+    /// Start a new pass; forget classes nobody asked about for a while.
+    fn next_pass(&mut self) {
+        self.pass += 1;
+        let pass = self.pass;
+        self.classes
+            .retain(|_, c| c.asked + POLICY_IDLE_PASSES >= pass);
+    }
+}
+
+impl ClassPolicy {
+    /// Fold ticks up to `to` into the histories. The grid tick holding the last one folded is
+    /// redone: it may have been partial, and a pool's latest sample may have been re-read.
+    fn extend(&mut self, logs: &[&PoolLog], from: i64, k: i64, to: i64) {
+        if to < self.to {
+            self.histories.iter_mut().for_each(Vec::clear);
+            self.to = from - 1;
+        }
+        let keep = ((self.to - from).max(0) / k) as usize;
+        let start = from + keep as i64 * k;
+        for (h, log) in self.histories.iter_mut().zip(logs) {
+            h.truncate(keep);
+            h.extend(coarse(&log.history(start, to), k));
+        }
+        self.to = to;
+    }
 }
 
 /// The policy's answer for one job, with the zones its `Spot(i)` indexes.
@@ -389,7 +469,9 @@ impl Controller {
         }
     }
 
-    /// The policy's inputs for the job at `nodes` nodes of `offer`'s instance type.
+    /// The policy's inputs for the job at `nodes` nodes of `offer`'s instance type, histories
+    /// read afresh from the logs (the tests compare these with the replay's).
+    #[cfg(test)]
     pub(super) fn policy_input(
         &self,
         name: &str,
@@ -397,6 +479,23 @@ impl Controller {
         nodes: u32,
         now: DateTime<Utc>,
     ) -> Option<PolicyInput> {
+        let (mut input, frame) = self.policy_frame(name, offer, nodes, now)?;
+        input.histories = frame
+            .logs
+            .iter()
+            .map(|p| coarse(&p.history(frame.from, frame.to), frame.k))
+            .collect();
+        Some(input)
+    }
+
+    /// Everything the policy reads about the job but the histories, and where those come from.
+    fn policy_frame(
+        &self,
+        name: &str,
+        offer: &Offer,
+        nodes: u32,
+        now: DateTime<Utc>,
+    ) -> Option<(PolicyInput, Frame<'_>)> {
         let job = self.policy_job(name, offer, nodes)?;
         let r = &self.fleet.jobs.get(name)?.record;
         let shape = offer.instance_type.name.as_str();
@@ -405,6 +504,7 @@ impl Controller {
         let pools: Vec<&PoolLog> = self
             .pools
             .of_type(shape)
+            .into_iter()
             .filter(|p| {
                 allowed.allows_pool(
                     &p.region,
@@ -441,22 +541,17 @@ impl Controller {
         let on_demand_price = self
             .cloud
             .on_demand
-            .iter()
-            .filter(|((_, t), _)| t == shape)
-            .map(|(_, p)| *p)
-            .min_by(f64::total_cmp)
+            .get(shape)
+            .and_then(|zones| zones.values().copied().min_by(f64::total_cmp))
             .or_else(|| self.on_demand_price(offer))
             .unwrap_or(offer.price_per_hour);
         let mut state = self.policy_state(name, &job, &zones, now);
         if let Placement::Spot(z) = state.placement {
             state.checkpoint_region = Some(regions_at(&regions, z));
         }
-        Some(PolicyInput {
+        let input = PolicyInput {
             tick: ((to - sub) / k) as u32,
-            histories: pools
-                .iter()
-                .map(|p| coarse(&p.history(from, to), k))
-                .collect(),
+            histories: Vec::new(),
             prices: pools.iter().map(|p| p.spot_price).collect(),
             regions,
             zones,
@@ -465,7 +560,16 @@ impl Controller {
             on_demand_price,
             tick_hours: (self.tick_seconds() * k) as f64 / 3600.0,
             egress_cost: r.spec.checkpoint.size_gb * EGRESS_DOLLARS_PER_GB,
-        })
+        };
+        Some((
+            input,
+            Frame {
+                logs: pools,
+                from,
+                to,
+                k,
+            },
+        ))
     }
 
     /// Ask the deadline policy about the job at `nodes` nodes of `offer`'s shape. `None` when
@@ -478,19 +582,11 @@ impl Controller {
         nodes: u32,
         now: DateTime<Utc>,
     ) -> Option<PolicyCall> {
-        let input = self.policy_input(name, offer, nodes, now)?;
-        let shape = (offer.instance_type.name.clone(), nodes);
-        let mut p = self.policies.remove(name).unwrap_or_default();
-        if p.shape.as_ref() != Some(&shape) {
-            p = JobPolicy {
-                tern: Tern::new(),
-                shape: Some(shape),
-            };
-        }
-        let step = input.step(&mut p.tern);
-        if self.policies.len() < CACHED_POLICIES {
-            self.policies.insert(name.to_string(), p);
-        }
+        let (mut input, policy) = self.class_policy(name, offer, nodes, now)?;
+        // Lent to the input for the call, then given back: no copy of a week of ticks.
+        input.histories = std::mem::take(&mut policy.histories);
+        let step = input.step(&mut policy.tern);
+        policy.histories = std::mem::take(&mut input.histories);
         Some(PolicyCall {
             step,
             zones: input.zones,
@@ -498,12 +594,71 @@ impl Controller {
         })
     }
 
-    /// Forget the policy objects of jobs that are done.
-    pub(super) fn drop_policies(&mut self) {
-        let jobs = &self.fleet.jobs;
-        self.policies
-            .retain(|name, _| jobs.get(name).is_some_and(|e| !e.record.state.is_final()));
+    /// The job's inputs (histories aside) and its class's policy object, histories brought up
+    /// to `now`.
+    fn class_policy(
+        &mut self,
+        name: &str,
+        offer: &Offer,
+        nodes: u32,
+        now: DateTime<Utc>,
+    ) -> Option<(PolicyInput, &mut ClassPolicy)> {
+        let (input, frame) = self.policy_frame(name, offer, nodes, now)?;
+        let class = PolicyClass {
+            shape: offer.instance_type.name.clone(),
+            nodes,
+            job: input.job.clone(),
+            pools: frame
+                .logs
+                .iter()
+                .map(|p| pool_key(&p.instance_type, p.zone.as_str()))
+                .collect(),
+            from: frame.from,
+            k: frame.k,
+        };
+        let to = frame.to;
+        drop(frame);
+        // The same logs, borrowed from the field alone so the cache can be borrowed beside.
+        let logs: Vec<&PoolLog> = class
+            .pools
+            .iter()
+            .filter_map(|key| self.pools.logs.get(key))
+            .collect();
+        Some((input, self.policies.get(class, &logs, to)))
     }
+
+    /// The histories the policy object of the job's class holds now (tests compare them with
+    /// the ones read afresh from the logs).
+    #[cfg(test)]
+    pub(super) fn class_histories(
+        &mut self,
+        name: &str,
+        offer: &Offer,
+        nodes: u32,
+        now: DateTime<Utc>,
+    ) -> Option<Vec<Vec<u32>>> {
+        let (_, policy) = self.class_policy(name, offer, nodes, now)?;
+        Some(policy.histories.clone())
+    }
+
+    /// How many policy objects are kept (tests).
+    #[cfg(test)]
+    pub(super) fn policy_objects(&self) -> usize {
+        self.policies.classes.len()
+    }
+
+    /// A new pass: forget the policy objects nobody asked about for a while.
+    pub(super) fn drop_policies(&mut self) {
+        self.policies.next_pass();
+    }
+}
+
+/// Where a job's histories come from: the pools it may use, ticks `from..=to`, `k` per tick.
+struct Frame<'a> {
+    logs: Vec<&'a PoolLog>,
+    from: i64,
+    to: i64,
+    k: i64,
 }
 
 /// A history in ticks of `k` samples each: the least of each (the last may be partial).

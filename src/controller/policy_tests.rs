@@ -122,6 +122,12 @@ async fn check_seed(seed: u64) -> usize {
             assert_eq!(input.regions[z], v.region);
         }
         assert_eq!(input.on_demand_price, 3.06);
+        // The policy object kept between passes holds the same histories, tick by tick.
+        assert_eq!(
+            ctl.class_histories("j", &offer, 1, now),
+            Some(input.histories.clone()),
+            "seed {seed}, tick {t}: the kept histories drifted from the logs"
+        );
         let replay = Observation {
             tick: t as u32,
             zones: &views,
@@ -184,4 +190,35 @@ async fn the_controller_acts_on_the_policys_choice() {
         .policy_input("j", &launched[0].offer.clone(), 1, start)
         .expect("input");
     assert_eq!(input.state.placement, Placement::Spot(0));
+}
+
+/// Jobs the policy cannot tell apart (one spec, submitted together) share one policy object;
+/// a job with another deadline gets its own.
+#[tokio::test]
+async fn alike_jobs_share_one_policy_object() {
+    let start = start();
+    let sim = sim(vec![
+        trace("us-west-2a", vec![2; 40], 0.9),
+        trace("us-west-2b", vec![2; 40], 1.1),
+    ]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut config = ControllerConfig::new("share", vec![Region::new("us-west-2")]);
+    config.policy_tick = Duration::from_secs(u64::from(GAP));
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    for (name, deadline) in [("a", "24h"), ("b", "24h"), ("c", "48h")] {
+        let mut s = spec(deadline);
+        s.name = name.into();
+        ctl.submit(s, start).expect("submit");
+    }
+    ctl.pass(start).await.expect("pass");
+    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+    let offer = offers
+        .iter()
+        .find(|o| o.capacity == tern_cloud::Capacity::Spot)
+        .expect("a spot offer")
+        .clone();
+    for name in ["a", "b", "c"] {
+        assert!(ctl.ask_policy(name, &offer, 1, start).is_some(), "{name}");
+    }
+    assert_eq!(ctl.policy_objects(), 2);
 }

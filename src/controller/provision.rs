@@ -2,7 +2,7 @@
 //! that hold nothing, all in one MILP so they share the available capacity. The jobs that
 //! already run go on to [`super::disruption`].
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
@@ -150,10 +150,11 @@ impl Controller {
                 price_moved |= old.is_some_and(|p| (p - o.price_per_hour).abs() > 0.01 * p);
             }
             if o.capacity == Capacity::OnDemand {
-                self.cloud.on_demand.insert(
-                    (o.zone.to_string(), o.instance_type.name.clone()),
-                    o.price_per_hour,
-                );
+                self.cloud
+                    .on_demand
+                    .entry(o.instance_type.name.clone())
+                    .or_default()
+                    .insert(o.zone.to_string(), o.price_per_hour);
             }
             if self
                 .cloud
@@ -206,25 +207,19 @@ impl Controller {
 
     /// The job's instances that count toward its fleet, in id order (deterministic).
     pub(super) fn live_of(&self, job: &str) -> Vec<&InstanceRecord> {
-        let mut v: Vec<&InstanceRecord> = self
-            .fleet
+        self.fleet
             .instances
-            .values()
-            .filter(|i| i.job == job && !i.draining)
-            .collect();
-        v.sort_by(|a, b| a.id.cmp(&b.id));
-        v
+            .of_job(job)
+            .filter(|i| !i.draining)
+            .collect()
     }
 
     /// Every instance the job holds, draining or not, in id order.
     pub(super) fn held_by(&self, job: &str) -> Vec<InstanceId> {
         self.fleet
             .instances
-            .values()
-            .filter(|i| i.job == job)
+            .of_job(job)
             .map(|i| i.id.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
             .collect()
     }
 

@@ -223,19 +223,16 @@ impl Controller {
 
     pub(super) fn adopt(&mut self, intent: IntentId, inst: Instance) {
         let job = inst.job().unwrap_or_default().to_string();
-        self.fleet.instances.insert(
-            inst.id.clone(),
-            InstanceRecord {
-                id: inst.id,
-                job,
-                intent,
-                offer: inst.offer,
-                state: inst.state,
-                draining: false,
-                launched_at: inst.launched_at,
-                ended_at: None,
-            },
-        );
+        self.fleet.instances.insert(InstanceRecord {
+            id: inst.id,
+            job,
+            intent,
+            offer: inst.offer,
+            state: inst.state,
+            draining: false,
+            launched_at: inst.launched_at,
+            ended_at: None,
+        });
     }
 
     pub(super) fn on_demand_price(&self, offer: &Offer) -> Option<f64> {
@@ -244,7 +241,8 @@ impl Controller {
         }
         self.cloud
             .on_demand
-            .get(&(offer.zone.to_string(), offer.instance_type.name.clone()))
+            .get(&offer.instance_type.name)?
+            .get(offer.zone.as_str())
             .copied()
     }
 

@@ -66,7 +66,7 @@ pub const SPEED_GRID_MIN: u32 = 32;
 pub const SPEED_GRID_PER_NODE: u32 = 4;
 
 /// A job on the tick grid.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Job {
     /// Ticks of full-speed work.
     pub work: u32,

@@ -108,6 +108,20 @@ struct World {
     calls: Vec<Call>,
     rng: u64,
     next_id: u64,
+    /// Instances not terminated, in all and on spot per zone: kept as instances start and end,
+    /// so a launch does not count 100,000 instances to learn what room is left.
+    alive: u32,
+    spot_alive: Vec<u32>,
+}
+
+impl World {
+    /// Account for an instance leaving every state but `Terminated`.
+    fn ended(&mut self, zone: usize, capacity: Capacity) {
+        self.alive -= 1;
+        if capacity == Capacity::Spot {
+            self.spot_alive[zone] -= 1;
+        }
+    }
 }
 
 /// The simulated cloud. Cheap to share (`Arc<SimCloud>`); every method takes `&self`.
@@ -144,6 +158,8 @@ impl SimCloud {
             calls: Vec::new(),
             rng: config.faults.seed ^ 0x9e37_79b9_7f4a_7c15,
             next_id: 0,
+            alive: 0,
+            spot_alive: vec![0; zones.len()],
         };
         SimCloud {
             zones,
@@ -270,21 +286,33 @@ impl SimCloud {
     }
 
     fn spot_in_use(w: &World, zone: usize) -> u32 {
-        w.instances
-            .values()
-            .filter(|i| {
-                i.zone == zone
-                    && i.instance.offer.capacity == Capacity::Spot
-                    && i.instance.state != InstanceState::Terminated
-            })
-            .count() as u32
+        #[cfg(test)]
+        assert_eq!(
+            w.spot_alive[zone] as usize,
+            w.instances
+                .values()
+                .filter(|i| {
+                    i.zone == zone
+                        && i.instance.offer.capacity == Capacity::Spot
+                        && i.instance.state != InstanceState::Terminated
+                })
+                .count(),
+            "the spot count of zone {zone} drifted from the instances"
+        );
+        w.spot_alive[zone]
     }
 
     fn alive(w: &World) -> u32 {
-        w.instances
-            .values()
-            .filter(|i| i.instance.state != InstanceState::Terminated)
-            .count() as u32
+        #[cfg(test)]
+        assert_eq!(
+            w.alive as usize,
+            w.instances
+                .values()
+                .filter(|i| i.instance.state != InstanceState::Terminated)
+                .count(),
+            "the count of live instances drifted from the instances"
+        );
+        w.alive
     }
 
     /// Send a notice now, late (at `late_at`), or never, as the fault schedule draws.
@@ -366,11 +394,13 @@ impl SimCloud {
         w.delayed = later;
         w.pending.extend(due.into_iter().map(|(_, n)| n));
         let mut preempted = Vec::new();
+        let mut ended = Vec::new();
         for i in w.instances.values_mut() {
             if i.instance.state != InstanceState::Terminated
                 && i.reclaim_at.is_some_and(|t| t <= now)
             {
                 i.instance.state = InstanceState::Terminated;
+                ended.push((i.zone, i.instance.offer.capacity));
                 if i.quiet {
                     continue;
                 }
@@ -381,6 +411,9 @@ impl SimCloud {
                     received_at: now,
                 });
             }
+        }
+        for (zone, capacity) in ended {
+            w.ended(zone, capacity);
         }
         w.pending.extend(preempted);
     }
@@ -532,6 +565,10 @@ impl SimCloud {
                         quiet: false,
                     },
                 );
+                w.alive += 1;
+                if offer.capacity == Capacity::Spot {
+                    w.spot_alive[zone] += 1;
+                }
                 ids.push(id);
                 out.instances.push(instance);
             }
@@ -540,8 +577,12 @@ impl SimCloud {
         if (out.instances.len() as u32) < req.min_count.max(1) {
             // Below the acceptable minimum: give back what was started, report why.
             for i in &out.instances {
-                if let Some(s) = w.instances.get_mut(&i.id) {
+                if let Some(s) = w.instances.get_mut(&i.id)
+                    && s.instance.state != InstanceState::Terminated
+                {
                     s.instance.state = InstanceState::Terminated;
+                    let (zone, capacity) = (s.zone, s.instance.offer.capacity);
+                    w.ended(zone, capacity);
                 }
             }
             out.instances.clear();
@@ -602,8 +643,12 @@ impl Provider for SimCloud {
     async fn terminate(&self, id: &InstanceId) -> Result<(), ProviderError> {
         let mut w = self.world();
         self.enter(&mut w, "terminate", id.to_string())?;
-        if let Some(i) = w.instances.get_mut(id) {
+        if let Some(i) = w.instances.get_mut(id)
+            && i.instance.state != InstanceState::Terminated
+        {
             i.instance.state = InstanceState::Terminated;
+            let (zone, capacity) = (i.zone, i.instance.offer.capacity);
+            w.ended(zone, capacity);
         }
         Ok(())
     }

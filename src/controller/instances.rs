@@ -1,0 +1,118 @@
+//! The fleet's live instances, by id and by job. A pass asks "which instances does this job
+//! hold" for every job; a scan of the whole fleet per job grew with jobs × instances
+//! (10,000 × 100,000), so the job index is kept as instances come and go.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Deref;
+
+use tern_cloud::InstanceId;
+
+use crate::store::InstanceRecord;
+
+#[derive(Debug, Default)]
+pub(super) struct Instances {
+    by_id: HashMap<InstanceId, InstanceRecord>,
+    /// Job → its instances' ids, in id order. An instance's job never changes.
+    by_job: HashMap<String, BTreeSet<InstanceId>>,
+}
+
+/// Reads go straight to the map; writes go through [`Instances`], which keeps the index.
+impl Deref for Instances {
+    type Target = HashMap<InstanceId, InstanceRecord>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.by_id
+    }
+}
+
+impl FromIterator<InstanceRecord> for Instances {
+    fn from_iter<I: IntoIterator<Item = InstanceRecord>>(records: I) -> Instances {
+        let mut out = Instances::default();
+        for r in records {
+            out.insert(r);
+        }
+        out
+    }
+}
+
+impl Instances {
+    pub(super) fn insert(&mut self, record: InstanceRecord) -> Option<InstanceRecord> {
+        let old = self.remove(&record.id);
+        self.by_job
+            .entry(record.job.clone())
+            .or_default()
+            .insert(record.id.clone());
+        self.by_id.insert(record.id.clone(), record);
+        old
+    }
+
+    pub(super) fn remove(&mut self, id: &InstanceId) -> Option<InstanceRecord> {
+        let record = self.by_id.remove(id)?;
+        if let Some(ids) = self.by_job.get_mut(&record.job) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_job.remove(&record.job);
+            }
+        }
+        Some(record)
+    }
+
+    /// For changes to an instance's state; its id and job stay as they are.
+    pub(super) fn get_mut(&mut self, id: &InstanceId) -> Option<&mut InstanceRecord> {
+        self.by_id.get_mut(id)
+    }
+
+    /// The instances of `job`, draining or not, in id order.
+    pub(super) fn of_job<'a>(&'a self, job: &str) -> impl Iterator<Item = &'a InstanceRecord> {
+        self.by_job
+            .get(job)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+    use tern_cloud::{Capacity, InstanceState, IntentId};
+
+    fn record(id: &str, job: &str) -> InstanceRecord {
+        let offer = tern_pricing::bundled()
+            .expect("bundled catalog")
+            .offers
+            .into_iter()
+            .find(|o| o.capacity == Capacity::Spot)
+            .expect("a spot offer");
+        InstanceRecord {
+            id: InstanceId(id.into()),
+            job: job.into(),
+            intent: IntentId::from_uuid(uuid::Uuid::nil()),
+            offer,
+            state: InstanceState::Running,
+            draining: false,
+            launched_at: Utc::now(),
+            ended_at: None,
+        }
+    }
+
+    #[test]
+    fn the_job_index_follows_inserts_and_removes() {
+        let mut all: Instances = [record("i-2", "a"), record("i-1", "a"), record("i-3", "b")]
+            .into_iter()
+            .collect();
+        let ids = |all: &Instances, job: &str| -> Vec<String> {
+            all.of_job(job).map(|i| i.id.0.clone()).collect()
+        };
+        assert_eq!(ids(&all, "a"), ["i-1", "i-2"]);
+        all.remove(&InstanceId("i-1".into()));
+        assert_eq!(ids(&all, "a"), ["i-2"]);
+        // Re-inserting an id under another job moves it.
+        all.insert(record("i-2", "b"));
+        assert_eq!(ids(&all, "a"), Vec::<String>::new());
+        assert_eq!(ids(&all, "b"), ["i-2", "i-3"]);
+        assert_eq!(all.len(), 2);
+        assert!(all.of_job("nobody").next().is_none());
+    }
+}
