@@ -310,3 +310,30 @@ fn each_gpu_on_one_gcp_host_type_is_its_own_row() {
         assert!((parts - total).abs() < 1e-9, "{r}");
     }
 }
+
+/// A reader that stops early (`tern offers | head -1`) ends tern quietly, as a shell expects
+/// (exit 141, no panic on stderr), not with a "failed printing to stdout" backtrace.
+#[test]
+fn a_closed_pipe_ends_the_listing_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["offers", "--limit", "0"])
+        .env_remove("TERN_DB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tern");
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("some output");
+    // The read end is dropped here: tern's next writes hit a closed pipe.
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
