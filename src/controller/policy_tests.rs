@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use tern_cloud::{Cloud, parse_job_spec};
 use tern_policies::deadline::{self, Observation, Placement, Tern, ZoneView};
-use tern_sim::Trace;
+use tern_sim::{SimCloud, Trace};
 
 use super::tests::{sim, start};
 use super::*;
@@ -67,6 +67,25 @@ fn trace(zone: &str, data: Vec<u32>, price: f64) -> Trace {
     }
 }
 
+/// A controller on `sim` with a `GAP`-second policy tick, and its store.
+fn controller(name: &str, sim: &Arc<SimCloud>) -> (Arc<Store>, Controller) {
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut config = ControllerConfig::new(name, vec![Region::new("us-west-2")]);
+    config.policy_tick = Duration::from_secs(u64::from(GAP));
+    config.migrate_check = Duration::from_secs(u64::from(GAP));
+    let ctl = Controller::open(store.clone(), sim.clone(), config).expect("open");
+    (store, ctl)
+}
+
+/// The simulated cloud's first spot offer.
+async fn spot_offer(sim: &SimCloud) -> Offer {
+    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+    offers
+        .into_iter()
+        .find(|o| o.capacity == tern_cloud::Capacity::Spot)
+        .expect("a spot offer")
+}
+
 async fn check_seed(seed: u64) -> usize {
     let start = start();
     let ticks = 60;
@@ -76,20 +95,11 @@ async fn check_seed(seed: u64) -> usize {
     ];
     let avail: Vec<Vec<u32>> = traces.iter().map(|t| t.available.clone()).collect();
     let sim = sim(traces);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut config = ControllerConfig::new("same", vec![Region::new("us-west-2")]);
-    config.policy_tick = Duration::from_secs(u64::from(GAP));
-    config.migrate_check = Duration::from_secs(u64::from(GAP));
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let (_, mut ctl) = controller("same", &sim);
     let spec = spec("24h");
     ctl.submit(spec, start).expect("submit");
     let mut workload = Workload::new();
-    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
-    let offer = offers
-        .iter()
-        .find(|o| o.capacity == tern_cloud::Capacity::Spot)
-        .expect("a spot offer")
-        .clone();
+    let offer = spot_offer(&sim).await;
     let mut compared = 0;
     for t in 0..ticks {
         let now = sim.now();
@@ -164,10 +174,7 @@ async fn the_controller_acts_on_the_policys_choice() {
         trace("us-west-2a", vec![2; 40], 0.9),
         trace("us-west-2b", vec![0; 40], 0.5),
     ]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut config = ControllerConfig::new("acts", vec![Region::new("us-west-2")]);
-    config.policy_tick = Duration::from_secs(u64::from(GAP));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config).expect("open");
+    let (store, mut ctl) = controller("acts", &sim);
     let spec = spec("72h");
     ctl.submit(spec, start).expect("submit");
     ctl.pass(start).await.expect("pass");
@@ -201,22 +208,14 @@ async fn alike_jobs_share_one_policy_object() {
         trace("us-west-2a", vec![2; 40], 0.9),
         trace("us-west-2b", vec![2; 40], 1.1),
     ]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut config = ControllerConfig::new("share", vec![Region::new("us-west-2")]);
-    config.policy_tick = Duration::from_secs(u64::from(GAP));
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let (_, mut ctl) = controller("share", &sim);
     for (name, deadline) in [("a", "24h"), ("b", "24h"), ("c", "48h")] {
         let mut s = spec(deadline);
         s.name = name.into();
         ctl.submit(s, start).expect("submit");
     }
     ctl.pass(start).await.expect("pass");
-    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
-    let offer = offers
-        .iter()
-        .find(|o| o.capacity == tern_cloud::Capacity::Spot)
-        .expect("a spot offer")
-        .clone();
+    let offer = spot_offer(&sim).await;
     for name in ["a", "b", "c"] {
         assert!(ctl.ask_policy(name, &offer, 1, start).is_some(), "{name}");
     }

@@ -3,15 +3,16 @@ use proptest::prelude::*;
 use super::*;
 use crate::problem::Choice;
 
-fn instance() -> impl Strategy<Value = Problem> {
-    (1usize..=4, 0usize..=4).prop_flat_map(|(jobs, resources)| {
+/// Problems of up to `jobs` jobs, `options` options and `resources` shared resources.
+fn problem(jobs: usize, options: usize, resources: usize) -> impl Strategy<Value = Problem> {
+    (1usize..=jobs, 0usize..=resources).prop_flat_map(move |(jobs, resources)| {
         let option = (
             0..jobs,
             1.0f64..500.0,
             proptest::collection::vec((0..resources.max(1), 1.0f64..40.0), 0..=resources),
         );
         (
-            proptest::collection::vec(option, 0..=30),
+            proptest::collection::vec(option, 0..=options),
             proptest::collection::vec(10.0f64..80.0, resources),
             proptest::collection::vec(600.0f64..2000.0, jobs),
         )
@@ -30,50 +31,32 @@ fn instance() -> impl Strategy<Value = Problem> {
     })
 }
 
+fn instance() -> impl Strategy<Value = Problem> {
+    problem(4, 30, 4)
+}
+
 /// An instance where some jobs are copies of others (same penalty, same options), so the
 /// solver merges them into classes, and where resources may tie jobs into components or not.
 fn instance_with_twins() -> impl Strategy<Value = Problem> {
-    (1usize..=3, 0usize..=3).prop_flat_map(|(jobs, resources)| {
-        let option = (
-            0..jobs,
-            1.0f64..500.0,
-            proptest::collection::vec((0..resources.max(1), 1.0f64..40.0), 0..=resources),
-        );
-        (
-            proptest::collection::vec(option, 0..=10),
-            proptest::collection::vec(10.0f64..80.0, resources),
-            proptest::collection::vec(600.0f64..2000.0, jobs),
-            proptest::collection::vec(0..jobs, 0..=3),
-        )
-            .prop_map(move |(options, limits, penalties, twins)| {
-                let mut p = Problem {
-                    unplaced_penalty: penalties,
-                    options: options
-                        .into_iter()
-                        .map(|(job, objective, usage)| Choice {
-                            job,
-                            objective: objective.round(),
-                            usage: if limits.is_empty() { vec![] } else { usage },
-                        })
-                        .collect(),
-                    limits: limits.clone(),
-                };
-                for of in twins {
-                    let twin = p.jobs();
-                    p.unplaced_penalty.push(p.unplaced_penalty[of]);
-                    let copies: Vec<Choice> = p
-                        .options
-                        .iter()
-                        .filter(|o| o.job == of)
-                        .map(|o| Choice {
-                            job: twin,
-                            ..o.clone()
-                        })
-                        .collect();
-                    p.options.extend(copies);
-                }
-                p
-            })
+    problem(3, 10, 3).prop_flat_map(|p| {
+        let jobs = p.jobs();
+        (Just(p), proptest::collection::vec(0..jobs, 0..=3)).prop_map(|(mut p, twins)| {
+            for of in twins {
+                let twin = p.jobs();
+                p.unplaced_penalty.push(p.unplaced_penalty[of]);
+                let copies: Vec<Choice> = p
+                    .options
+                    .iter()
+                    .filter(|o| o.job == of)
+                    .map(|o| Choice {
+                        job: twin,
+                        ..o.clone()
+                    })
+                    .collect();
+                p.options.extend(copies);
+            }
+            p
+        })
     })
 }
 
