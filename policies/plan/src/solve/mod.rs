@@ -72,7 +72,15 @@ pub fn solve(problem: &Problem, time_limit: Duration, use_milp: bool) -> Solved 
         return fallback("MILP disabled".into());
     }
     match exact(problem, &greedy_answer, start + time_limit) {
-        Ok(found) if problem.is_feasible(&found.assignment) => {
+        Ok(found) if !problem.is_feasible(&found.assignment) => {
+            fallback("the MILP answer violated a constraint".into())
+        }
+        // HiGHS is started from greedy's answer; should it refuse that start and stop at its
+        // time limit with something worse, greedy's stands.
+        Ok(found) if problem.value(&found.assignment) > problem.value(&greedy_answer) + 1e-9 => {
+            fallback("the MILP hit its time limit with a worse answer".into())
+        }
+        Ok(found) => {
             let objective = problem.value(&found.assignment);
             Solved {
                 objective,
@@ -93,7 +101,6 @@ pub fn solve(problem: &Problem, time_limit: Duration, use_milp: bool) -> Solved 
                 solve_time: start.elapsed(),
             }
         }
-        Ok(_) => fallback("the MILP answer violated a constraint".into()),
         Err(e) => fallback(format!("the MILP did not answer: {e}")),
     }
 }
