@@ -79,6 +79,10 @@ fn bench_reconcile_reports_cpu_time() {
     // ticks: three small passes may read 0. Wall time is always measured.
     let cpu = f["cpu_ms"].as_f64().expect("cpu_ms");
     assert!(cpu.is_finite() && cpu >= 0.0, "{f}");
+    // The simulated cloud's share is part of a pass's CPU, never more (both read the same
+    // per-thread clock, so the rounding matches).
+    let cloud = f["cloud_cpu_ms"].as_f64().expect("cloud_cpu_ms");
+    assert!(cloud >= 0.0 && cloud <= cpu, "{f}");
     assert!(f["wall_ms"].as_f64().expect("wall_ms") > 0.0, "{f}");
     assert!(f["wall_ms_max"].as_f64() >= f["wall_ms"].as_f64(), "{f}");
 }
