@@ -31,6 +31,22 @@ impl Problem {
         self.unplaced_penalty.len()
     }
 
+    /// Each job's options (indices into `options`), in order.
+    pub fn options_by_job(&self) -> Vec<Vec<usize>> {
+        let mut by_job = vec![Vec::new(); self.jobs()];
+        for (i, o) in self.options.iter().enumerate() {
+            by_job[o.job].push(i);
+        }
+        by_job
+    }
+
+    /// Whether `used` of resource `r` is within its limit, with a small tolerance for the
+    /// solver's floating point.
+    pub fn within(&self, r: usize, used: f64) -> bool {
+        let limit = self.limits[r];
+        used <= limit + 1e-9 * limit.abs().max(1.0)
+    }
+
     /// Total objective of an assignment, penalties included.
     pub fn value(&self, a: &Assignment) -> f64 {
         a.iter()
@@ -57,17 +73,20 @@ impl Problem {
                 }
             }
         }
-        used.iter()
-            .zip(&self.limits)
-            .all(|(u, l)| *u <= l + 1e-9 * l.abs().max(1.0))
+        used.iter().enumerate().all(|(r, u)| self.within(r, *u))
     }
 
     /// Exhaustive search. Exponential: for tests on small instances only.
     pub fn brute_force(&self) -> (f64, Assignment) {
-        let mut per_job: Vec<Vec<Option<usize>>> = vec![vec![None]; self.jobs()];
-        for (i, o) in self.options.iter().enumerate() {
-            per_job[o.job].push(Some(i));
-        }
+        let per_job: Vec<Vec<Option<usize>>> = self
+            .options_by_job()
+            .into_iter()
+            .map(|options| {
+                std::iter::once(None)
+                    .chain(options.into_iter().map(Some))
+                    .collect()
+            })
+            .collect();
         let mut best = (f64::INFINITY, vec![None; self.jobs()]);
         let mut current = vec![None; self.jobs()];
         self.search(&per_job, 0, &mut current, &mut best);

@@ -115,10 +115,7 @@ struct Found {
 /// Every component solved: a job alone takes its best option that fits; a group goes to
 /// HiGHS with what is left of the time.
 fn exact(problem: &Problem, warm: &Assignment, deadline: Instant) -> Result<Found, String> {
-    let mut by_job: Vec<Vec<usize>> = vec![Vec::new(); problem.jobs()];
-    for (i, o) in problem.options.iter().enumerate() {
-        by_job[o.job].push(i);
-    }
+    let by_job = problem.options_by_job();
     let components = split::components(problem);
     let mut found = Found {
         assignment: vec![None; problem.jobs()],
@@ -164,8 +161,7 @@ fn fits_alone(problem: &Problem, option: usize) -> bool {
     usage.iter().all(|&(r, _)| {
         // Added up first: one option may list a resource more than once.
         let total: f64 = usage.iter().filter(|u| u.0 == r).map(|u| u.1).sum();
-        let limit = problem.limits[r];
-        total <= limit + 1e-9 * limit.abs().max(1.0)
+        problem.within(r, total)
     })
 }
 
@@ -178,10 +174,7 @@ pub fn greedy(problem: &Problem) -> Assignment {
             .total_cmp(&problem.unplaced_penalty[*a])
             .then(a.cmp(b))
     });
-    let mut by_job: Vec<Vec<usize>> = vec![Vec::new(); problem.jobs()];
-    for (i, o) in problem.options.iter().enumerate() {
-        by_job[o.job].push(i);
-    }
+    let by_job = problem.options_by_job();
     let mut used = vec![0.0; problem.limits.len()];
     let mut assignment = vec![None; problem.jobs()];
     for j in order {
