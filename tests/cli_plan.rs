@@ -342,3 +342,103 @@ fn placement_constraints_steer_the_plan_and_typos_are_refused() {
         "{err}"
     );
 }
+
+/// Two teams compete for three V100s: team ml's jobs are short (cheap), team cv's long. Cost
+/// alone gives every GPU to ml; `--fairness` gives cv its part, reports each team's share and
+/// what fairness costs; `share` in the quota file weighs the teams.
+#[test]
+fn fairness_shares_a_contended_quota_between_teams() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut specs = Vec::new();
+    for (team, n, samples) in [("ml", 4, "3600000"), ("cv", 2, "36000000")] {
+        for i in 0..n {
+            let text = job(&format!("{team}{i}"), "V100", "200h")
+                .replace("team = \"ml\"", &format!("team = \"{team}\""))
+                .replace("samples = 3600000", &format!("samples = {samples}"));
+            specs.push(write(dir.path(), &format!("{team}{i}.toml"), &text));
+        }
+    }
+    let limits = "[[quota]]\ncloud = \"aws\"\nfamily = \"V100\"\nlimit = 3\n\n[[quota]]\ncloud = \"gcp\"\nfamily = \"V100\"\nlimit = 0\n";
+    let quota = write(dir.path(), "quota.toml", limits);
+    let run = |quota: &str, extra: &[&str]| -> Output {
+        let mut args: Vec<&str> = vec!["plan"];
+        args.extend(specs.iter().map(String::as_str));
+        args.extend(["--quota", quota]);
+        args.extend(extra);
+        tern(&args)
+    };
+    let team = |r: &serde_json::Value, name: &str| -> serde_json::Value {
+        r["teams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["team"] == name)
+            .unwrap()
+            .clone()
+    };
+    let cost_only = last_json(&run(&quota, &["--json"]));
+    assert_eq!(cost_only["fairness"], 0.0);
+    assert_eq!(
+        team(&cost_only, "cv")["placed"],
+        0,
+        "{}",
+        cost_only["teams"]
+    );
+    assert_eq!(team(&cost_only, "ml")["accelerators"], 3.0);
+    assert_eq!(team(&cost_only, "ml")["entitled"], 1.5);
+    assert!(cost_only["cost_only_expected_cost"].is_null());
+
+    let o = run(&quota, &["--fairness", "1", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fair = last_json(&o);
+    assert_eq!(fair["placed"], 3);
+    let teams = fair["teams"].as_array().unwrap();
+    for t in teams {
+        if t["placed"] == 0 {
+            assert!(
+                teams
+                    .iter()
+                    .all(|u| u["share"].as_f64().unwrap() <= 1.0 + 1e-9),
+                "{teams:?}"
+            );
+        }
+    }
+    assert!(
+        team(&fair, "cv")["placed"].as_u64().unwrap() >= 1,
+        "{teams:?}"
+    );
+    let cost = fair["expected_cost"].as_f64().unwrap();
+    assert!(fair["cost_only_expected_cost"].as_f64().unwrap() < cost);
+
+    let text = String::from_utf8_lossy(&run(&quota, &["--fairness", "1"]).stdout).into_owned();
+    assert!(text.contains("teams (fairness 1):"), "{text}");
+    assert!(
+        text.contains("    cv: ") && text.contains("fairness changes the expected cost by $+"),
+        "{text}"
+    );
+
+    // Weight 2 for cv: two of the three GPUs are its entitlement.
+    let weighted = write(
+        dir.path(),
+        "weighted.toml",
+        &format!("{limits}\n[team.cv]\nshare = 2\n"),
+    );
+    let r = last_json(&run(&weighted, &["--fairness", "1", "--json"]));
+    assert_eq!(team(&r, "cv")["entitled"], 2.0);
+    assert_eq!(team(&r, "cv")["weight"], 2.0);
+
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        &format!("{limits}\n[team.cv]\nshare = 0\n"),
+    );
+    let o = run(&bad, &["--fairness", "1"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.toml: team.cv.share: expected a weight > 0, got 0"),
+        "{err}"
+    );
+    let o = run(&quota, &["--fairness", "-1"]);
+    assert!(!o.status.success());
+}

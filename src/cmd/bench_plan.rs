@@ -50,6 +50,9 @@ pub struct Args {
     /// HiGHS time limit per plan, seconds.
     #[arg(long, default_value_t = 10.0)]
     pub time_limit: f64,
+    /// Teams' shares against cost, as `tern plan --fairness` (the specs' teams compete).
+    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = super::number::non_negative, allow_negative_numbers = true)]
+    pub fairness: f64,
     #[arg(long)]
     pub json: bool,
 }
@@ -98,6 +101,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let options = PlanOptions {
         time_limit: Duration::from_secs_f64(args.time_limit.max(0.001)),
         team_budgets: limits.budgets(),
+        team_weights: limits.weights(),
+        fairness: args.fairness,
         quotas: limits.quota,
         ..PlanOptions::default()
     };
@@ -156,5 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "dominated": report.candidates.dominated,
         "truncated": report.candidates.truncated,
         "last_solve_ms": report.solve_ms,
+        "fairness": report.fairness,
+        "teams": report.teams,
     }))
 }

@@ -42,6 +42,12 @@ pub struct Args {
     /// rate replaces --spot-hazard for that offer. Repeatable.
     #[arg(long, value_name = "ZONE:TYPE=FILE")]
     pub availability: Vec<String>,
+    /// How much each team's share of its entitlement weighs against cost when quota cannot
+    /// serve every team: 0 = cost only; any F > 0 first leaves no team with nothing where
+    /// some plan serves it, then prices each team's shortfall at F unplaced jobs for its
+    /// whole entitlement. Weights come from `share` in the quota file's [team.NAME].
+    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = super::number::non_negative, allow_negative_numbers = true)]
+    pub fairness: f64,
     /// Runners-up listed per job.
     #[arg(long, default_value_t = 3)]
     pub alternatives: usize,
@@ -71,6 +77,8 @@ pub struct LimitsFile {
 pub struct TeamBudget {
     pub total_usd: Option<f64>,
     pub per_hour_usd: Option<f64>,
+    /// The team's weight in the pool when `--fairness` is on (1 when absent).
+    pub share: Option<f64>,
 }
 
 impl LimitsFile {
@@ -86,6 +94,14 @@ impl LimitsFile {
                     },
                 )
             })
+            .collect()
+    }
+
+    /// Teams' weights for `--fairness` (`share`), where set.
+    pub fn weights(&self) -> BTreeMap<String, f64> {
+        self.team
+            .iter()
+            .filter_map(|(k, b)| Some((k.clone(), b.share?)))
             .collect()
     }
 }
@@ -115,6 +131,12 @@ pub fn load_limits(path: &Path) -> anyhow::Result<LimitsFile> {
             anyhow::ensure!(
                 v.is_finite() && v >= 0.0,
                 "{shown}: team.{name}: budgets must be non-negative numbers, got {v}"
+            );
+        }
+        if let Some(share) = b.share {
+            anyhow::ensure!(
+                share.is_finite() && share > 0.0,
+                "{shown}: team.{name}.share: expected a weight > 0, got {share}"
             );
         }
     }
@@ -255,6 +277,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         alternatives: args.alternatives,
         use_milp: !args.greedy,
         team_budgets: limits.budgets(),
+        team_weights: limits.weights(),
+        fairness: args.fairness,
         quotas: limits.quota,
         ..PlanOptions::default()
     };
@@ -328,6 +352,7 @@ fn print_report(r: &PlanReport, catalog: &str) {
             Objective::Time => "time",
         }
     );
+    print_teams(r);
     println!(
         "solver: {:?}{}{} in {:.0} ms; {} offers from the {catalog}; configurations: {} generated, {} infeasible, {} dominated, {} beyond the per-job cap, {} in the MILP ({} columns over {} independent groups of jobs)",
         r.solver,
@@ -349,4 +374,29 @@ fn print_report(r: &PlanReport, catalog: &str) {
         r.milp_columns,
         r.components
     );
+}
+
+/// Each team's accelerators against its entitlement, when there is more than one team or
+/// fairness is on.
+fn print_teams(r: &PlanReport) {
+    if r.teams.len() < 2 && r.fairness == 0.0 {
+        return;
+    }
+    println!("teams (fairness {}):", r.fairness);
+    for t in &r.teams {
+        let share = t
+            .share
+            .map(|s| format!("{:.0} % of its entitlement", s * 100.0))
+            .unwrap_or_else(|| "nothing it could run".into());
+        println!(
+            "    {}: {} of {} jobs placed, {} accelerators of {:.1} entitled (weight {}): {share}",
+            t.team, t.placed, t.jobs, t.accelerators, t.entitled, t.weight
+        );
+    }
+    if let Some(cost_only) = r.cost_only_expected_cost {
+        println!(
+            "    fairness changes the expected cost by ${:+.2} (cost only: ${cost_only:.2})",
+            r.expected_cost - cost_only
+        );
+    }
 }

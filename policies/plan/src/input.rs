@@ -98,6 +98,10 @@ pub struct PlanOptions {
     /// Cross-region egress, USD per GB: a job whose data lives elsewhere pays it on every
     /// start (the first and each expected restart).
     pub egress_per_gb: f64,
+    /// How much teams' shares weigh against cost (0 = cost only); see `plan::shares`.
+    pub fairness: f64,
+    /// Each team's weight in the pool (1 when absent).
+    pub team_weights: BTreeMap<String, f64>,
 }
 
 impl Default for PlanOptions {
@@ -114,6 +118,8 @@ impl Default for PlanOptions {
             team_budgets: BTreeMap::new(),
             quotas: Vec::new(),
             egress_per_gb: 0.02,
+            fairness: 0.0,
+            team_weights: BTreeMap::new(),
         }
     }
 }

@@ -16,6 +16,8 @@ pub use hazard::hazard_per_hour;
 pub use input::{
     Objective, PlanJob, PlanOptions, Quota, Throughput, ThroughputModel, notice_seconds,
 };
-pub use plan::{Alternative, CandidateCounts, Config, JobPlan, PlanReport, plan, sizes_between};
-pub use problem::{Assignment, Choice, Problem};
+pub use plan::{
+    Alternative, CandidateCounts, Config, JobPlan, PlanReport, TeamShare, plan, sizes_between,
+};
+pub use problem::{Assignment, Choice, Fairness, Problem, TeamTerm};
 pub use solve::{Solved, SolverKind, greedy, solve};

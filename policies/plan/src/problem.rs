@@ -21,6 +21,69 @@ pub struct Problem {
     pub options: Vec<Choice>,
     /// Limit of each resource.
     pub limits: Vec<f64>,
+    /// Terms that weigh teams' shares against cost (`--fairness`); `None` = cost only.
+    pub fairness: Option<Fairness>,
+}
+
+/// Fairness terms: each team pays `guard` when it has options but none of its jobs is placed,
+/// and `per_short` for each accelerator by which its placed jobs fall short of `entitled`.
+/// `guard` is set above every other term, so a plan leaves a team with nothing only when no
+/// plan can serve as many teams; `per_short` is what trades cost against shares.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Fairness {
+    /// Team of each job (an index into `teams`).
+    pub team_of_job: Vec<usize>,
+    /// Accelerators of each option, aligned with `Problem::options`.
+    pub accelerators: Vec<f64>,
+    pub teams: Vec<TeamTerm>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct TeamTerm {
+    pub guard: f64,
+    /// Accelerators the team is entitled to.
+    pub entitled: f64,
+    /// Objective per accelerator of shortfall.
+    pub per_short: f64,
+}
+
+impl TeamTerm {
+    /// Whether the term can change the objective.
+    pub fn active(&self) -> bool {
+        self.guard > 0.0 || self.per_short > 0.0
+    }
+}
+
+impl Fairness {
+    /// The team terms an assignment pays: guards of teams with options and nothing placed,
+    /// and shortfalls against entitlements.
+    pub fn value(&self, problem: &Problem, a: &Assignment) -> f64 {
+        let teams = self.teams.len();
+        let (mut has_options, mut served) = (vec![false; teams], vec![false; teams]);
+        let mut placed = vec![0.0; teams];
+        for o in &problem.options {
+            has_options[self.team_of_job[o.job]] = true;
+        }
+        for (j, c) in a.iter().enumerate() {
+            if let Some(c) = c {
+                let t = self.team_of_job[j];
+                served[t] = true;
+                placed[t] += self.accelerators[*c];
+            }
+        }
+        self.teams
+            .iter()
+            .enumerate()
+            .map(|(t, term)| {
+                let guard = if has_options[t] && !served[t] {
+                    term.guard
+                } else {
+                    0.0
+                };
+                guard + term.per_short * (term.entitled - placed[t]).max(0.0)
+            })
+            .sum()
+    }
 }
 
 /// An assignment: for each job, the chosen option index (into `Problem::options`), if any.
@@ -47,15 +110,17 @@ impl Problem {
         used <= limit + 1e-9 * limit.abs().max(1.0)
     }
 
-    /// Total objective of an assignment, penalties included.
+    /// Total objective of an assignment, penalties and fairness terms included.
     pub fn value(&self, a: &Assignment) -> f64 {
-        a.iter()
+        let fair = self.fairness.as_ref().map_or(0.0, |f| f.value(self, a));
+        fair + a
+            .iter()
             .enumerate()
             .map(|(j, c)| match c {
                 Some(c) => self.options[*c].objective,
                 None => self.unplaced_penalty[j],
             })
-            .sum()
+            .sum::<f64>()
     }
 
     /// Whether an assignment respects every resource limit (with a small tolerance for the

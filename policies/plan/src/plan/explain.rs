@@ -6,7 +6,7 @@ use tern_cloud::Offer;
 
 use super::cost::{Cost, Why};
 use super::resources::Resource;
-use super::{Alternative, CandidateCounts, Config, Entry, JobPlan, PlanReport, Status};
+use super::{Alternative, CandidateCounts, Config, Entry, FairReport, JobPlan, PlanReport, Status};
 use crate::input::{Objective, PlanJob};
 use crate::solve::Solved;
 
@@ -17,6 +17,7 @@ pub(super) fn report(
     offers: usize,
     candidates: CandidateCounts,
     jobs: Vec<JobPlan>,
+    fair: FairReport,
 ) -> PlanReport {
     let placed = jobs.iter().filter(|p| p.placed).count();
     // A fold from +0.0, not `sum()` (which starts from -0.0): a plan with nothing placed
@@ -39,6 +40,10 @@ pub(super) fn report(
         expected_cost,
         placed,
         unplaced: jobs.len() - placed,
+        fairness: fair.fairness,
+        shortfall_per_accelerator: fair.per_accelerator_short,
+        teams: fair.teams,
+        cost_only_expected_cost: fair.cost_only_expected_cost,
         jobs,
     }
 }

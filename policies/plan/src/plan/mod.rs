@@ -5,11 +5,14 @@
 //! configuration costs and when it finishes), `prune` (drop configurations no optimal plan
 //! needs), `model` (the MILP over what is left) and `explain` (the report, in sentences).
 
+use std::time::Instant;
+
 use serde::Serialize;
 use tern_cloud::{Capacity, Offer};
 
 use crate::input::{Objective, PlanJob, PlanOptions};
-use crate::solve::{SolverKind, solve};
+use crate::problem::Assignment;
+use crate::solve::{Solved, SolverKind, solve};
 
 mod candidates;
 mod cost;
@@ -17,16 +20,19 @@ mod explain;
 mod model;
 mod prune;
 mod resources;
+mod shares;
 #[cfg(test)]
 mod tests;
 
 pub use candidates::sizes_between;
+pub use shares::TeamShare;
 
 use candidates::OfferIndex;
 use cost::{Cost, Why};
 use explain::Explainer;
 use prune::{digest, prune};
 use resources::Resources;
+use shares::Teams;
 
 // The tests reach these through `super::*`.
 #[cfg(test)]
@@ -126,6 +132,16 @@ pub struct PlanReport {
     pub expected_cost: f64,
     pub placed: usize,
     pub unplaced: usize,
+    /// How much teams' shares weighed against cost (`--fairness`; 0 = cost only).
+    pub fairness: f64,
+    /// What each accelerator a team fell short of its entitlement cost in the objective:
+    /// `fairness` times the cost-only plan's objective per accelerator ($, or hours for the
+    /// time objective).
+    pub shortfall_per_accelerator: f64,
+    /// Each team's accelerators against its entitlement.
+    pub teams: Vec<TeamShare>,
+    /// What the cost-only plan was expected to cost, when fairness changed the plan.
+    pub cost_only_expected_cost: Option<f64>,
     pub jobs: Vec<JobPlan>,
 }
 
@@ -144,12 +160,26 @@ fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bo
     let index = OfferIndex::new(offers, options);
     let mut counts = CandidateCounts::default();
     // Per job: every configuration with its status and MILP usage.
+    // The sum of each job's dearest feasible configuration, pruned or not, sets the unplaced
+    // penalty: one number however the lists are pruned.
+    let mut worst = 0.0;
     let configs: Vec<Vec<Entry>> = jobs
         .iter()
         .map(|job| {
             let mut list = candidates::of_job(job, offers, &index, &mut resources, options);
             counts.generated += list.len();
-            prune(&mut list, options.max_candidates_per_job, &mut counts);
+            let shares = options.fairness > 0.0;
+            prune(
+                &mut list,
+                options.max_candidates_per_job,
+                shares,
+                &mut counts,
+            );
+            worst += list
+                .iter()
+                .filter(|e| !matches!(e.1, Status::Infeasible(_)))
+                .map(|e| e.3)
+                .fold(0.0, f64::max);
             if trim {
                 digest(list, options.alternatives, offers)
             } else {
@@ -157,10 +187,11 @@ fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bo
             }
         })
         .collect();
-    let (problem, option_of) = model::build(jobs, &configs, &resources.list);
-    counts.considered = problem.options.len();
-    let solved = solve(&problem, options.time_limit, options.use_milp);
-    let used = model::used(&problem, &solved, resources.list.len());
+    let mut model = model::build(jobs, &configs, &resources.list, worst + 1.0);
+    counts.considered = model.problem.options.len();
+    let (solved, fair) = solve_fairly(&mut model, jobs, &configs, options);
+    let (problem, option_of) = (&model.problem, &model.option_of);
+    let used = model::used(problem, &solved, resources.list.len());
     let cx = Explainer {
         offers,
         resources: &resources.list,
@@ -176,5 +207,92 @@ fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bo
             cx.job_plan(job, list, chosen, options.alternatives)
         })
         .collect();
-    explain::report(options.objective, solved, offers.len(), counts, job_plans)
+    explain::report(
+        options.objective,
+        solved,
+        offers.len(),
+        counts,
+        job_plans,
+        fair,
+    )
+}
+
+/// What fairness adds to a report: its weight, each team's share, and what the plan would
+/// have cost without it.
+#[derive(Debug, Clone, Default)]
+struct FairReport {
+    fairness: f64,
+    per_accelerator_short: f64,
+    teams: Vec<TeamShare>,
+    cost_only_expected_cost: Option<f64>,
+}
+
+/// Solve cost only; then, with fairness on and teams left short of their entitlements out of
+/// that plan's pool, again with the fairness terms.
+fn solve_fairly(
+    model: &mut model::Model,
+    jobs: &[PlanJob],
+    configs: &[Vec<Entry>],
+    options: &PlanOptions,
+) -> (Solved, FairReport) {
+    let started = Instant::now();
+    let cost_only = solve(&model.problem, options.time_limit, options.use_milp);
+    let teams = Teams::new(jobs, configs, &options.team_weights);
+    let pool: f64 = teams
+        .placed(&cost_only.assignment, &model.accelerators)
+        .iter()
+        .sum();
+    let entitled = teams.entitle(pool);
+    // The cost-only plan's objective per accelerator it places: the going rate.
+    let spent: f64 = cost_only
+        .assignment
+        .iter()
+        .flatten()
+        .map(|&c| model.problem.options[c].objective)
+        .sum();
+    let per_short = if pool > 0.0 {
+        options.fairness * spent / pool
+    } else {
+        0.0
+    };
+    let terms = teams.terms(
+        &entitled,
+        per_short,
+        model.unit,
+        &model.problem.unplaced_penalty,
+        model.accelerators.clone(),
+    );
+    let expected_cost = |a: &Assignment| -> f64 {
+        a.iter()
+            .flatten()
+            .map(|&c| {
+                let (j, k) = model.option_of[c];
+                configs[j][k].0.expected_cost
+            })
+            .sum()
+    };
+    let mut fair = FairReport {
+        fairness: options.fairness,
+        per_accelerator_short: per_short,
+        ..FairReport::default()
+    };
+    // The cost-only optimum, when it leaves nobody short, is also the fair optimum.
+    let settled =
+        cost_only.gap == Some(0.0) && terms.value(&model.problem, &cost_only.assignment) == 0.0;
+    let solved = if options.fairness > 0.0 && teams.with_demand() > 1 && !settled {
+        fair.cost_only_expected_cost = Some(expected_cost(&cost_only.assignment));
+        model.problem.fairness = Some(terms);
+        let left = options.time_limit.saturating_sub(started.elapsed());
+        let mut solved = solve(
+            &model.problem,
+            left.max(options.time_limit / 4),
+            options.use_milp,
+        );
+        solved.solve_time = started.elapsed();
+        solved
+    } else {
+        cost_only
+    };
+    fair.teams = teams.report(&solved.assignment, &model.accelerators, &entitled);
+    (solved, fair)
 }

@@ -8,21 +8,41 @@ use crate::input::PlanJob;
 use crate::problem::{Choice, Problem};
 use crate::solve::Solved;
 
-/// The problem, and for each of its options the (job, index in that job's list) it stands for.
+/// A plan's MILP and how to read its answer.
+pub(super) struct Model {
+    pub(super) problem: Problem,
+    /// For each option, the (job, index in that job's list) it stands for.
+    pub(super) option_of: Vec<(usize, usize)>,
+    /// Accelerators of each option.
+    pub(super) accelerators: Vec<f64>,
+    /// The unplaced penalty of a job at priority 0.
+    pub(super) unit: f64,
+}
+
+/// The problem (cost only), one option per candidate configuration; `unit` is the unplaced
+/// penalty at priority 0, above the sum of every job's dearest configuration, so placing one
+/// more job always beats saving money elsewhere (priority scales it: higher first).
 pub(super) fn build(
     jobs: &[PlanJob],
     configs: &[Vec<Entry>],
     resources: &[Resource],
-) -> (Problem, Vec<(usize, usize)>) {
+    unit: f64,
+) -> Model {
     let mut problem = Problem {
-        unplaced_penalty: unplaced_penalties(jobs, configs),
+        unplaced_penalty: jobs
+            .iter()
+            .map(|j| unit * (1.0 + f64::from(j.priority.clamp(0, 100)) * 0.5))
+            .collect(),
         options: Vec::new(),
         limits: resources.iter().map(|r| r.limit).collect(),
+        fairness: None,
     };
     let mut option_of: Vec<(usize, usize)> = Vec::new();
+    let mut accelerators = Vec::new();
     for (j, list) in configs.iter().enumerate() {
-        for (k, (_, status, usage, objective)) in list.iter().enumerate() {
+        for (k, (cost, status, usage, objective)) in list.iter().enumerate() {
             if *status == Status::Candidate {
+                accelerators.push(f64::from(cost.workers));
                 problem.options.push(Choice {
                     job: j,
                     objective: *objective,
@@ -32,25 +52,12 @@ pub(super) fn build(
             }
         }
     }
-    (problem, option_of)
-}
-
-/// Unplaced penalty: larger than every job's most expensive option summed, so placing one
-/// more job always beats saving money elsewhere; priority scales it (higher first).
-fn unplaced_penalties(jobs: &[PlanJob], configs: &[Vec<Entry>]) -> Vec<f64> {
-    let worst: f64 = configs
-        .iter()
-        .map(|l| {
-            l.iter()
-                .filter(|c| c.1 == Status::Candidate)
-                .map(|c| c.3)
-                .fold(0.0, f64::max)
-        })
-        .sum();
-    let unit = worst + 1.0;
-    jobs.iter()
-        .map(|j| unit * (1.0 + f64::from(j.priority.clamp(0, 100)) * 0.5))
-        .collect()
+    Model {
+        problem,
+        option_of,
+        accelerators,
+        unit,
+    }
 }
 
 /// Resource use of the chosen plan, for "would exceed" explanations.

@@ -7,8 +7,9 @@ use super::{CandidateCounts, Entry, Status};
 
 /// Drop dominated configurations, then keep the `keep` best. `a` dominates `b` when it uses
 /// the same shared resources, no more of any, and is no worse in objective and pessimistic
-/// finish: then no optimal plan needs `b`, so pruning cannot change the optimum.
-pub(super) fn prune(list: &mut [Entry], keep: usize, counts: &mut CandidateCounts) {
+/// finish (and, when teams' shares count, has no fewer accelerators): then no optimal plan
+/// needs `b`, so pruning cannot change the optimum.
+pub(super) fn prune(list: &mut [Entry], keep: usize, shares: bool, counts: &mut CandidateCounts) {
     let mut idx: Vec<usize> = (0..list.len())
         .filter(|&k| list[k].1 == Status::Candidate)
         .collect();
@@ -16,10 +17,9 @@ pub(super) fn prune(list: &mut [Entry], keep: usize, counts: &mut CandidateCount
     idx.sort_by(|a, b| list[*a].3.total_cmp(&list[*b].3).then(a.cmp(b)));
     let mut survivors: Vec<usize> = Vec::new();
     for &k in &idx {
-        let dominator = survivors
-            .iter()
-            .copied()
-            .find(|&s| dominates(&list[s], &list[k]));
+        let dominator = survivors.iter().copied().find(|&s| {
+            dominates(&list[s], &list[k]) && (!shares || list[s].0.workers >= list[k].0.workers)
+        });
         match dominator {
             Some(s) => {
                 list[k].1 = Status::Dominated(s);

@@ -9,6 +9,7 @@ use tern_cloud::{
 
 use super::*;
 use crate::input::{Quota, Throughput, ThroughputModel};
+use crate::problem::{Fairness, TeamTerm};
 
 /// Samples/s per accelerator by name, scaling linearly with count (a test's stand-in for the
 /// fitted forecaster; the planner only sees the trait).
@@ -490,6 +491,95 @@ fn small_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOpti
         })
 }
 
+/// The plan's problem rebuilt by hand from every configuration, none pruned: quotas, caps and
+/// each team's budget as resources, and the unplaced penalties of the planner's rule.
+fn unpruned_problem(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -> Unpruned {
+    let unpruned = PlanOptions {
+        max_candidates_per_job: usize::MAX,
+        ..options.clone()
+    };
+    let mut problem = Problem::default();
+    let mut labels: Vec<String> = Vec::new();
+    let mut limits: Vec<f64> = Vec::new();
+    let mut rid = |l: String, lim: f64| match labels.iter().position(|x| *x == l) {
+        Some(i) => i,
+        None => {
+            labels.push(l);
+            limits.push(lim);
+            labels.len() - 1
+        }
+    };
+    let mut worst = 0.0f64;
+    let mut accelerators = Vec::new();
+    for (j, job) in jobs.iter().enumerate() {
+        let mut job_worst = 0.0f64;
+        for o in offers {
+            let acc = o.accelerator().unwrap();
+            if !job.accelerators.iter().any(|a| a == &acc.name) {
+                continue;
+            }
+            if !job.constraints.allows(o) {
+                continue;
+            }
+            for n in node_counts(job, 1) {
+                let (c, infeasible) = evaluate(job, o, n, &unpruned);
+                if infeasible.is_some() {
+                    continue;
+                }
+                let mut usage = Vec::new();
+                let mut over = false;
+                for q in &unpruned.quotas {
+                    if q.family == acc.family() {
+                        over |= c.workers > q.limit;
+                        usage.push((rid("q".into(), f64::from(q.limit)), f64::from(c.workers)));
+                    }
+                }
+                if let Availability::Available(Some(cap)) = o.availability {
+                    over |= n > cap;
+                    usage.push((rid(o.key(), f64::from(cap)), f64::from(n)));
+                }
+                if let Some(b) = unpruned
+                    .team_budgets
+                    .get(&job.team)
+                    .and_then(|b| b.total_usd)
+                {
+                    usage.push((rid(format!("budget {}", job.team), b), c.expected_cost));
+                }
+                if over {
+                    continue;
+                }
+                job_worst = job_worst.max(c.expected_cost);
+                problem.options.push(Choice {
+                    job: j,
+                    objective: c.expected_cost,
+                    usage,
+                });
+                accelerators.push(f64::from(c.workers));
+            }
+        }
+        worst += job_worst;
+    }
+    let unit = worst + 1.0;
+    problem.unplaced_penalty = jobs
+        .iter()
+        .map(|j| unit * (1.0 + f64::from(j.priority.clamp(0, 100)) * 0.5))
+        .collect();
+    problem.limits = limits;
+    Unpruned {
+        problem,
+        unit,
+        accelerators,
+    }
+}
+
+struct Unpruned {
+    problem: Problem,
+    /// The unplaced penalty at priority 0.
+    unit: f64,
+    /// Accelerators of each option.
+    accelerators: Vec<f64>,
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -499,50 +589,7 @@ proptest! {
     fn plan_matches_brute_force_over_unpruned_configurations((jobs, offers, options) in small_instance()) {
         let report = plan(&jobs, &offers, &options);
         prop_assert_eq!(report.solver, SolverKind::Milp);
-        // Rebuild the problem without pruning.
-        let unpruned = PlanOptions { max_candidates_per_job: usize::MAX, ..options.clone() };
-        let mut problem = Problem::default();
-        let mut labels: Vec<String> = Vec::new();
-        let mut limits: Vec<f64> = Vec::new();
-        let mut rid = |l: String, lim: f64| match labels.iter().position(|x| *x == l) {
-            Some(i) => i,
-            None => { labels.push(l); limits.push(lim); labels.len() - 1 }
-        };
-        let mut worst = 0.0f64;
-        for (j, job) in jobs.iter().enumerate() {
-            let mut job_worst = 0.0f64;
-            for o in &offers {
-                let acc = o.accelerator().unwrap();
-                if !job.accelerators.iter().any(|a| a == &acc.name) { continue; }
-                if !job.constraints.allows(o) { continue; }
-                for n in node_counts(job, 1) {
-                    let (c, infeasible) = evaluate(job, o, n, &unpruned);
-                    if infeasible.is_some() { continue; }
-                    let mut usage = Vec::new();
-                    let mut over = false;
-                    for q in &unpruned.quotas {
-                        if q.family == acc.family() {
-                            over |= c.workers > q.limit;
-                            usage.push((rid("q".into(), f64::from(q.limit)), f64::from(c.workers)));
-                        }
-                    }
-                    if let Availability::Available(Some(cap)) = o.availability {
-                        over |= n > cap;
-                        usage.push((rid(o.key(), f64::from(cap)), f64::from(n)));
-                    }
-                    if let Some(b) = unpruned.team_budgets.get("ml").and_then(|b| b.total_usd) {
-                        usage.push((rid("budget".into(), b), c.expected_cost));
-                    }
-                    if over { continue; }
-                    job_worst = job_worst.max(c.expected_cost);
-                    problem.options.push(Choice { job: j, objective: c.expected_cost, usage });
-                }
-            }
-            worst += job_worst;
-        }
-        let unit = worst + 1.0;
-        problem.unplaced_penalty = jobs.iter().map(|j| unit * (1.0 + f64::from(j.priority.clamp(0, 100)) * 0.5)).collect();
-        problem.limits = limits;
+        let problem = unpruned_problem(&jobs, &offers, &options).problem;
         let (best, _) = problem.brute_force();
         let placed_cost: f64 = report.jobs.iter().filter_map(|j| j.choice.as_ref()).map(|c| c.expected_cost).sum();
         let value = placed_cost + report.jobs.iter().enumerate().filter(|(_, j)| !j.placed).map(|(i, _)| problem.unplaced_penalty[i]).sum::<f64>();
@@ -566,7 +613,7 @@ proptest! {
             *per_offer.entry(c.offer.as_str()).or_default() += c.nodes;
         }
         if let Some(q) = options.quotas.first() { prop_assert!(a100 <= q.limit); }
-        if let Some(b) = options.team_budgets.get("ml").and_then(|b| b.total_usd) { prop_assert!(spend <= b + 1e-6); }
+        if let Some(b) = options.team_budgets.get("ml").and_then(|b| b.total_usd) { prop_assert!(spend <= b + 1e-6); } // every job is team ml's
         for o in &offers {
             if let Availability::Available(Some(cap)) = o.availability {
                 prop_assert!(per_offer.get(o.key().as_str()).copied().unwrap_or(0) <= cap);
@@ -630,4 +677,259 @@ proptest! {
         let whole = json(plan_with(&jobs, &offers, &options, false));
         prop_assert_eq!(trimmed, whole);
     }
+}
+
+/// [`small_instance`] made contended: A100 jobs only (with an A100 offer added), no deadline
+/// or placement rule, a copy of the first job
+/// when there are fewer than three, jobs of 1 or 3 accelerators (so serving a team may cost
+/// two placements), an A100 quota of 1 to 4, jobs spread over up to three
+/// teams of weight 1 or 2, and a fairness weight.
+fn fair_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOptions)> {
+    (
+        small_instance(),
+        proptest::collection::vec(
+            (0usize..3, prop_oneof![2 => Just(1u32), 1 => Just(3u32)]),
+            4,
+        ),
+        proptest::collection::vec(1u32..=2, 3),
+        1u32..=4,
+        prop_oneof![Just(0.2), Just(1.0), Just(5.0)],
+    )
+        .prop_map(
+            |((mut jobs, mut offers, mut options), teams, weights, quota, fairness)| {
+                offers.push(offer(
+                    Cloud::Aws,
+                    "use1-az1",
+                    "a100",
+                    "A100",
+                    1,
+                    Capacity::OnDemand,
+                    4.0,
+                ));
+                while jobs.len() < 3 {
+                    let mut copy = jobs[0].clone();
+                    copy.name = format!("j{}", jobs.len());
+                    jobs.push(copy);
+                }
+                let names = ["ml", "cv", "nlp"];
+                for (j, (t, size)) in jobs.iter_mut().zip(teams) {
+                    j.team = names[t].into();
+                    j.workers = WorkerRange {
+                        min: size,
+                        max: size,
+                    };
+                    j.accelerators = vec!["A100".into()];
+                    j.deadline_s = None;
+                    j.constraints = Constraints::default();
+                }
+                for (n, w) in names.iter().zip(weights) {
+                    options.team_weights.insert((*n).into(), f64::from(w));
+                }
+                options.quotas = vec![Quota {
+                    cloud: Cloud::Aws,
+                    region: None,
+                    family: "A100".into(),
+                    capacity: None,
+                    limit: quota,
+                }];
+                options.fairness = fairness;
+                (jobs, offers, options)
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// With fairness on, the plan is as good as brute force over every configuration under the
+    /// same fairness terms (entitlements as the report states them), and it serves as many
+    /// teams as any plan can: no team with work it could run is left with nothing where
+    /// another plan would serve it too.
+    #[test]
+    fn fair_plan_matches_brute_force((jobs, offers, options) in fair_instance()) {
+        let report = plan(&jobs, &offers, &options);
+        prop_assert_eq!(report.solver, SolverKind::Milp);
+        let Unpruned { mut problem, unit, accelerators } = unpruned_problem(&jobs, &offers, &options);
+        let names: Vec<&str> = report.teams.iter().map(|t| t.team.as_str()).collect();
+        let team_of_job: Vec<usize> = jobs.iter().map(|j| names.iter().position(|n| *n == j.team).unwrap()).collect();
+        let per_short = report.shortfall_per_accelerator;
+        let entitled: f64 = report.teams.iter().map(|t| t.entitled).sum();
+        let guard = problem.unplaced_penalty.iter().sum::<f64>() + unit + per_short * entitled;
+        let fairness = Fairness {
+            team_of_job: team_of_job.clone(),
+            accelerators,
+            teams: report.teams.iter().map(|t| TeamTerm {
+                guard,
+                entitled: t.entitled,
+                per_short,
+            }).collect(),
+        };
+        // The report's own value under these terms.
+        let mut value = 0.0;
+        for (i, jp) in report.jobs.iter().enumerate() {
+            value += jp.choice.as_ref().map_or(problem.unplaced_penalty[i], |c| c.expected_cost);
+        }
+        for (t, share) in report.teams.iter().enumerate() {
+            let has_options = problem.options.iter().any(|o| team_of_job[o.job] == t);
+            if has_options && share.placed == 0 { value += guard; }
+            value += fairness.teams[t].per_short * (share.entitled - share.accelerators).max(0.0);
+        }
+        problem.fairness = Some(fairness);
+        let (best, _) = problem.brute_force();
+        prop_assert!((value - best).abs() <= 1e-6 * best.abs().max(1.0), "plan {value} vs brute force {best}");
+
+        // As many teams served as any feasible plan serves.
+        let mut most = problem.clone();
+        most.options.iter_mut().for_each(|o| o.objective = 0.0);
+        most.unplaced_penalty.iter_mut().for_each(|p| *p = 0.0);
+        for t in &mut most.fairness.as_mut().unwrap().teams { *t = TeamTerm { guard: 1.0, entitled: 0.0, per_short: 0.0 }; }
+        let (fewest_unserved, _) = most.brute_force();
+        let unserved = (0..names.len())
+            .filter(|&t| report.teams[t].placed == 0 && problem.options.iter().any(|o| team_of_job[o.job] == t))
+            .count();
+        prop_assert_eq!(unserved as f64, fewest_unserved);
+    }
+}
+
+/// Two teams share four A100s; team `cheap`'s jobs cost less per hour, so cost alone gives
+/// them every GPU. With any fairness, no team with work waiting gets nothing while the other
+/// gets more than its share; and more fairness moves the shares toward the entitlements.
+#[test]
+fn fairness_leaves_no_team_with_nothing_while_another_is_over_its_share() {
+    let offers = vec![
+        offer(
+            Cloud::Aws,
+            "use1-az1",
+            "p4",
+            "A100",
+            1,
+            Capacity::OnDemand,
+            3.0,
+        ),
+        offer(
+            Cloud::Aws,
+            "use1-az2",
+            "p4",
+            "A100",
+            1,
+            Capacity::OnDemand,
+            3.0,
+        ),
+    ];
+    let jobs: Vec<PlanJob> = (0..8)
+        .map(|i| {
+            let team = if i < 4 { "cheap" } else { "dear" };
+            // The dear team's jobs are longer: more GPU-hours for one job.
+            let hours = if i < 4 { 2.0 } else { 6.0 };
+            let mut j = job(
+                &format!("{team}{i}"),
+                &["A100"],
+                hours * 3600.0,
+                None,
+                &[("A100", 1.0)],
+            );
+            j.team = team.into();
+            j.workers = WorkerRange { min: 1, max: 1 };
+            j
+        })
+        .collect();
+    let quota = Quota {
+        cloud: Cloud::Aws,
+        region: None,
+        family: "A100".into(),
+        capacity: None,
+        limit: 4,
+    };
+    let at = |fairness: f64| {
+        plan(
+            &jobs,
+            &offers,
+            &PlanOptions {
+                quotas: vec![quota.clone()],
+                fairness,
+                ..PlanOptions::default()
+            },
+        )
+    };
+    let share =
+        |r: &PlanReport, team: &str| r.teams.iter().find(|t| t.team == team).unwrap().clone();
+    let cost_only = at(0.0);
+    assert_eq!(share(&cost_only, "cheap").accelerators, 4.0);
+    assert_eq!(share(&cost_only, "dear").placed, 0, "the case is contended");
+    assert_eq!(share(&cost_only, "dear").entitled, 2.0);
+    for f in [0.01, 0.5, 1.0, 10.0] {
+        let r = at(f);
+        assert_eq!(r.placed, 4, "fairness {f} keeps the quota used");
+        for t in &r.teams {
+            if t.placed == 0 {
+                assert!(
+                    r.teams.iter().all(|u| u.share.unwrap_or(0.0) <= 1.0 + 1e-9),
+                    "fairness {f}: {:?}",
+                    r.teams
+                );
+            }
+        }
+        assert!(share(&r, "dear").placed >= 1, "fairness {f}: {:?}", r.teams);
+        assert!(r.cost_only_expected_cost.unwrap() <= r.expected_cost + 1e-9);
+    }
+    // Enough weight on shares gives each team its entitlement.
+    let fair = at(10.0);
+    assert_eq!(share(&fair, "dear").accelerators, 2.0);
+    assert_eq!(share(&fair, "cheap").accelerators, 2.0);
+}
+
+/// A team whose only job needs four GPUs against a team of six one-GPU jobs, on a quota of
+/// six: serving it costs four placements. Cost alone leaves it with nothing; any fairness,
+/// however small, serves it (the guard outranks placements, not only cost).
+#[test]
+fn any_fairness_serves_a_team_whose_one_job_displaces_several() {
+    let offers = vec![offer(
+        Cloud::Aws,
+        "use1-az1",
+        "p4",
+        "A100",
+        1,
+        Capacity::OnDemand,
+        3.0,
+    )];
+    let mut jobs: Vec<PlanJob> = (0..6)
+        .map(|i| {
+            let mut j = job(
+                &format!("small{i}"),
+                &["A100"],
+                3600.0,
+                None,
+                &[("A100", 1.0)],
+            );
+            j.team = "many".into();
+            j.workers = WorkerRange { min: 1, max: 1 };
+            j
+        })
+        .collect();
+    let mut big = job("big", &["A100"], 4.0 * 3600.0, None, &[("A100", 1.0)]);
+    big.team = "one".into();
+    big.workers = WorkerRange { min: 4, max: 4 };
+    jobs.push(big);
+    let quota = Quota {
+        cloud: Cloud::Aws,
+        region: None,
+        family: "A100".into(),
+        capacity: None,
+        limit: 6,
+    };
+    let at = |fairness: f64| {
+        plan(
+            &jobs,
+            &offers,
+            &PlanOptions {
+                quotas: vec![quota.clone()],
+                fairness,
+                ..PlanOptions::default()
+            },
+        )
+    };
+    assert!(!at(0.0).jobs[6].placed);
+    let fair = at(0.01);
+    assert!(fair.jobs[6].placed, "{:?}", fair.teams);
+    assert_eq!(fair.placed, 3);
 }

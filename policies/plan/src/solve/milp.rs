@@ -50,6 +50,7 @@ pub(super) fn solve(
             pb.add_row(..=size, mine.iter().map(|&c| (c, 1.0)));
         }
     }
+    let teams = add_team_terms(&mut pb, problem, classes, &cols);
     let mut resources: Vec<_> = rows.into_iter().collect();
     resources.sort_by_key(|(r, _)| *r);
     for (r, terms) in resources {
@@ -73,7 +74,8 @@ pub(super) fn solve(
     // suboptimality. Ask for a proof of optimality instead.
     set(&mut model, "mip_rel_gap", 0.0)?;
     set(&mut model, "mip_abs_gap", 1e-7)?;
-    let start = warm_start(classes, warm);
+    let mut start = warm_start(classes, warm);
+    start.extend(teams.warm_start(problem, warm));
     // A rejected start only costs time: HiGHS then searches from nothing.
     let _ = model.try_set_solution(Some(&start), None, None, None);
     let solved = model
@@ -104,6 +106,80 @@ fn set(model: &mut highs::Model, option: &str, value: f64) -> Result<(), String>
     model
         .try_set_option(option, value)
         .map_err(|e| format!("HiGHS option {option}: {e:?}"))
+}
+
+/// The fairness columns of a component, in the order they were added: for each active team,
+/// a binary "served" and a continuous shortfall.
+struct TeamColumns {
+    teams: Vec<usize>,
+}
+
+/// For each active team among `classes`: a binary `served` (paid `-guard`, at most the count
+/// of its placed jobs) and a shortfall `short` ≥ entitled − placed accelerators (paid
+/// `per_short`). The constants (every guard, every full shortfall) are left out of HiGHS'
+/// objective; differences, and so the gap, are unchanged.
+fn add_team_terms(
+    pb: &mut RowProblem,
+    problem: &Problem,
+    classes: &[Class],
+    cols: &[highs::Col],
+) -> TeamColumns {
+    let Some(fair) = &problem.fairness else {
+        return TeamColumns { teams: Vec::new() };
+    };
+    let mut teams: Vec<usize> = Vec::new();
+    let mut col = 0;
+    let mut of_team: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+    for class in classes {
+        let t = fair.team_of_job[class.members[0]];
+        for &o in &class.options[0] {
+            of_team.entry(t).or_default().push((col, o));
+            col += 1;
+        }
+        if fair.teams[t].active() && !teams.contains(&t) {
+            teams.push(t);
+        }
+    }
+    for &t in &teams {
+        let term = fair.teams[t];
+        let mine = of_team.get(&t).map_or(&[][..], |v| &v[..]);
+        let served = pb.add_integer_column(-term.guard, 0.0..=1.0);
+        let short = pb.add_column(term.per_short, 0.0..=term.entitled.max(0.0));
+        let placed = mine.iter().map(|&(c, _)| (cols[c], -1.0));
+        pb.add_row(..=0.0, std::iter::once((served, 1.0)).chain(placed));
+        let acc = mine
+            .iter()
+            .map(|&(c, o)| (cols[c], fair.accelerators[o]))
+            .filter(|&(_, a)| a != 0.0);
+        pb.add_row(term.entitled.., std::iter::once((short, 1.0)).chain(acc));
+    }
+    TeamColumns { teams }
+}
+
+impl TeamColumns {
+    /// The values of the team columns under `warm`.
+    fn warm_start(&self, problem: &Problem, warm: &Assignment) -> Vec<f64> {
+        let Some(fair) = &problem.fairness else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for &t in &self.teams {
+            let mut placed = 0.0;
+            let mut served = false;
+            for (j, c) in warm.iter().enumerate() {
+                if let Some(c) = c
+                    && fair.team_of_job[j] == t
+                {
+                    served = true;
+                    placed += fair.accelerators[*c];
+                }
+            }
+            let entitled = fair.teams[t].entitled.max(0.0);
+            out.push(if served { 1.0 } else { 0.0 });
+            out.push((entitled - placed).clamp(0.0, entitled));
+        }
+        out
+    }
 }
 
 /// Column values of `warm` (a feasible assignment of the whole problem): how many members of

@@ -140,20 +140,31 @@ fn exact(problem: &Problem, warm: &Assignment, deadline: Instant) -> Result<Foun
     Ok(found)
 }
 
-/// The best option of a job that shares no resource with any other: the cheapest that fits
-/// the limits on its own and beats leaving the job unplaced.
+/// The best option of a job that shares no resource with any other: the one of least value
+/// (its objective, and its team's terms when it is its team's only job) that fits the limits
+/// on its own and beats leaving the job unplaced.
 fn best_alone(problem: &Problem, job: usize, options: &[usize]) -> Option<usize> {
+    let unplaced = alone_value(problem, job, None);
     options
         .iter()
-        .copied()
-        .filter(|&i| problem.options[i].objective < problem.unplaced_penalty[job])
-        .filter(|&i| fits_alone(problem, i))
-        .min_by(|&a, &b| {
-            problem.options[a]
-                .objective
-                .total_cmp(&problem.options[b].objective)
-                .then(a.cmp(&b))
-        })
+        .map(|&i| (i, alone_value(problem, job, Some(i))))
+        .filter(|&(i, value)| value < unplaced && fits_alone(problem, i))
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(i, _)| i)
+}
+
+/// What a job alone in its component adds to the objective with `option` (or unplaced).
+fn alone_value(problem: &Problem, job: usize, option: Option<usize>) -> f64 {
+    let base = option.map_or(problem.unplaced_penalty[job], |o| {
+        problem.options[o].objective
+    });
+    let Some(fair) = &problem.fairness else {
+        return base;
+    };
+    let term = fair.teams[fair.team_of_job[job]];
+    let placed = option.map_or(0.0, |o| fair.accelerators[o]);
+    let guard = if option.is_none() { term.guard } else { 0.0 };
+    base + guard + term.per_short * (term.entitled - placed).max(0.0)
 }
 
 fn fits_alone(problem: &Problem, option: usize) -> bool {
@@ -165,8 +176,9 @@ fn fits_alone(problem: &Problem, option: usize) -> bool {
     })
 }
 
-/// Greedy: jobs with the highest unplaced penalty (priority) first, each takes its best
-/// option that still fits. Always answers; not optimal.
+/// Greedy: with fairness terms, first each team in turn places its first job (highest
+/// penalty first) that fits; then jobs with the highest unplaced penalty (priority) first,
+/// each takes its best option that still fits. Always answers; not optimal.
 pub fn greedy(problem: &Problem) -> Assignment {
     let mut order: Vec<usize> = (0..problem.jobs()).collect();
     order.sort_by(|a, b| {
@@ -174,36 +186,65 @@ pub fn greedy(problem: &Problem) -> Assignment {
             .total_cmp(&problem.unplaced_penalty[*a])
             .then(a.cmp(b))
     });
-    let by_job = problem.options_by_job();
-    let mut used = vec![0.0; problem.limits.len()];
-    let mut assignment = vec![None; problem.jobs()];
-    for j in order {
-        let mut options = by_job[j].clone();
+    let mut by_job = problem.options_by_job();
+    for options in &mut by_job {
         options.sort_by(|a, b| {
             problem.options[*a]
                 .objective
                 .total_cmp(&problem.options[*b].objective)
         });
-        for i in options {
-            let o = &problem.options[i];
-            if o.objective >= problem.unplaced_penalty[j] {
-                break;
+    }
+    let mut fill = Fill {
+        problem,
+        used: vec![0.0; problem.limits.len()],
+        assignment: vec![None; problem.jobs()],
+    };
+    if let Some(fair) = &problem.fairness {
+        for t in (0..fair.teams.len()).filter(|&t| fair.teams[t].guard > 0.0) {
+            let mut mine = order.iter().filter(|&&j| fair.team_of_job[j] == t);
+            // Served once one job fits; the guard outweighs any job's penalty.
+            mine.find(|&&j| fill.place(j, &by_job[j], true));
+        }
+    }
+    for j in order {
+        if fill.assignment[j].is_none() {
+            fill.place(j, &by_job[j], false);
+        }
+    }
+    fill.assignment
+}
+
+/// A greedy answer being built: resources used so far and the choices made.
+struct Fill<'a> {
+    problem: &'a Problem,
+    used: Vec<f64>,
+    assignment: Assignment,
+}
+
+impl Fill<'_> {
+    /// Give job `j` its first option (cheapest first) that still fits and, unless `any`,
+    /// beats leaving it unplaced. Whether one was placed.
+    fn place(&mut self, j: usize, options: &[usize], any: bool) -> bool {
+        for &i in options {
+            let o = &self.problem.options[i];
+            if !any && o.objective >= self.problem.unplaced_penalty[j] {
+                return false;
             }
             // Add up first: one option may list a resource more than once.
-            let mut tentative = used.clone();
+            let mut tentative = self.used.clone();
             for &(r, a) in &o.usage {
                 tentative[r] += a;
             }
             let fits = o
                 .usage
                 .iter()
-                .all(|&(r, _)| tentative[r] <= problem.limits[r] + 1e-9);
+                .all(|&(r, _)| tentative[r] <= self.problem.limits[r] + 1e-9);
             if fits {
-                used = tentative;
-                assignment[j] = Some(i);
-                break;
+                self.used = tentative;
+                self.assignment[j] = Some(i);
+                return true;
             }
         }
+        false
     }
-    assignment
 }

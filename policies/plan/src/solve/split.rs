@@ -9,6 +9,10 @@
 //!   integer per class and option) instead of a binary per job and option. Identical jobs (a
 //!   sweep, replicas of one spec) otherwise make HiGHS search symmetric copies of one answer.
 //!
+//! - **Teams.** With fairness terms, a team's jobs are one component (its terms add up their
+//!   accelerators), and only jobs of one team, whose options have the same accelerators, are
+//!   interchangeable.
+//!
 //! Both are exact: every assignment of the original problem maps to one of the reduced problem
 //! with the same value and resource use, and back.
 
@@ -26,6 +30,20 @@ pub(super) fn components(problem: &Problem) -> Vec<Vec<usize>> {
             match first_user[r] {
                 Some(j) => union(&mut parent, j, o.job),
                 None => first_user[r] = Some(o.job),
+            }
+        }
+    }
+    // A team's fairness terms depend on all its jobs together.
+    if let Some(f) = &problem.fairness {
+        let mut first_of_team: Vec<Option<usize>> = vec![None; f.teams.len()];
+        for j in 0..jobs {
+            let t = f.team_of_job[j];
+            if !f.teams[t].active() {
+                continue;
+            }
+            match first_of_team[t] {
+                Some(first) => union(&mut parent, first, j),
+                None => first_of_team[t] = Some(j),
             }
         }
     }
@@ -79,6 +97,9 @@ pub(super) fn classes(problem: &Problem, jobs: &[usize], by_job: &[Vec<usize>]) 
         let mut opts = by_job[j].clone();
         opts.sort_by_cached_key(|&o| option_key(problem, o));
         let mut signature = vec![problem.unplaced_penalty[j].to_bits()];
+        if let Some(f) = &problem.fairness {
+            signature.push(f.team_of_job[j] as u64);
+        }
         for &o in &opts {
             signature.extend(option_key(problem, o));
             signature.push(u64::MAX); // separator: usage lists differ in length
@@ -110,6 +131,9 @@ fn option_key(problem: &Problem, o: usize) -> Vec<u64> {
         .collect();
     usage.sort_unstable();
     let mut key = vec![option.objective.to_bits()];
+    if let Some(f) = &problem.fairness {
+        key.push(f.accelerators[o].to_bits());
+    }
     key.extend(usage.into_iter().flat_map(|(r, a)| [r, a]));
     key
 }
@@ -138,6 +162,7 @@ mod tests {
                 choice(3, 1.0, &[]),
             ],
             limits: vec![1.0, 1.0],
+            fairness: None,
         };
         assert_eq!(components(&p), vec![vec![0, 1, 2], vec![3]]);
     }
@@ -156,6 +181,7 @@ mod tests {
                 choice(2, 3.0, &[]),
             ],
             limits: vec![4.0],
+            fairness: None,
         };
         let by_job = vec![vec![0, 1], vec![2, 3], vec![4, 5]];
         let c = classes(&p, &[0, 1, 2], &by_job);

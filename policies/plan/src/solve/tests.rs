@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::problem::Choice;
+use crate::problem::{Choice, Fairness, TeamTerm};
 
 /// Problems of up to `jobs` jobs, `options` options and `resources` shared resources.
 fn problem(jobs: usize, options: usize, resources: usize) -> impl Strategy<Value = Problem> {
@@ -27,6 +27,7 @@ fn problem(jobs: usize, options: usize, resources: usize) -> impl Strategy<Value
                     })
                     .collect(),
                 limits: limits.clone(),
+                fairness: None,
             })
     })
 }
@@ -60,8 +61,57 @@ fn instance_with_twins() -> impl Strategy<Value = Problem> {
     })
 }
 
+/// An instance (twins included) whose jobs belong to up to three teams with fairness terms:
+/// guards that may outweigh everything else, entitlements and shortfall prices.
+fn instance_with_teams() -> impl Strategy<Value = Problem> {
+    instance_with_twins().prop_flat_map(|p| {
+        let jobs = p.jobs();
+        let options = p.options.len();
+        let term = (
+            prop_oneof![Just(0.0), Just(5000.0)],
+            0.0f64..16.0,
+            prop_oneof![Just(0.0), 1.0f64..200.0],
+        )
+            .prop_map(|(guard, entitled, per_short)| TeamTerm {
+                guard,
+                entitled: entitled.round(),
+                per_short: per_short.round(),
+            });
+        (
+            Just(p),
+            proptest::collection::vec(0usize..3, jobs),
+            proptest::collection::vec(1u32..=8, options),
+            proptest::collection::vec(term, 3),
+        )
+            .prop_map(|(mut p, team_of_job, accelerators, teams)| {
+                p.fairness = Some(Fairness {
+                    team_of_job,
+                    accelerators: accelerators.into_iter().map(f64::from).collect(),
+                    teams,
+                });
+                p
+            })
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Fairness terms (team guards and shortfalls) keep the MILP exact: its value equals
+    /// exhaustive search's, and greedy stays feasible and no better.
+    #[test]
+    fn fairness_terms_keep_the_optimum(p in instance_with_teams()) {
+        let (best, _) = p.brute_force();
+        let solved = solve(&p, Duration::from_secs(10), true);
+        prop_assert_eq!(solved.solver, SolverKind::Milp);
+        prop_assert_eq!(solved.gap, Some(0.0));
+        prop_assert!(p.is_feasible(&solved.assignment));
+        prop_assert!((solved.objective - best).abs() <= 1e-6 * best.abs().max(1.0),
+            "milp {} vs brute force {}", solved.objective, best);
+        let g = greedy(&p);
+        prop_assert!(p.is_feasible(&g));
+        prop_assert!(p.value(&g) >= best - 1e-9);
+    }
 
     /// With interchangeable jobs merged into classes and components solved apart, the
     /// optimum still equals exhaustive search over the original problem.
@@ -107,6 +157,7 @@ fn disabled_milp_falls_back_to_greedy_and_says_so() {
             usage: vec![],
         }],
         limits: vec![],
+        fairness: None,
     };
     let s = solve(&p, Duration::from_secs(1), false);
     assert_eq!(s.solver, SolverKind::Greedy);
@@ -139,6 +190,7 @@ fn knapsack(jobs: usize) -> Problem {
         unplaced_penalty: vec![5000.0; jobs],
         options,
         limits: vec![200.0, 300.0, 250.0],
+        fairness: None,
     }
 }
 
@@ -187,6 +239,7 @@ fn jobs_that_share_nothing_are_solved_without_a_milp() {
             },
         ],
         limits: vec![1.0, 1.0],
+        fairness: None,
     };
     let s = solve(&p, Duration::from_secs(1), true);
     // Job 0's cheaper option needs 2 of a resource that has 1.
