@@ -283,9 +283,9 @@ fn write_history(store: &Store) {
         store.insert_intent(&intent).expect("intent");
         let i = Instance {
             id: InstanceId::from(format!("i-{n}").as_str()),
-            offer: o,
+            offer: o.into(),
             state: InstanceState::Running,
-            tags: Tags::new(),
+            tags: Tags::new().into(),
             launched_at: t(from),
         };
         store

@@ -364,17 +364,24 @@ impl Controller {
     /// Record this pass's spot availability and persist the new ticks.
     pub(super) fn observe_pools(&mut self, offers: &[Offer], now: DateTime<Utc>) -> Result<()> {
         let tick = self.policy_tick(now);
-        let mut held: HashMap<String, u32> = HashMap::new();
+        // Counted under borrowed names, made into keys once per pool: this runs over every
+        // instance on every pass.
+        let mut by_pool: HashMap<(&str, &str), u32, foldhash::fast::RandomState> =
+            HashMap::default();
         for i in self.fleet.instances.values() {
             let alive = matches!(
                 i.state,
                 InstanceState::Queued | InstanceState::Pending | InstanceState::Running
             );
             if alive && !i.draining && i.offer.capacity == Capacity::Spot {
-                let key = pool_key(&i.offer.instance_type.name, i.offer.zone.as_str());
-                *held.entry(key).or_default() += 1;
+                let pool = (i.offer.instance_type.name.as_str(), i.offer.zone.as_str());
+                *by_pool.entry(pool).or_default() += 1;
             }
         }
+        let held: HashMap<String, u32> = by_pool
+            .into_iter()
+            .map(|((ty, zone), n)| (pool_key(ty, zone), n))
+            .collect();
         let fresh = self.pools.observe(offers, &held, tick);
         if !fresh.is_empty() {
             self.store.record_pool_samples(&fresh)?;

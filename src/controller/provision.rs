@@ -76,13 +76,11 @@ impl Controller {
 
     /// Sort the jobs by what they need; one walk over the fleet (the pass stays linear).
     fn triage(&self, now: DateTime<Utc>) -> Triage {
-        let mut live: HashMap<&str, u32> = HashMap::new();
-        let mut held: HashMap<&str, u32> = HashMap::new();
-        for i in self.fleet.instances.values() {
-            *held.entry(i.job.as_str()).or_default() += 1;
-            if !i.draining {
-                *live.entry(i.job.as_str()).or_default() += 1;
-            }
+        // What each job holds comes from the fleet's index by job; only the few draining
+        // instances are counted here.
+        let mut draining: HashMap<&str, usize> = HashMap::new();
+        for i in self.fleet.instances.values().filter(|i| i.draining) {
+            *draining.entry(i.job.as_str()).or_default() += 1;
         }
         let busy: HashSet<&str> = self
             .fleet
@@ -93,8 +91,8 @@ impl Controller {
         let mut t = Triage::default();
         for (name, e) in &self.fleet.jobs {
             let r = &e.record;
-            let n_live = live.get(name.as_str()).copied().unwrap_or(0);
-            let n_held = held.get(name.as_str()).copied().unwrap_or(0);
+            let n_held = self.fleet.instances.count_of(name);
+            let n_live = n_held - draining.get(name.as_str()).copied().unwrap_or(0);
             // Before the open-intent check: a job whose work is done finishes and releases
             // its instances even while a launch or a move of it is open (that intent is
             // cancelled when it next runs).
@@ -113,7 +111,7 @@ impl Controller {
                     .is_none_or(|t| now - t >= delta(self.config.replan));
             let list = if r.target_offer.is_none() || n_live == 0 {
                 due.then_some(&mut t.place)
-            } else if n_live < r.target_count {
+            } else if n_live < r.target_count as usize {
                 due.then_some(&mut t.replace)
             } else if r.target_count < r.planned_count && due {
                 Some(&mut t.grow)

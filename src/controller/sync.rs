@@ -2,13 +2,14 @@
 //! intents (a crash between the cloud call and the store write), ends what the cloud no longer
 //! lists, terminates launches that never came up, and collects leaks.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, IntentId, Offer};
 use tern_policies::deadline::Placement;
 
 use super::events::Event;
+use super::instances::IdSet;
 use super::{Controller, Result, delta};
 use crate::store::InstanceRecord;
 use std::time::Duration;
@@ -24,29 +25,48 @@ impl Controller {
                 return Ok(false);
             }
         };
-        let mut seen: HashSet<InstanceId> = HashSet::with_capacity(cloud.len());
-        for inst in cloud {
-            seen.insert(inst.id.clone());
-            self.sync_one(inst, now).await?;
+        // Each pass lists the whole fleet (100,000 instances at scale): known instances are
+        // matched without a copy, and the listed ids are gathered into a set only when some
+        // known instance was not listed.
+        let known = self.fleet.instances.len();
+        let mut matched = 0;
+        let mut new = IdSet::default();
+        for inst in &cloud {
+            if self.sync_known(inst)? {
+                matched += 1;
+            } else {
+                new.insert(&inst.id);
+                self.sync_new(inst.clone(), now).await?;
+            }
         }
-        self.cloud.unaccounted.retain(|id, _| seen.contains(id));
-        self.cloud.foreign.retain(|id, _| seen.contains(id));
-        self.end_gone(&seen, now)?;
+        self.cloud.unaccounted.retain(|id, _| new.contains(id));
+        self.cloud.foreign.retain(|id, _| new.contains(id));
+        if matched < known {
+            let listed: IdSet = cloud.iter().map(|i| &i.id).collect();
+            self.end_gone(&listed, now)?;
+        }
         self.time_out_launches(now).await?;
         self.cancel_late_queues(now).await?;
         Ok(true)
     }
 
-    /// One instance the cloud lists: a state change of ours, an adoption, or a leak.
-    async fn sync_one(&mut self, inst: Instance, now: DateTime<Utc>) -> Result<()> {
-        if let Some(known) = self.fleet.instances.get_mut(&inst.id) {
-            if known.state != inst.state {
-                known.state = inst.state;
-                self.store
-                    .set_instance_state(&known.id, known.state, known.draining)?;
-            }
-            return Ok(());
+    /// An instance the cloud lists that this controller tracks: its state is brought up to
+    /// date. Whether it was one.
+    fn sync_known(&mut self, inst: &Instance) -> Result<bool> {
+        let Some(known) = self.fleet.instances.get_mut(&inst.id) else {
+            return Ok(false);
+        };
+        if known.state != inst.state {
+            known.state = inst.state;
+            self.store
+                .set_instance_state(&known.id, known.state, known.draining)?;
         }
+        Ok(true)
+    }
+
+    /// An instance the cloud lists that this controller does not track: an adoption (a crash
+    /// between the launch call and the store write), another store's instance, or a leak.
+    async fn sync_new(&mut self, inst: Instance, now: DateTime<Utc>) -> Result<()> {
         if let Some(intent) = inst
             .intent_id()
             .filter(|id| self.fleet.intents.contains_key(id))
@@ -118,12 +138,12 @@ impl Controller {
     }
 
     /// Tracked instances the cloud no longer lists are gone (preempted, terminated).
-    fn end_gone(&mut self, seen: &HashSet<InstanceId>, now: DateTime<Utc>) -> Result<()> {
+    fn end_gone(&mut self, seen: &IdSet, now: DateTime<Utc>) -> Result<()> {
         let gone: Vec<InstanceId> = self
             .fleet
             .instances
             .keys()
-            .filter(|id| !seen.contains(*id))
+            .filter(|id| !seen.contains(id))
             .cloned()
             .collect();
         for id in gone {
@@ -227,7 +247,7 @@ impl Controller {
             id: inst.id,
             job,
             intent,
-            offer: inst.offer,
+            offer: Arc::unwrap_or_clone(inst.offer),
             state: inst.state,
             draining: false,
             launched_at: inst.launched_at,

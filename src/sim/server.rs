@@ -27,7 +27,7 @@ use crate::serve;
 #[derive(Debug, Default)]
 struct Ledger {
     /// Instance → (start, the offer it launched on, at its launch price).
-    started: HashMap<InstanceId, (DateTime<Utc>, Offer)>,
+    started: HashMap<InstanceId, (DateTime<Utc>, Arc<Offer>)>,
     ended: HashMap<InstanceId, DateTime<Utc>>,
     /// Intent tag → keys whose launch created instances.
     keys: HashMap<String, HashSet<IdempotencyKey>>,

@@ -69,9 +69,9 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
 
     let instance = Instance {
         id: InstanceId::from("sim-1"),
-        offer: offer(),
+        offer: offer().into(),
         state: InstanceState::Pending,
-        tags: Tags::new(),
+        tags: Tags::new().into(),
         launched_at: t0,
     };
     store

@@ -2,6 +2,7 @@
 //! offers it was built from.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
@@ -183,6 +184,7 @@ impl FleetCall<'_> {
         let mut instances = Vec::new();
         let mut tags = self.tags.clone();
         tags.insert(LAUNCH_TAG.to_owned(), self.launch.clone());
+        let tags = Arc::new(tags);
         for entry in out.instances() {
             let offer = self
                 .offer_of(
@@ -193,6 +195,7 @@ impl FleetCall<'_> {
                 )
                 .or_else(|| self.offers.first().copied());
             let Some(offer) = offer else { continue };
+            let offer = Arc::new(offer.clone());
             for id in entry.instance_ids() {
                 instances.push(Instance {
                     id: InstanceId(id.clone()),

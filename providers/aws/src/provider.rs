@@ -418,9 +418,9 @@ impl AwsProvider {
             .unwrap_or_else(Utc::now);
         Some(Instance {
             id: InstanceId(id),
-            offer: self.offer_for(region, &zone, &type_name, capacity),
+            offer: self.offer_for(region, &zone, &type_name, capacity).into(),
             state,
-            tags,
+            tags: tags.into(),
             launched_at,
         })
     }

@@ -1,5 +1,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -40,12 +41,16 @@ pub enum InstanceState {
 pub type Tags = BTreeMap<String, String>;
 
 /// A VM tern launched (or found with tern's tags).
+///
+/// The offer and tags are shared, not owned: a fleet's instances share a handful of offers
+/// and tag sets, and a controller lists every instance on every pass (100,000 at fleet
+/// scale), so a clone is an id and two reference counts instead of a dozen allocations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Instance {
     pub id: InstanceId,
-    pub offer: Offer,
+    pub offer: Arc<Offer>,
     pub state: InstanceState,
-    pub tags: Tags,
+    pub tags: Arc<Tags>,
     pub launched_at: DateTime<Utc>,
 }
 

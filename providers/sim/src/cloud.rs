@@ -7,7 +7,7 @@
 //! gone at the tick itself. Faults come from a seeded schedule, so a failing run replays exactly.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -349,6 +349,10 @@ impl SimCloud {
             else {
                 continue;
             };
+            // Within capacity: nothing to reclaim, and no need to look at every instance.
+            if Self::spot_in_use(w, zone) <= low {
+                continue;
+            }
             let mut doomed: Vec<&mut SimInstance> = w
                 .instances
                 .values_mut()
@@ -544,14 +548,16 @@ impl SimCloud {
                 ));
                 continue;
             }
+            let bought = Arc::new(self.offer(zone, offer.capacity, now, 0));
+            let tags = Arc::new(req.tags.clone());
             for _ in 0..take {
                 w.next_id += 1;
                 let id = InstanceId(format!("sim-{:08x}", w.next_id));
                 let instance = Instance {
                     id: id.clone(),
-                    offer: self.offer(zone, offer.capacity, now, 0),
+                    offer: bought.clone(),
                     state: InstanceState::Pending,
-                    tags: req.tags.clone(),
+                    tags: tags.clone(),
                     launched_at: now,
                 };
                 let ready_at = now + TimeDelta::from_std(self.config.boot).unwrap_or_default();

@@ -435,9 +435,9 @@ impl GcpProvider {
             .map_or_else(Utc::now, |t| t.with_timezone(&Utc));
         Some(Instance {
             id: instance_id(zone, &name),
-            offer: self.offer_for(zone, type_name, capacity, gpu),
+            offer: self.offer_for(zone, type_name, capacity, gpu).into(),
             state,
-            tags,
+            tags: tags.into(),
             launched_at,
         })
     }
@@ -670,7 +670,7 @@ impl Provider for GcpProvider {
                     let mut made = self.listed(&offer.zone.0, &filter).await?;
                     made.retain(|i| !outcome.instances.iter().any(|m| m.id == i.id));
                     for i in &mut made {
-                        i.offer = offer.clone();
+                        i.offer = offer.clone().into();
                     }
                     outcome.instances.extend(made);
                 }
@@ -738,7 +738,7 @@ impl Provider for GcpProvider {
             }));
             // Labels are lowercase; the owner tag reads back as the controller wrote it.
             for i in &mut found {
-                i.tags.insert(tag::OWNER.into(), owner.to_owned());
+                Arc::make_mut(&mut i.tags).insert(tag::OWNER.into(), owner.to_owned());
             }
             out.extend(found);
         }

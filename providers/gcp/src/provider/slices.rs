@@ -183,9 +183,9 @@ impl GcpProvider {
             };
             made.push(Instance {
                 id: InstanceId(format!("{zone}/{kind}/{name}")),
-                offer: offer.clone(),
+                offer: offer.clone().into(),
                 state,
-                tags: request.tags.clone(),
+                tags: request.tags.clone().into(),
                 launched_at: Utc::now(),
             });
         }
@@ -266,9 +266,9 @@ impl GcpProvider {
         let type_name = format!("tpu-{}", node.accelerator_type);
         Instance {
             id: InstanceId(format!("{zone}/{kind}/{name}")),
-            offer: self.offer_for(zone, &type_name, capacity, None),
+            offer: self.offer_for(zone, &type_name, capacity, None).into(),
             state,
-            tags: tags_of(node),
+            tags: tags_of(node).into(),
             launched_at,
         }
     }
