@@ -150,19 +150,22 @@ type Entry = (Cost, Status, Vec<(usize, f64)>, f64);
 
 /// Plan `jobs` on `offers`. Always answers: jobs that cannot be placed say why.
 pub fn plan(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -> PlanReport {
-    plan_with(jobs, offers, options, true)
+    plan_with(jobs, offers, options, true).0
 }
 
 /// [`plan`], keeping each job's whole list of configurations when `trim` is false (the tests
-/// check that trimming to the [`digest`] changes nothing in the report).
-fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bool) -> PlanReport {
+/// check that trimming to the [`digest`] changes nothing in the report); also the unplaced
+/// penalty at priority 0, which the tests' brute force uses.
+fn plan_with(
+    jobs: &[PlanJob],
+    offers: &[Offer],
+    options: &PlanOptions,
+    trim: bool,
+) -> (PlanReport, f64) {
     let mut resources = Resources::new(&options.quotas);
     let index = OfferIndex::new(offers, options);
     let mut counts = CandidateCounts::default();
     // Per job: every configuration with its status and MILP usage.
-    // The sum of each job's dearest feasible configuration, pruned or not, sets the unplaced
-    // penalty: one number however the lists are pruned.
-    let mut worst = 0.0;
     let configs: Vec<Vec<Entry>> = jobs
         .iter()
         .map(|job| {
@@ -175,11 +178,6 @@ fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bo
                 shares,
                 &mut counts,
             );
-            worst += list
-                .iter()
-                .filter(|e| !matches!(e.1, Status::Infeasible(_)))
-                .map(|e| e.3)
-                .fold(0.0, f64::max);
             if trim {
                 digest(list, options.alternatives, offers)
             } else {
@@ -187,7 +185,7 @@ fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bo
             }
         })
         .collect();
-    let mut model = model::build(jobs, &configs, &resources.list, worst + 1.0);
+    let mut model = model::build(jobs, &configs, &resources.list, options.fairness);
     counts.considered = model.problem.options.len();
     let (solved, fair) = solve_fairly(&mut model, jobs, &configs, options);
     let (problem, option_of) = (&model.problem, &model.option_of);
@@ -207,14 +205,15 @@ fn plan_with(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, trim: bo
             cx.job_plan(job, list, chosen, options.alternatives)
         })
         .collect();
-    explain::report(
+    let report = explain::report(
         options.objective,
         solved,
         offers.len(),
         counts,
         job_plans,
         fair,
-    )
+    );
+    (report, model.unit)
 }
 
 /// What fairness adds to a report: its weight, each team's share, and what the plan would
@@ -258,8 +257,8 @@ fn solve_fairly(
     let terms = teams.terms(
         &entitled,
         per_short,
-        model.unit,
         &model.problem.unplaced_penalty,
+        model.unit,
         model.accelerators.clone(),
     );
     let expected_cost = |a: &Assignment| -> f64 {

@@ -19,15 +19,27 @@ pub(super) struct Model {
     pub(super) unit: f64,
 }
 
-/// The problem (cost only), one option per candidate configuration; `unit` is the unplaced
-/// penalty at priority 0, above the sum of every job's dearest configuration, so placing one
-/// more job always beats saving money elsewhere (priority scales it: higher first).
+/// The problem (cost only), one option per candidate configuration. The unplaced penalty at
+/// priority 0 is above the sum of every job's dearest candidate, so placing one more job
+/// always beats saving money elsewhere (priority scales it: higher first). With fairness `F`
+/// it is above `1 + F` times that sum, which bounds cost and shortfalls together (see
+/// `shares`), so no shortfall outweighs placing a job either.
 pub(super) fn build(
     jobs: &[PlanJob],
     configs: &[Vec<Entry>],
     resources: &[Resource],
-    unit: f64,
+    fairness: f64,
 ) -> Model {
+    let worst: f64 = configs
+        .iter()
+        .map(|l| {
+            l.iter()
+                .filter(|c| c.1 == Status::Candidate)
+                .map(|c| c.3)
+                .fold(0.0, f64::max)
+        })
+        .sum();
+    let unit = worst * (1.0 + fairness) + 1.0;
     let mut problem = Problem {
         unplaced_penalty: jobs
             .iter()

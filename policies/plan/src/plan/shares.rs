@@ -13,9 +13,11 @@
 //! With fairness `F` > 0 each accelerator a team falls short of its entitlement costs `F`
 //! times what an accelerator of the cost-only plan costs on average (its objective over its
 //! pool): at `F` = 1 the plan pays up to the going rate to close a shortfall. Shortfalls
-//! trade against cost only; placing one job more still comes first. Above both, a guard
-//! leaves a team with nothing only when no plan serves as many teams, so any `F` > 0 serves
-//! every team that some plan can serve alongside the others.
+//! trade against cost only: all of them together come to at most `F` times the pool's cost,
+//! and the unplaced penalty is raised above `1 + F` times the dearest plan (`model::build`),
+//! so placing one job more still comes first. Above both, a guard leaves a team with nothing
+//! only when no plan serves as many teams, so any `F` > 0 serves every team that some plan
+//! can serve alongside the others.
 
 use std::collections::BTreeMap;
 
@@ -105,18 +107,17 @@ impl Teams {
     }
 
     /// The fairness terms: `per_short` per accelerator of shortfall for every team, and a
-    /// guard above every placement penalty (`penalties`), any cost difference (< `unit`) and
-    /// every shortfall together.
+    /// guard above all the unplaced `penalties` together and any difference in cost and
+    /// shortfalls (< `unit`, the penalty at priority 0).
     pub(super) fn terms(
         &self,
         entitled: &[f64],
         per_short: f64,
-        unit: f64,
         penalties: &[f64],
+        unit: f64,
         accelerators: Vec<f64>,
     ) -> Fairness {
-        let shortfalls = per_short * entitled.iter().sum::<f64>();
-        let guard = penalties.iter().sum::<f64>() + unit + shortfalls;
+        let guard = penalties.iter().sum::<f64>() + unit;
         Fairness {
             team_of_job: self.team_of_job.clone(),
             accelerators,

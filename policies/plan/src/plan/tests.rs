@@ -492,8 +492,9 @@ fn small_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOpti
 }
 
 /// The plan's problem rebuilt by hand from every configuration, none pruned: quotas, caps and
-/// each team's budget as resources, and the unplaced penalties of the planner's rule.
-fn unpruned_problem(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -> Unpruned {
+/// each team's budget as resources, and the unplaced penalties of the planner's rule from its
+/// `unit` (the penalty at priority 0).
+fn unpruned_problem(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, unit: f64) -> Unpruned {
     let unpruned = PlanOptions {
         max_candidates_per_job: usize::MAX,
         ..options.clone()
@@ -509,10 +510,8 @@ fn unpruned_problem(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -
             labels.len() - 1
         }
     };
-    let mut worst = 0.0f64;
     let mut accelerators = Vec::new();
     for (j, job) in jobs.iter().enumerate() {
-        let mut job_worst = 0.0f64;
         for o in offers {
             let acc = o.accelerator().unwrap();
             if !job.accelerators.iter().any(|a| a == &acc.name) {
@@ -548,7 +547,6 @@ fn unpruned_problem(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -
                 if over {
                     continue;
                 }
-                job_worst = job_worst.max(c.expected_cost);
                 problem.options.push(Choice {
                     job: j,
                     objective: c.expected_cost,
@@ -557,9 +555,7 @@ fn unpruned_problem(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions) -
                 accelerators.push(f64::from(c.workers));
             }
         }
-        worst += job_worst;
     }
-    let unit = worst + 1.0;
     problem.unplaced_penalty = jobs
         .iter()
         .map(|j| unit * (1.0 + f64::from(j.priority.clamp(0, 100)) * 0.5))
@@ -587,9 +583,9 @@ proptest! {
     /// force over every feasible configuration, and respects quotas, caps and budgets.
     #[test]
     fn plan_matches_brute_force_over_unpruned_configurations((jobs, offers, options) in small_instance()) {
-        let report = plan(&jobs, &offers, &options);
+        let (report, unit) = plan_with(&jobs, &offers, &options, true);
         prop_assert_eq!(report.solver, SolverKind::Milp);
-        let problem = unpruned_problem(&jobs, &offers, &options).problem;
+        let problem = unpruned_problem(&jobs, &offers, &options, unit).problem;
         let (best, _) = problem.brute_force();
         let placed_cost: f64 = report.jobs.iter().filter_map(|j| j.choice.as_ref()).map(|c| c.expected_cost).sum();
         let value = placed_cost + report.jobs.iter().enumerate().filter(|(_, j)| !j.placed).map(|(i, _)| problem.unplaced_penalty[i]).sum::<f64>();
@@ -673,8 +669,8 @@ proptest! {
             v.as_object_mut().unwrap().remove("solve_ms");
             v
         };
-        let trimmed = json(plan_with(&jobs, &offers, &options, true));
-        let whole = json(plan_with(&jobs, &offers, &options, false));
+        let trimmed = json(plan_with(&jobs, &offers, &options, true).0);
+        let whole = json(plan_with(&jobs, &offers, &options, false).0);
         prop_assert_eq!(trimmed, whole);
     }
 }
@@ -747,14 +743,15 @@ proptest! {
     /// another plan would serve it too.
     #[test]
     fn fair_plan_matches_brute_force((jobs, offers, options) in fair_instance()) {
-        let report = plan(&jobs, &offers, &options);
+        let (report, unit) = plan_with(&jobs, &offers, &options, true);
         prop_assert_eq!(report.solver, SolverKind::Milp);
-        let Unpruned { mut problem, unit, accelerators } = unpruned_problem(&jobs, &offers, &options);
+        let Unpruned { mut problem, unit, accelerators } = unpruned_problem(&jobs, &offers, &options, unit);
         let names: Vec<&str> = report.teams.iter().map(|t| t.team.as_str()).collect();
         let team_of_job: Vec<usize> = jobs.iter().map(|j| names.iter().position(|n| *n == j.team).unwrap()).collect();
+        // The planner's tiers: the guard above every penalty together, and those above cost
+        // and shortfalls (its unit includes 1 + F).
         let per_short = report.shortfall_per_accelerator;
-        let entitled: f64 = report.teams.iter().map(|t| t.entitled).sum();
-        let guard = problem.unplaced_penalty.iter().sum::<f64>() + unit + per_short * entitled;
+        let guard = problem.unplaced_penalty.iter().sum::<f64>() + unit;
         let fairness = Fairness {
             team_of_job: team_of_job.clone(),
             accelerators,
@@ -932,4 +929,37 @@ fn any_fairness_serves_a_team_whose_one_job_displaces_several() {
     let fair = at(0.01);
     assert!(fair.jobs[6].placed, "{:?}", fair.teams);
     assert_eq!(fair.placed, 3);
+}
+
+/// Closing a shortfall never costs a placement, however large the fairness: team `y` (weight
+/// 3, so entitled to three of the four GPUs) could reach its entitlement only by leaving one
+/// job unplaced, and at `F` = 5 the shortfall is worth more than the job's whole cost.
+#[test]
+fn a_shortfall_never_outweighs_placing_a_job() {
+    let offers = vec![offer(Cloud::Aws, "use1-az1", "p4", "A100", 1, Capacity::OnDemand, 3.0)];
+    let sized = |name: &str, team: &str, gpus: u32| {
+        let mut j = job(name, &["A100"], 3600.0 * f64::from(gpus), None, &[("A100", 1.0)]);
+        j.team = team.into();
+        j.workers = WorkerRange { min: gpus, max: gpus };
+        j
+    };
+    let mut jobs: Vec<PlanJob> = (0..4).map(|i| sized(&format!("x{i}"), "x", 1)).collect();
+    jobs.push(sized("y1", "y", 1));
+    jobs.push(sized("y2", "y", 2));
+    let options = PlanOptions {
+        quotas: vec![Quota {
+            cloud: Cloud::Aws,
+            region: None,
+            family: "A100".into(),
+            capacity: None,
+            limit: 4,
+        }],
+        team_weights: [("y".to_string(), 3.0)].into_iter().collect(),
+        fairness: 5.0,
+        ..PlanOptions::default()
+    };
+    let r = plan(&jobs, &offers, &options);
+    assert_eq!(r.placed, 4, "{:?}", r.teams);
+    let y = r.teams.iter().find(|t| t.team == "y").unwrap();
+    assert_eq!((y.entitled, y.placed), (3.0, 1), "{:?}", r.teams);
 }
