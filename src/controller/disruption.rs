@@ -38,6 +38,15 @@ pub(super) fn pool<'a>(
     v
 }
 
+/// Whether any spot offer of `shape` is among `offers` (the ones a job's constraints allow),
+/// with capacity now or not: waiting for spot makes sense only then. An on-demand-only job,
+/// or one whose allowed zones sell no spot, runs on on-demand at once.
+pub(super) fn spot_allowed(offers: &[Offer], shape: &str) -> bool {
+    offers
+        .iter()
+        .any(|o| o.capacity == Capacity::Spot && o.instance_type.name == shape)
+}
+
 /// The running nodes as the move rule sees them, against the target pool `best`.
 /// The move the controller starts: which nodes leave, for which offer, and why.
 #[derive(Debug)]
@@ -201,7 +210,10 @@ impl Controller {
         if list.is_empty() {
             let pessimistic = self.throughput(name, &first, target).map_or(0.0, |t| t.1);
             let work_h = self.work_hours(name, pessimistic);
-            if let Some(wait) = self.spot_wait(name, work_h, now) {
+            let wait = spot_allowed(offers, shape)
+                .then(|| self.spot_wait(name, work_h, now))
+                .flatten();
+            if let Some(wait) = wait {
                 return self
                     .without_spot(name, &first, n_live, missing, wait, now)
                     .await;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
-use super::disruption::pool;
+use super::disruption::{pool, spot_allowed};
 use super::events::{Event, Placement, WaitReason};
 use super::{Controller, Result, delta, fallbacks, hours};
 use crate::store::{InstanceRecord, JobState};
@@ -335,7 +335,9 @@ impl Controller {
                 }
                 why = Some(call.why());
             }
-            None if offer.capacity != Capacity::Spot => {
+            None if offer.capacity != Capacity::Spot
+                && spot_allowed(offers, &offer.instance_type.name) =>
+            {
                 if let Some(wait) = self.spot_wait(&jp.job, choice.finish_high_h, now) {
                     return self.wait(&jp.job, wait, now);
                 }

@@ -1023,3 +1023,91 @@ async fn a_queued_spot_request_is_cancelled_once_the_deadline_needs_on_demand() 
     assert_eq!(now.len(), 1, "{shown:#?}");
     assert_eq!(now[0].offer.capacity, Capacity::OnDemand, "{shown:#?}");
 }
+
+/// Every combination of excluded zones, capacity rule and price cap, over a fleet where
+/// prices and capacity move (zone a is cheapest until its spot price jumps, zone b loses its
+/// capacity for a while, zone c is dear): whatever the job launches, replaces, grows into or
+/// migrates to is an offer its constraints allow, and it runs whenever some offer is allowed
+/// (an on-demand-only job does not wait for spot it may not use).
+#[tokio::test]
+async fn no_launch_replacement_or_move_breaks_the_placement_constraints() {
+    let traces = || {
+        let mut a = trace("us-west-2a", vec![8; 40]);
+        a.prices = Some([vec![0.5; 6], vec![2.6; 34]].concat());
+        let mut b = trace(
+            "us-west-2b",
+            [vec![8; 15], vec![0; 4], vec![8; 21]].concat(),
+        );
+        b.prices = Some(vec![0.9; 40]);
+        let mut c = trace("us-west-2c", vec![8; 40]);
+        c.prices = Some(vec![1.5; 40]);
+        vec![a, b, c]
+    };
+    let zones = ["us-west-2a", "us-west-2b", "us-west-2c"];
+    let (mut zones_used_unconstrained, mut moves_unconstrained) = (0, 0);
+    for excluded in 0..8u32 {
+        for rule in ["any", "spot-only", "on-demand-only"] {
+            for cap in [None, Some(1.0)] {
+                let exclude: Vec<String> = (0..3)
+                    .filter(|z| excluded & (1 << z) != 0)
+                    .map(|z| format!("\"{}\"", zones[z]))
+                    .collect();
+                let mut extra = format!("capacity = \"{rule}\"\n");
+                if !exclude.is_empty() {
+                    extra += &format!("exclude = [{}]\n", exclude.join(", "));
+                }
+                if let Some(cap) = cap {
+                    extra += &format!("max_price_per_hour = {cap}\n");
+                }
+                let text = format!(
+                    "name = \"fenced\"\nteam = \"t\"\naccelerators = [\"V100\"]\n\
+                     workers = {{ min = 1, max = 4 }}\ndeadline = \"48h\"\nlocal_batch = 64\n{extra}\
+                     [work]\nsamples = 20_000_000\n[[observation]]\naccelerator = \"V100\"\n\
+                     gpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
+                );
+                let spec = parse_job_spec(&text, "fenced.toml").expect("spec");
+                let constraints = spec.constraints.clone();
+                let sim = sim(traces());
+                let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+                let runnable = offers.iter().any(|o| constraints.allows(o));
+                let store = Arc::new(Store::in_memory().expect("store"));
+                let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+                ctl.submit(spec, sim.now()).expect("submit");
+                run(&mut ctl, &sim, 180).await;
+                let used = store.usage_with_offers().expect("usage");
+                for (u, offer) in &used {
+                    let offer = offer.as_ref().expect("the instance's offer is recorded");
+                    assert!(
+                        constraints.allows(offer),
+                        "{extra}: ran on {} at ${}/h",
+                        u.offer_key,
+                        offer.price_per_hour
+                    );
+                }
+                assert_eq!(
+                    !used.is_empty(),
+                    runnable,
+                    "{extra}: ran iff some offer is allowed"
+                );
+                if excluded == 0 && rule == "any" && cap.is_none() {
+                    let mut zones_seen: Vec<&str> = used
+                        .iter()
+                        .filter_map(|(_, o)| o.as_ref())
+                        .map(|o| o.zone.as_str())
+                        .collect();
+                    zones_seen.sort();
+                    zones_seen.dedup();
+                    zones_used_unconstrained = zones_seen.len();
+                    let events = store.events(0, Some("fenced")).expect("events");
+                    moves_unconstrained = events.iter().filter(|e| e.kind == "migrate").count();
+                }
+            }
+        }
+    }
+    // The scenario does move jobs around: unconstrained, the job migrated and ran in every
+    // zone (a's price rise moves it to b, b's loss of capacity sends it to c).
+    assert_eq!(
+        (moves_unconstrained > 0, zones_used_unconstrained),
+        (true, 3)
+    );
+}

@@ -494,7 +494,12 @@ fn small_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOpti
 /// The plan's problem rebuilt by hand from every configuration, none pruned: quotas, caps and
 /// each team's budget as resources, and the unplaced penalties of the planner's rule from its
 /// `unit` (the penalty at priority 0).
-fn unpruned_problem(jobs: &[PlanJob], offers: &[Offer], options: &PlanOptions, unit: f64) -> Unpruned {
+fn unpruned_problem(
+    jobs: &[PlanJob],
+    offers: &[Offer],
+    options: &PlanOptions,
+    unit: f64,
+) -> Unpruned {
     let unpruned = PlanOptions {
         max_candidates_per_job: usize::MAX,
         ..options.clone()
@@ -936,11 +941,28 @@ fn any_fairness_serves_a_team_whose_one_job_displaces_several() {
 /// job unplaced, and at `F` = 5 the shortfall is worth more than the job's whole cost.
 #[test]
 fn a_shortfall_never_outweighs_placing_a_job() {
-    let offers = vec![offer(Cloud::Aws, "use1-az1", "p4", "A100", 1, Capacity::OnDemand, 3.0)];
+    let offers = vec![offer(
+        Cloud::Aws,
+        "use1-az1",
+        "p4",
+        "A100",
+        1,
+        Capacity::OnDemand,
+        3.0,
+    )];
     let sized = |name: &str, team: &str, gpus: u32| {
-        let mut j = job(name, &["A100"], 3600.0 * f64::from(gpus), None, &[("A100", 1.0)]);
+        let mut j = job(
+            name,
+            &["A100"],
+            3600.0 * f64::from(gpus),
+            None,
+            &[("A100", 1.0)],
+        );
         j.team = team.into();
-        j.workers = WorkerRange { min: gpus, max: gpus };
+        j.workers = WorkerRange {
+            min: gpus,
+            max: gpus,
+        };
         j
     };
     let mut jobs: Vec<PlanJob> = (0..4).map(|i| sized(&format!("x{i}"), "x", 1)).collect();
