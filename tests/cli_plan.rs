@@ -413,7 +413,8 @@ fn fairness_shares_a_contended_quota_between_teams() {
     let text = String::from_utf8_lossy(&run(&quota, &["--fairness", "1"]).stdout).into_owned();
     assert!(text.contains("teams (fairness 1):"), "{text}");
     assert!(
-        text.contains("    cv: ") && text.contains("fairness changes the expected cost by $+"),
+        text.contains("    cv (weight 1): ")
+            && text.contains("fairness changes the expected cost by $+"),
         "{text}"
     );
 

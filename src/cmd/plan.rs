@@ -389,8 +389,8 @@ fn print_teams(r: &PlanReport) {
             .map(|s| format!("{:.0} % of its entitlement", s * 100.0))
             .unwrap_or_else(|| "nothing it could run".into());
         println!(
-            "    {}: {} of {} jobs placed, {} accelerators of {:.1} entitled (weight {}): {share}",
-            t.team, t.placed, t.jobs, t.accelerators, t.entitled, t.weight
+            "    {} (weight {}): {} of {} jobs placed, {} of {:.1} accelerators entitled: {share}",
+            t.team, t.weight, t.placed, t.jobs, t.accelerators, t.entitled
         );
     }
     if let Some(cost_only) = r.cost_only_expected_cost {
