@@ -573,6 +573,38 @@ fn unpruned_problem(
     }
 }
 
+/// The plan of a small instance (proved optimal by HiGHS), its problem rebuilt without pruning,
+/// and the plan's value there without fairness terms: placed costs plus unplaced penalties.
+fn plan_and_rebuild(
+    jobs: &[PlanJob],
+    offers: &[Offer],
+    options: &PlanOptions,
+) -> Result<(PlanReport, Unpruned, f64), TestCaseError> {
+    let (report, unit) = plan_with(jobs, offers, options, true);
+    prop_assert_eq!(report.solver, SolverKind::Milp);
+    let unpruned = unpruned_problem(jobs, offers, options, unit);
+    let value = report
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, jp)| {
+            jp.choice
+                .as_ref()
+                .map_or(unpruned.problem.unplaced_penalty[i], |c| c.expected_cost)
+        })
+        .sum();
+    Ok((report, unpruned, value))
+}
+
+/// `value` equals the brute-force optimum, to rounding.
+fn prop_assert_optimal(value: f64, best: f64) -> Result<(), TestCaseError> {
+    prop_assert!(
+        (value - best).abs() <= 1e-6 * best.abs().max(1.0),
+        "plan {value} vs brute force {best}"
+    );
+    Ok(())
+}
+
 struct Unpruned {
     problem: Problem,
     /// The unplaced penalty at priority 0.
@@ -588,13 +620,9 @@ proptest! {
     /// force over every feasible configuration, and respects quotas, caps and budgets.
     #[test]
     fn plan_matches_brute_force_over_unpruned_configurations((jobs, offers, options) in small_instance()) {
-        let (report, unit) = plan_with(&jobs, &offers, &options, true);
-        prop_assert_eq!(report.solver, SolverKind::Milp);
-        let problem = unpruned_problem(&jobs, &offers, &options, unit).problem;
+        let (report, Unpruned { problem, .. }, value) = plan_and_rebuild(&jobs, &offers, &options)?;
         let (best, _) = problem.brute_force();
-        let placed_cost: f64 = report.jobs.iter().filter_map(|j| j.choice.as_ref()).map(|c| c.expected_cost).sum();
-        let value = placed_cost + report.jobs.iter().enumerate().filter(|(_, j)| !j.placed).map(|(i, _)| problem.unplaced_penalty[i]).sum::<f64>();
-        prop_assert!((value - best).abs() <= 1e-6 * best.abs().max(1.0), "plan {value} vs brute force {best}");
+        prop_assert_optimal(value, best)?;
 
         // No configuration a job's placement constraints rule out is chosen.
         for (job, jp) in jobs.iter().zip(&report.jobs) {
@@ -748,9 +776,8 @@ proptest! {
     /// another plan would serve it too.
     #[test]
     fn fair_plan_matches_brute_force((jobs, offers, options) in fair_instance()) {
-        let (report, unit) = plan_with(&jobs, &offers, &options, true);
-        prop_assert_eq!(report.solver, SolverKind::Milp);
-        let Unpruned { mut problem, unit, accelerators } = unpruned_problem(&jobs, &offers, &options, unit);
+        let (report, Unpruned { mut problem, unit, accelerators }, mut value) =
+            plan_and_rebuild(&jobs, &offers, &options)?;
         let names: Vec<&str> = report.teams.iter().map(|t| t.team.as_str()).collect();
         let team_of_job: Vec<usize> = jobs.iter().map(|j| names.iter().position(|n| *n == j.team).unwrap()).collect();
         // The planner's tiers: the guard above every penalty together, and those above cost
@@ -767,10 +794,6 @@ proptest! {
             }).collect(),
         };
         // The report's own value under these terms.
-        let mut value = 0.0;
-        for (i, jp) in report.jobs.iter().enumerate() {
-            value += jp.choice.as_ref().map_or(problem.unplaced_penalty[i], |c| c.expected_cost);
-        }
         for (t, share) in report.teams.iter().enumerate() {
             let has_options = problem.options.iter().any(|o| team_of_job[o.job] == t);
             if has_options && share.placed == 0 { value += guard; }
@@ -778,7 +801,7 @@ proptest! {
         }
         problem.fairness = Some(fairness);
         let (best, _) = problem.brute_force();
-        prop_assert!((value - best).abs() <= 1e-6 * best.abs().max(1.0), "plan {value} vs brute force {best}");
+        prop_assert_optimal(value, best)?;
 
         // As many teams served as any feasible plan serves.
         let mut most = problem.clone();
@@ -793,68 +816,58 @@ proptest! {
     }
 }
 
-/// Two teams share four A100s; team `cheap`'s jobs cost less per hour, so cost alone gives
-/// them every GPU. With any fairness, no team with work waiting gets nothing while the other
-/// gets more than its share; and more fairness moves the shares toward the entitlements.
+/// On-demand A100 offers at $3/h, one per zone given.
+fn a100s(zones: &[&str]) -> Vec<Offer> {
+    zones
+        .iter()
+        .map(|z| offer(Cloud::Aws, z, "p4", "A100", 1, Capacity::OnDemand, 3.0))
+        .collect()
+}
+
+/// A job of team `team` on exactly `gpus` A100s, `hours` long on one.
+fn team_job(name: &str, team: &str, gpus: u32, hours: f64) -> PlanJob {
+    let mut j = job(name, &["A100"], hours * 3600.0, None, &[("A100", 1.0)]);
+    j.team = team.into();
+    j.workers = WorkerRange {
+        min: gpus,
+        max: gpus,
+    };
+    j
+}
+
+/// Options with a quota of `limit` A100s and fairness `fairness`.
+fn a100_quota(limit: u32, fairness: f64) -> PlanOptions {
+    PlanOptions {
+        quotas: vec![Quota {
+            cloud: Cloud::Aws,
+            region: None,
+            family: "A100".into(),
+            capacity: None,
+            limit,
+        }],
+        fairness,
+        ..PlanOptions::default()
+    }
+}
+
+fn share(r: &PlanReport, team: &str) -> TeamShare {
+    r.teams.iter().find(|t| t.team == team).unwrap().clone()
+}
+
+/// Two teams share four A100s; team `cheap`'s jobs cost less, so cost alone gives them every
+/// GPU. With any fairness, no team with work waiting gets nothing while the other gets more
+/// than its share; and more fairness moves the shares toward the entitlements.
 #[test]
 fn fairness_leaves_no_team_with_nothing_while_another_is_over_its_share() {
-    let offers = vec![
-        offer(
-            Cloud::Aws,
-            "use1-az1",
-            "p4",
-            "A100",
-            1,
-            Capacity::OnDemand,
-            3.0,
-        ),
-        offer(
-            Cloud::Aws,
-            "use1-az2",
-            "p4",
-            "A100",
-            1,
-            Capacity::OnDemand,
-            3.0,
-        ),
-    ];
+    let offers = a100s(&["use1-az1", "use1-az2"]);
+    // The dear team's jobs are longer: more GPU-hours for one job.
     let jobs: Vec<PlanJob> = (0..8)
-        .map(|i| {
-            let team = if i < 4 { "cheap" } else { "dear" };
-            // The dear team's jobs are longer: more GPU-hours for one job.
-            let hours = if i < 4 { 2.0 } else { 6.0 };
-            let mut j = job(
-                &format!("{team}{i}"),
-                &["A100"],
-                hours * 3600.0,
-                None,
-                &[("A100", 1.0)],
-            );
-            j.team = team.into();
-            j.workers = WorkerRange { min: 1, max: 1 };
-            j
+        .map(|i| match i < 4 {
+            true => team_job(&format!("cheap{i}"), "cheap", 1, 2.0),
+            false => team_job(&format!("dear{i}"), "dear", 1, 6.0),
         })
         .collect();
-    let quota = Quota {
-        cloud: Cloud::Aws,
-        region: None,
-        family: "A100".into(),
-        capacity: None,
-        limit: 4,
-    };
-    let at = |fairness: f64| {
-        plan(
-            &jobs,
-            &offers,
-            &PlanOptions {
-                quotas: vec![quota.clone()],
-                fairness,
-                ..PlanOptions::default()
-            },
-        )
-    };
-    let share =
-        |r: &PlanReport, team: &str| r.teams.iter().find(|t| t.team == team).unwrap().clone();
+    let at = |fairness: f64| plan(&jobs, &offers, &a100_quota(4, fairness));
     let cost_only = at(0.0);
     assert_eq!(share(&cost_only, "cheap").accelerators, 4.0);
     assert_eq!(share(&cost_only, "dear").placed, 0, "the case is contended");
@@ -885,53 +898,13 @@ fn fairness_leaves_no_team_with_nothing_while_another_is_over_its_share() {
 /// however small, serves it (the guard outranks placements, not only cost).
 #[test]
 fn any_fairness_serves_a_team_whose_one_job_displaces_several() {
-    let offers = vec![offer(
-        Cloud::Aws,
-        "use1-az1",
-        "p4",
-        "A100",
-        1,
-        Capacity::OnDemand,
-        3.0,
-    )];
+    let offers = a100s(&["use1-az1"]);
     let mut jobs: Vec<PlanJob> = (0..6)
-        .map(|i| {
-            let mut j = job(
-                &format!("small{i}"),
-                &["A100"],
-                3600.0,
-                None,
-                &[("A100", 1.0)],
-            );
-            j.team = "many".into();
-            j.workers = WorkerRange { min: 1, max: 1 };
-            j
-        })
+        .map(|i| team_job(&format!("small{i}"), "many", 1, 1.0))
         .collect();
-    let mut big = job("big", &["A100"], 4.0 * 3600.0, None, &[("A100", 1.0)]);
-    big.team = "one".into();
-    big.workers = WorkerRange { min: 4, max: 4 };
-    jobs.push(big);
-    let quota = Quota {
-        cloud: Cloud::Aws,
-        region: None,
-        family: "A100".into(),
-        capacity: None,
-        limit: 6,
-    };
-    let at = |fairness: f64| {
-        plan(
-            &jobs,
-            &offers,
-            &PlanOptions {
-                quotas: vec![quota.clone()],
-                fairness,
-                ..PlanOptions::default()
-            },
-        )
-    };
-    assert!(!at(0.0).jobs[6].placed);
-    let fair = at(0.01);
+    jobs.push(team_job("big", "one", 4, 4.0));
+    assert!(!plan(&jobs, &offers, &a100_quota(6, 0.0)).jobs[6].placed);
+    let fair = plan(&jobs, &offers, &a100_quota(6, 0.01));
     assert!(fair.jobs[6].placed, "{:?}", fair.teams);
     assert_eq!(fair.placed, 3);
 }
@@ -941,47 +914,18 @@ fn any_fairness_serves_a_team_whose_one_job_displaces_several() {
 /// job unplaced, and at `F` = 5 the shortfall is worth more than the job's whole cost.
 #[test]
 fn a_shortfall_never_outweighs_placing_a_job() {
-    let offers = vec![offer(
-        Cloud::Aws,
-        "use1-az1",
-        "p4",
-        "A100",
-        1,
-        Capacity::OnDemand,
-        3.0,
-    )];
-    let sized = |name: &str, team: &str, gpus: u32| {
-        let mut j = job(
-            name,
-            &["A100"],
-            3600.0 * f64::from(gpus),
-            None,
-            &[("A100", 1.0)],
-        );
-        j.team = team.into();
-        j.workers = WorkerRange {
-            min: gpus,
-            max: gpus,
-        };
-        j
-    };
-    let mut jobs: Vec<PlanJob> = (0..4).map(|i| sized(&format!("x{i}"), "x", 1)).collect();
-    jobs.push(sized("y1", "y", 1));
-    jobs.push(sized("y2", "y", 2));
+    let offers = a100s(&["use1-az1"]);
+    let mut jobs: Vec<PlanJob> = (0..4)
+        .map(|i| team_job(&format!("x{i}"), "x", 1, 1.0))
+        .collect();
+    jobs.push(team_job("y1", "y", 1, 1.0));
+    jobs.push(team_job("y2", "y", 2, 2.0));
     let options = PlanOptions {
-        quotas: vec![Quota {
-            cloud: Cloud::Aws,
-            region: None,
-            family: "A100".into(),
-            capacity: None,
-            limit: 4,
-        }],
         team_weights: [("y".to_string(), 3.0)].into_iter().collect(),
-        fairness: 5.0,
-        ..PlanOptions::default()
+        ..a100_quota(4, 5.0)
     };
     let r = plan(&jobs, &offers, &options);
     assert_eq!(r.placed, 4, "{:?}", r.teams);
-    let y = r.teams.iter().find(|t| t.team == "y").unwrap();
+    let y = share(&r, "y");
     assert_eq!((y.entitled, y.placed), (3.0, 1), "{:?}", r.teams);
 }

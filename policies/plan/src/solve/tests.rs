@@ -94,6 +94,23 @@ fn instance_with_teams() -> impl Strategy<Value = Problem> {
     })
 }
 
+/// Solves `p` and checks the answer is proved optimal, respects every limit and equals
+/// exhaustive search's value, which it returns.
+fn prop_assert_exact(p: &Problem) -> Result<f64, TestCaseError> {
+    let (best, _) = p.brute_force();
+    let solved = solve(p, Duration::from_secs(10), true);
+    prop_assert_eq!(solved.solver, SolverKind::Milp);
+    prop_assert_eq!(solved.gap, Some(0.0));
+    prop_assert!(p.is_feasible(&solved.assignment));
+    prop_assert!(
+        (solved.objective - best).abs() <= 1e-6 * best.abs().max(1.0),
+        "milp {} vs brute force {}",
+        solved.objective,
+        best
+    );
+    Ok(best)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -101,13 +118,7 @@ proptest! {
     /// exhaustive search's, and greedy stays feasible and no better.
     #[test]
     fn fairness_terms_keep_the_optimum(p in instance_with_teams()) {
-        let (best, _) = p.brute_force();
-        let solved = solve(&p, Duration::from_secs(10), true);
-        prop_assert_eq!(solved.solver, SolverKind::Milp);
-        prop_assert_eq!(solved.gap, Some(0.0));
-        prop_assert!(p.is_feasible(&solved.assignment));
-        prop_assert!((solved.objective - best).abs() <= 1e-6 * best.abs().max(1.0),
-            "milp {} vs brute force {}", solved.objective, best);
+        let best = prop_assert_exact(&p)?;
         let g = greedy(&p);
         prop_assert!(p.is_feasible(&g));
         prop_assert!(p.value(&g) >= best - 1e-9);
@@ -117,13 +128,7 @@ proptest! {
     /// optimum still equals exhaustive search over the original problem.
     #[test]
     fn classes_and_components_keep_the_optimum(p in instance_with_twins()) {
-        let (best, _) = p.brute_force();
-        let solved = solve(&p, Duration::from_secs(10), true);
-        prop_assert_eq!(solved.solver, SolverKind::Milp);
-        prop_assert_eq!(solved.gap, Some(0.0));
-        prop_assert!(p.is_feasible(&solved.assignment));
-        prop_assert!((solved.objective - best).abs() <= 1e-6 * best.abs().max(1.0),
-            "milp {} vs brute force {}", solved.objective, best);
+        prop_assert_exact(&p)?;
     }
 
     /// The MILP optimum equals exhaustive search, and its answer respects every limit.
