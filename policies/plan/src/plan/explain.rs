@@ -41,7 +41,7 @@ pub(super) fn report(
         placed,
         unplaced: jobs.len() - placed,
         fairness: fair.fairness,
-        shortfall_per_accelerator: fair.per_accelerator_short,
+        shortfall_per_accelerator: fair.shortfall_per_accelerator,
         teams: fair.teams,
         cost_only_expected_cost: fair.cost_only_expected_cost,
         jobs,

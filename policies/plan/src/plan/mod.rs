@@ -166,12 +166,13 @@ fn plan_with(
     let index = OfferIndex::new(offers, options);
     let mut counts = CandidateCounts::default();
     // Per job: every configuration with its status and MILP usage.
+    // Teams' shares count accelerators: then a larger configuration is never dominated.
+    let shares = options.fairness > 0.0;
     let configs: Vec<Vec<Entry>> = jobs
         .iter()
         .map(|job| {
             let mut list = candidates::of_job(job, offers, &index, &mut resources, options);
             counts.generated += list.len();
-            let shares = options.fairness > 0.0;
             prune(
                 &mut list,
                 options.max_candidates_per_job,
@@ -221,7 +222,7 @@ fn plan_with(
 #[derive(Debug, Clone, Default)]
 struct FairReport {
     fairness: f64,
-    per_accelerator_short: f64,
+    shortfall_per_accelerator: f64,
     teams: Vec<TeamShare>,
     cost_only_expected_cost: Option<f64>,
 }
@@ -254,13 +255,6 @@ fn solve_fairly(
     } else {
         0.0
     };
-    let terms = teams.terms(
-        &entitled,
-        per_short,
-        &model.problem.unplaced_penalty,
-        model.unit,
-        model.accelerators.clone(),
-    );
     let expected_cost = |a: &Assignment| -> f64 {
         a.iter()
             .flatten()
@@ -272,13 +266,23 @@ fn solve_fairly(
     };
     let mut fair = FairReport {
         fairness: options.fairness,
-        per_accelerator_short: per_short,
+        shortfall_per_accelerator: per_short,
         ..FairReport::default()
     };
+    let terms = (options.fairness > 0.0 && teams.with_demand() > 1).then(|| {
+        teams.terms(
+            &entitled,
+            per_short,
+            &model.problem.unplaced_penalty,
+            model.unit,
+            model.accelerators.clone(),
+        )
+    });
     // The cost-only optimum, when it leaves nobody short, is also the fair optimum.
-    let settled =
-        cost_only.gap == Some(0.0) && terms.value(&model.problem, &cost_only.assignment) == 0.0;
-    let solved = if options.fairness > 0.0 && teams.with_demand() > 1 && !settled {
+    let terms = terms.filter(|t| {
+        cost_only.gap != Some(0.0) || t.value(&model.problem, &cost_only.assignment) > 0.0
+    });
+    let solved = if let Some(terms) = terms {
         fair.cost_only_expected_cost = Some(expected_cost(&cost_only.assignment));
         model.problem.fairness = Some(terms);
         let left = options.time_limit.saturating_sub(started.elapsed());
