@@ -349,10 +349,6 @@ impl SimCloud {
             else {
                 continue;
             };
-            // Within capacity: nothing to reclaim, and no need to look at every instance.
-            if Self::spot_in_use(w, zone) <= low {
-                continue;
-            }
             let mut doomed: Vec<&mut SimInstance> = w
                 .instances
                 .values_mut()
