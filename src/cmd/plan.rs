@@ -44,8 +44,9 @@ pub struct Args {
     pub availability: Vec<String>,
     /// How much each team's share of its entitlement weighs against cost when quota cannot
     /// serve every team: 0 = cost only; any F > 0 first leaves no team with nothing where
-    /// some plan serves it, then prices each team's shortfall at F unplaced jobs for its
-    /// whole entitlement. Weights come from `share` in the quota file's [team.NAME].
+    /// some plan serves it, then prices each accelerator a team falls short of its
+    /// entitlement at F times the cost-only plan's cost per accelerator (placing a job still
+    /// comes first). Weights come from `share` in the quota file's [team.NAME].
     #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = super::number::non_negative, allow_negative_numbers = true)]
     pub fairness: f64,
     /// Runners-up listed per job.
