@@ -40,14 +40,14 @@ const HOT_MEMBERS: &[&str] = &[
     "tern-cloud",
 ];
 
-fn manifest(name: &str) -> toml::Table {
+fn read_toml(name: &str) -> toml::Table {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
-    let text = std::fs::read_to_string(&path).expect("read manifest");
-    text.parse().expect("parse manifest")
+    let text = std::fs::read_to_string(&path).expect("read the file");
+    text.parse().expect("parse it as TOML")
 }
 
 fn locked_packages() -> BTreeSet<String> {
-    let lock = manifest("Cargo.lock");
+    let lock = read_toml("Cargo.lock");
     lock["package"]
         .as_array()
         .expect("packages")
@@ -57,7 +57,7 @@ fn locked_packages() -> BTreeSet<String> {
 }
 
 fn release() -> toml::Table {
-    let root = manifest("Cargo.toml");
+    let root = read_toml("Cargo.toml");
     root["profile"]["release"]
         .as_table()
         .expect("[profile.release]")
@@ -120,7 +120,7 @@ fn without_lto_the_hot_workspace_crates_are_one_codegen_unit() {
 #[test]
 fn the_highs_toolchain_file_is_where_the_cargo_config_points() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = manifest(".cargo/config.toml");
+    let config = read_toml(".cargo/config.toml");
     let entry = &config["env"]["CMAKE_TOOLCHAIN_FILE"];
     assert_eq!(entry["relative"].as_bool(), Some(true), "{entry}");
     let file = root.join(entry["value"].as_str().expect("value"));
