@@ -92,17 +92,37 @@ impl Counts {
         (self.young_down + 0.5) / (self.young_up + self.young_down + self.prior)
     }
 
-    /// Hazard once a run has outlived one restart overhead.
-    fn hazard_established(&self) -> f64 {
+    /// Losses and stays of runs that have outlived one restart overhead.
+    fn established(&self) -> (f64, f64) {
         let down = (self.went_down - self.young_down).max(0.0);
         let up = (self.stay_up - self.young_up).max(0.0);
+        (down, up)
+    }
+
+    /// Hazard once a run has outlived one restart overhead.
+    fn hazard_established(&self) -> f64 {
+        let (down, up) = self.established();
         (down + 0.5) / (up + down + self.prior)
     }
 
-    /// Hazard of a new instance: the young-run hazard, never below the established one (see
-    /// [`Model::boot_hazard`], the same rule on the snapped model).
-    fn hazard_start(&self) -> f64 {
-        self.hazard_young().max(self.hazard_established())
+    /// The established hazard, one standard error lower: what staying is judged on when a
+    /// move is weighed, so only a hazard gap the counts are sure of pays for a move.
+    fn hazard_established_low(&self) -> f64 {
+        let (down, up) = self.established();
+        let p = self.hazard_established();
+        (p - standard_error(p, up + down + self.prior)).max(0.0)
+    }
+
+    /// Hazard of a new instance, one standard error higher: the young-run hazard, never below
+    /// the established one (the rule [`Model::boot_hazard`] applies to the snapped model),
+    /// each at the upper end of what its counts allow (see [`Counts::hazard_established_low`]).
+    fn hazard_start_high(&self) -> f64 {
+        let (down, up) = self.established();
+        let young = self.hazard_young();
+        let est = self.hazard_established();
+        let n_young = self.young_up + self.young_down + self.prior;
+        let high = |p: f64, n: f64| (p + standard_error(p, n)).min(1.0);
+        high(young, n_young).max(high(est, up + down + self.prior))
     }
 
     /// Per-tick hazard of losing capacity.
@@ -118,6 +138,11 @@ impl Counts {
     fn other_up_after_loss(&self) -> f64 {
         (self.down_other_up + 0.5) / (self.went_down + 1.0)
     }
+}
+
+/// Standard error of a rate `p` estimated from `n` (weighted) trials.
+fn standard_error(p: f64, n: f64) -> f64 {
+    (p * (1.0 - p) / n.max(1.0)).sqrt()
 }
 
 /// Parameters of the availability model the value table was solved for.
@@ -342,7 +367,9 @@ fn step_up(m: &Model, a: usize, k: usize) -> f64 {
 /// (hysteresis against blips). With several zones, spot means the zone with the least expected
 /// cost per tick (price plus hazard × restart), and a running job moves only when
 /// [`migrate::decide`] says the saving beats the move (restart, egress) by the threshold, with a
-/// deadline margin and a cool-down. The table is re-solved only when the learned model drifts.
+/// deadline margin and a cool-down; the saving counts the restarts each zone is expected to
+/// cost, with the hazard gap shrunk by one standard error each side (hysteresis that scales
+/// with how little the counts know). The table is re-solved only when the learned model drifts.
 /// No constant here is fitted to a particular trace: the only scales are the job's own
 /// (deadline, restart overhead), the prices, and the one-hour prior.
 #[derive(Debug, Default)]
@@ -596,13 +623,16 @@ impl Tern {
         self.slack_value(job, m, rem, sigma).min(cap)
     }
 
-    /// What the `restart` ticks of slack a move burns are worth: the expected cost to finish on
-    /// spot with that much less slack, minus with it (the value table's own price of slack,
-    /// which grows as the deadline nears and on-demand becomes the likely ending).
+    /// What the `restart` ticks of slack a restart burns are worth: the expected cost to finish
+    /// the same work on spot with that much less time, minus with it (the value table's own
+    /// price of slack: nothing with time to spare, growing as on-demand becomes the likely
+    /// ending). Only the slack: the boot's billed hours are priced apart, by whoever calls.
+    /// (Comparing states `restart` ticks on, one with that work done, also charged the work
+    /// again, so every restart was billed twice and cheap zones looked dearer than they are.)
     fn slack_value(&self, job: &Job, m: &Model, rem: i64, sigma: i64) -> f64 {
         let r = i64::from(job.restart);
         let t = &self.table;
-        let with = t.spot_running(m, rem - r, sigma);
+        let with = t.spot_running(m, rem, sigma);
         let without = t.spot_running(m, rem - r, sigma - r);
         if with.is_finite() && without.is_finite() {
             (without - with).max(0.0)
@@ -611,7 +641,8 @@ impl Tern {
         }
     }
 
-    /// What [`migrate::decide`] weighs for a move of a running spot job from `cur` to `best`.
+    /// What [`migrate::decide`] weighs for a move of a running spot job from `cur` to `best`,
+    /// with `lost` what one restart's slack is worth ([`Tern::restart_value`]).
     fn move_candidate(
         &self,
         job: &Job,
@@ -619,11 +650,17 @@ impl Tern {
         obs: &Observation<'_>,
         cur: usize,
         best: usize,
-        sigma: i64,
+        lost: f64,
     ) -> MoveCandidate {
         let k = f64::from(job.nodes) * obs.tick_hours;
-        let established = |z: usize| self.counts.get(z).map_or(0.5, Counts::hazard_established);
-        let starting = |z: usize| self.counts.get(z).map_or(0.5, Counts::hazard_start);
+        let rem = i64::from(job.deadline) - i64::from(obs.tick);
+        let sigma = rem - i64::from(job.ticks_left(state.done));
+        let established = |z: usize| {
+            self.counts
+                .get(z)
+                .map_or(0.5, Counts::hazard_established_low)
+        };
+        let starting = |z: usize| self.counts.get(z).map_or(0.5, Counts::hazard_start_high);
         let egress = match state.checkpoint_region {
             Some(g) if g != obs.zones[best].region => obs.egress_cost,
             _ => 0.0,
@@ -631,14 +668,16 @@ impl Tern {
         MoveCandidate {
             remaining_work_hours: f64::from(job.ticks_left(state.done)) * obs.tick_hours,
             // The running instance has outlived its boot; a new one must live through it
-            // first, at the young-run hazard where that is the higher one. Rates count billed
-            // boots only: a gap between two zones' hazard estimates is partly noise, and a
-            // move pays its own restart (and the slack it burns) for certain.
-            current_rate: self.score_at(job, obs, cur, established(cur), 0.0) / obs.tick_hours,
-            candidate_rate: self.score_at(job, obs, best, starting(best), 0.0) / obs.tick_hours,
+            // first, at the young-run hazard where that is the higher one. Each zone's rate
+            // prices its expected restarts (billed boot and the slack it burns), but a gap
+            // between two hazard estimates is partly noise: the current zone is judged one
+            // standard error safer than its counts say and the candidate one error riskier,
+            // so only a gap the counts are sure of pays for a move.
+            current_rate: self.score_at(job, obs, cur, established(cur), lost) / obs.tick_hours,
+            candidate_rate: self.score_at(job, obs, best, starting(best), lost) / obs.tick_hours,
             restart_hours: f64::from(job.restart) * obs.tick_hours,
             held_rate: obs.zones[best].spot_price * k / obs.tick_hours,
-            lost_progress_cost: 0.0,
+            lost_progress_cost: lost,
             egress,
             slack_hours: sigma as f64 * obs.tick_hours,
             hours_since_last_move: state
@@ -709,8 +748,7 @@ impl DeadlinePolicy for Tern {
             && state.placement == Placement::Spot(cur)
             && best != cur
         {
-            let mut candidate = self.move_candidate(job, state, obs, cur, best, sigma);
-            candidate.lost_progress_cost = lost;
+            let candidate = self.move_candidate(job, state, obs, cur, best, lost);
             let verdict = migrate::decide(&rule, &candidate);
             if verdict.is_move() {
                 placement = Placement::Spot(best);
@@ -765,6 +803,89 @@ mod tests {
             (m.qu - back).abs() < 0.1 * back,
             "qu {} vs one zone {back}",
             m.qu
+        );
+    }
+
+    /// One zone whose capacity lasts `up` ticks, then is gone for `down`, over `len` ticks.
+    fn cycle(len: usize, up: usize, down: usize) -> Vec<u32> {
+        (0..len).map(|i| u32::from(i % (up + down) < up)).collect()
+    }
+
+    fn obs<'a>(tick: u32, zones: &'a [ZoneView<'a>]) -> Observation<'a> {
+        Observation {
+            tick,
+            zones,
+            on_demand_price: 3.0,
+            tick_hours: 0.1,
+            egress_cost: 0.0,
+        }
+    }
+
+    /// The price of a restart's slack is the slack alone: about nothing with time to spare
+    /// (the boot's billed hours are priced apart), much more than the boot when slack is short.
+    #[test]
+    fn slack_is_worth_nothing_with_time_to_spare_and_much_when_short() {
+        let history = cycle(2000, 40, 5);
+        let zones = [ZoneView {
+            history: &history,
+            spot_price: 1.0,
+            region: 0,
+        }];
+        let obs = obs(0, &zones);
+        let job = Job::gang(200, 400, 2, 1);
+        let mut tern = Tern::new();
+        tern.learn(&job, &obs);
+        let raw = tern.pooled_model(&job, &obs, 0);
+        let m = tern.refresh_table(&job, &obs, raw, 400, 200);
+        let boot = f64::from(job.restart) * m.spot_tick;
+        let ample = tern.slack_value(&job, &m, 400, 200);
+        let short = tern.slack_value(&job, &m, 206, 6);
+        assert!(
+            ample < 0.05 * boot,
+            "ample slack priced at {ample}, boot {boot}"
+        );
+        assert!(short > boot, "short slack priced at {short}, boot {boot}");
+    }
+
+    fn view(history: &[u32]) -> ZoneView<'_> {
+        ZoneView {
+            history,
+            spot_price: 1.0,
+            region: 0,
+        }
+    }
+
+    /// The move rates tern weighs for a job running in zone 0, with slack worth `lost` a restart.
+    fn move_rates(here: &[u32], there: &[u32], lost: f64) -> (f64, f64) {
+        let zones = [view(here), view(there)];
+        let obs = obs(0, &zones);
+        let job = Job::gang(4000, 4600, 2, 1);
+        let mut tern = Tern::new();
+        tern.learn(&job, &obs);
+        let state = JobState {
+            placement: Placement::Spot(0),
+            ..JobState::new()
+        };
+        let c = tern.move_candidate(&job, &state, &obs, 0, 1, lost);
+        (c.current_rate, c.candidate_rate)
+    }
+
+    /// Two zones of one price: a hazard gap smaller than what the counts can tell apart must
+    /// not look like a saving (at point estimates it would: 1/62 against 1/77 per tick); a gap
+    /// well beyond it must.
+    #[test]
+    fn only_a_hazard_gap_the_counts_are_sure_of_pays_for_a_move() {
+        let lost = 5.0;
+        // 3,000 ticks: the running zone lost capacity 48 times, the other 39 times.
+        let (here, there) = (cycle(3000, 60, 2), cycle(3000, 75, 2));
+        let (now, then) = move_rates(&here, &there, lost);
+        assert!(then >= now, "noise looks like a saving: {now} → {then} $/h");
+        // 6,000 ticks: the running zone loses capacity every 10 ticks, the other every 40.
+        let (here, there) = (cycle(6000, 10, 2), cycle(6000, 40, 2));
+        let (now, then) = move_rates(&here, &there, lost);
+        assert!(
+            then < 0.8 * now,
+            "a real gap is not a saving: {now} → {then} $/h"
         );
     }
 }
