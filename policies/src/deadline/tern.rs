@@ -92,37 +92,35 @@ impl Counts {
         (self.young_down + 0.5) / (self.young_up + self.young_down + self.prior)
     }
 
-    /// Losses and stays of runs that have outlived one restart overhead.
+    /// Losses of runs that have outlived one restart overhead, and the weight of all their
+    /// ticks with the prior's.
     fn established(&self) -> (f64, f64) {
         let down = (self.went_down - self.young_down).max(0.0);
         let up = (self.stay_up - self.young_up).max(0.0);
-        (down, up)
+        (down, up + down + self.prior)
     }
 
     /// Hazard once a run has outlived one restart overhead.
     fn hazard_established(&self) -> f64 {
-        let (down, up) = self.established();
-        (down + 0.5) / (up + down + self.prior)
+        let (down, n) = self.established();
+        (down + 0.5) / n
     }
 
     /// The established hazard, one standard error lower: what staying is judged on when a
     /// move is weighed, so only a hazard gap the counts are sure of pays for a move.
     fn hazard_established_low(&self) -> f64 {
-        let (down, up) = self.established();
         let p = self.hazard_established();
-        (p - standard_error(p, up + down + self.prior)).max(0.0)
+        (p - standard_error(p, self.established().1)).max(0.0)
     }
 
     /// Hazard of a new instance, one standard error higher: the young-run hazard, never below
     /// the established one (the rule [`Model::boot_hazard`] applies to the snapped model),
     /// each at the upper end of what its counts allow (see [`Counts::hazard_established_low`]).
     fn hazard_start_high(&self) -> f64 {
-        let (down, up) = self.established();
-        let young = self.hazard_young();
-        let est = self.hazard_established();
         let n_young = self.young_up + self.young_down + self.prior;
         let high = |p: f64, n: f64| (p + standard_error(p, n)).min(1.0);
-        high(young, n_young).max(high(est, up + down + self.prior))
+        high(self.hazard_young(), n_young)
+            .max(high(self.hazard_established(), self.established().1))
     }
 
     /// Per-tick hazard of losing capacity.
