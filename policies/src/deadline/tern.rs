@@ -824,11 +824,7 @@ mod tests {
     #[test]
     fn slack_is_worth_nothing_with_time_to_spare_and_much_when_short() {
         let history = cycle(2000, 40, 5);
-        let zones = [ZoneView {
-            history: &history,
-            spot_price: 1.0,
-            region: 0,
-        }];
+        let zones = [view(&history)];
         let obs = obs(0, &zones);
         let job = Job::gang(200, 400, 2, 1);
         let mut tern = Tern::new();
