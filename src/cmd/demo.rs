@@ -180,7 +180,7 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         ctl.submit(spec, start)?;
     }
 
-    let mut workload = Workload::new();
+    let mut workload = Workload::watching(sim.clone());
     let tick = Duration::from_secs(args.tick.max(1));
     let horizon = chrono::TimeDelta::milliseconds((args.hours * 3_600_000.0) as i64);
     let mut last_event = 0;

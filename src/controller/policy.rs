@@ -373,7 +373,8 @@ impl Controller {
                 i.state,
                 InstanceState::Queued | InstanceState::Pending | InstanceState::Running
             );
-            if alive && !i.draining && i.offer.capacity == Capacity::Spot {
+            // A draining node (moving away, or noticed) still takes its room until it ends.
+            if alive && i.offer.capacity == Capacity::Spot {
                 let pool = (i.offer.instance_type.name.as_str(), i.offer.zone.as_str());
                 *by_pool.entry(pool).or_default() += 1;
             }

@@ -343,6 +343,63 @@ async fn a_notice_drains_at_once_and_the_elastic_job_keeps_its_survivors() {
     );
 }
 
+/// The controller passes every 10 minutes, so it sees a reclaim notice (2 minutes' lead) only
+/// with the reclaim. The agents watch their own metadata, as `tern agent` does, and save in
+/// time whichever order the pass and the workers' step come in; workers that only follow the
+/// controller's drain lose the progress since their last periodic checkpoint.
+#[tokio::test]
+async fn the_agents_own_notice_saves_progress_when_the_controller_is_too_late() {
+    for pass_first in [true, false] {
+        for watch in [true, false] {
+            // Room for one node for 100 minutes, then none.
+            let sim = sim(vec![trace(
+                "us-west-2a",
+                vec![1; 20].into_iter().chain(vec![0; 40]).collect(),
+            )]);
+            let store = Arc::new(Store::in_memory().expect("store"));
+            let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+            ctl.submit(job("single", "1", false), sim.now())
+                .expect("submit");
+            let mut workload = if watch {
+                workload::Workload::watching(sim.clone())
+            } else {
+                workload::Workload::new()
+            };
+            let tick = Duration::from_secs(600);
+            for _ in 0..15 {
+                if pass_first {
+                    ctl.pass(sim.now()).await.expect("pass");
+                    sim.advance(tick);
+                } else {
+                    sim.advance(tick);
+                    ctl.pass(sim.now()).await.expect("pass");
+                }
+                workload.step(&mut ctl, tick, sim.now()).expect("step");
+            }
+            let case = format!("pass first {pass_first}, agents watch {watch}");
+            let notices = store_events(&ctl, "notice");
+            assert!(notices > 0, "{case}: the trace reclaims the node");
+            let lost = workload.lost_samples.get("single").copied().unwrap_or(0.0);
+            let done = ctl.job("single").expect("job").done_samples;
+            assert!(done > 0.0, "{case}: the job made progress");
+            if watch {
+                assert_eq!(lost, 0.0, "{case}: saved on the notice");
+            } else {
+                assert!(lost > 0.0, "{case}: the drain came after the reclaim");
+            }
+        }
+    }
+}
+
+fn store_events(ctl: &Controller, kind: &str) -> usize {
+    ctl.store()
+        .events(0, None)
+        .expect("events")
+        .iter()
+        .filter(|e| e.kind == kind)
+        .count()
+}
+
 /// Forwards to the sim; after a seeded number of calls the call goes through and then the
 /// "process dies": the answer is lost and the test drops the controller (memory gone), keeping
 /// only the store, as SIGKILL would.

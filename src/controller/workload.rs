@@ -4,14 +4,18 @@
 //! The rules follow torchrun elastic semantics: every membership change restarts all workers
 //! from the last checkpoint (after a `restore_s` stall); a drain request (interruption notice or
 //! migration) takes a checkpoint at once; a periodic checkpoint is taken every `interval_s`.
-//! A node lost without a fresh checkpoint therefore costs the progress since the last one, and
-//! never more.
+//! The agent on a node watches its own metadata for a reclaim notice, as `tern agent` does, so a
+//! notice whose lead covers `save_s` checkpoints even when the controller's next pass comes
+//! after the reclaim. A node lost without a fresh checkpoint therefore costs the progress since
+//! the last one, and never more.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{InstanceId, InstanceState};
+use tern_sim::SimCloud;
 
 use super::{Controller, ControllerError};
 
@@ -21,6 +25,36 @@ struct Run {
     /// Seconds of restart or checkpoint stall still to sit out.
     stall_s: f64,
     since_checkpoint_s: f64,
+    /// Members whose reclaim notice the agent has acted on.
+    noticed: BTreeSet<InstanceId>,
+    /// An agent drained on a notice: the workers saved and stopped until the membership
+    /// changes, as `tern agent` stops its worker after the checkpoint.
+    halted: bool,
+}
+
+impl Run {
+    /// The workers stall for a checkpoint save.
+    fn save(&mut self, save_s: f64) {
+        self.stall_s += save_s;
+        self.since_checkpoint_s = 0.0;
+    }
+
+    /// Whether a member's agent saw a new reclaim notice early enough to save before the
+    /// reclaim: then it checkpoints, as `tern agent` does on a notice.
+    fn agent_saw_notice(&mut self, cloud: &SimCloud, save_s: f64) -> bool {
+        let mut save = false;
+        for id in &self.members {
+            if self.noticed.contains(id) {
+                continue;
+            }
+            if let Some(n) = cloud.agent_notice(id) {
+                self.noticed.insert(id.clone());
+                save |= (n.reclaim_at - n.seen_at).as_seconds_f64() >= save_s;
+            }
+        }
+        self.noticed.retain(|id| self.members.contains(id));
+        save
+    }
 }
 
 /// Progress of every job, advanced step by step.
@@ -29,11 +63,22 @@ pub struct Workload {
     runs: HashMap<String, Run>,
     /// Samples thrown away by restarts from a checkpoint, per job (for reports and tests).
     pub lost_samples: HashMap<String, f64>,
+    /// The instances' metadata, where the agents see reclaim notices; without it only the
+    /// controller's drain makes them checkpoint.
+    metadata: Option<Arc<SimCloud>>,
 }
 
 impl Workload {
     pub fn new() -> Workload {
         Workload::default()
+    }
+
+    /// Workers whose agents watch `cloud`'s instance metadata for reclaim notices.
+    pub fn watching(cloud: Arc<SimCloud>) -> Workload {
+        Workload {
+            metadata: Some(cloud),
+            ..Workload::default()
+        }
     }
 
     /// Advance every job by `dt` ending at `now`, and report progress to the controller.
@@ -80,12 +125,23 @@ impl Workload {
             let mut checkpoint = job.checkpoint_samples;
             let mut checkpointed = false;
             let mut dt_s = dt.as_secs_f64();
-            if job.drain_requested {
-                // Checkpoint now: the agent runs the job's checkpoint command.
+            // A member's agent saw a reclaim notice: it saves before the reclaim, which is
+            // before this step's progress when the controller already saw the node go.
+            let notice = self
+                .metadata
+                .as_ref()
+                .is_some_and(|m| run.agent_saw_notice(m, c.save_s));
+            let save_first = notice && now_members != run.members;
+            // A drain the controller asks for after the nodes went finds no agent to save.
+            let alive = run.members.iter().any(|m| now_members.contains(m));
+            if (job.drain_requested && alive) || save_first {
+                // Checkpoint now: the agent runs the job's checkpoint command, unless it did
+                // already on the notice and stopped. A save on a notice fits in its lead.
                 checkpoint = done;
                 checkpointed = true;
-                run.stall_s += c.save_s;
-                run.since_checkpoint_s = 0.0;
+                if !run.halted && !save_first {
+                    run.save(c.save_s);
+                }
             }
             if now_members != run.members {
                 let grew =
@@ -101,9 +157,10 @@ impl Workload {
                 }
                 run.stall_s += c.restore_s;
                 run.members = now_members;
+                run.halted = false;
             }
             let n = run.members.len() as u32;
-            if n >= job.spec.workers.min.div_ceil(per_node).max(1) {
+            if n >= job.spec.workers.min.div_ceil(per_node).max(1) && !run.halted {
                 let stall = run.stall_s.min(dt_s);
                 run.stall_s -= stall;
                 dt_s -= stall;
@@ -117,6 +174,12 @@ impl Workload {
                     checkpoint = done;
                     run.since_checkpoint_s = 0.0;
                 }
+            }
+            if notice && !save_first {
+                checkpoint = done;
+                checkpointed = true;
+                run.since_checkpoint_s = 0.0;
+                run.halted = true;
             }
             ctl.report_progress(&name, done, checkpoint, checkpointed, now)?;
         }

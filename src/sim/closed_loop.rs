@@ -7,7 +7,7 @@
 //!
 //! The job is the replay's: C hours of work at full size on the simulated cloud's one shape
 //! (its samples are C hours at the forecast's expected speed), due D hours after the window
-//! starts, with a restart of d hours (provisioning d − restore, then the restore). Before the
+//! starts, with a restart of d hours (all of it provisioning, see `window`). Before the
 //! window the store is given the lookback of each zone's trace as pool samples, as a
 //! controller that had been running would have them; the replay's `tern` sees the same past.
 
@@ -158,7 +158,7 @@ impl LoopSetup<'_> {
         out
     }
 
-    fn spec_text(&self, samples: f64, restore_s: f64) -> String {
+    fn spec_text(&self, samples: f64) -> String {
         let workers = if self.min_nodes < self.nodes {
             format!("{{ min = {}, max = {} }}", self.min_nodes, self.nodes)
         } else {
@@ -168,23 +168,23 @@ impl LoopSetup<'_> {
             "name = \"job\"\nteam = \"replay\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
              gang = {gang}\ndeadline = \"{deadline}s\"\nlocal_batch = {LOCAL_BATCH}\n\
              [work]\nsamples = {samples}\n\
-             [checkpoint]\ninterval = \"{gap}s\"\nsize_gb = {gb}\nsave_seconds = 0\nrestore_seconds = {restore_s}\n\
+             [checkpoint]\ninterval = \"{gap}s\"\nsize_gb = {gb}\nsave_seconds = 0\nrestore_seconds = 0\n\
              [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = {LOCAL_BATCH}\n\
              step_seconds = {STEP_SECONDS}\n",
             gang = self.min_nodes >= self.nodes && self.nodes > 1,
             deadline = (self.deadline_hours * 3600.0).floor() as u64,
             samples = samples.ceil() as u64,
             gb = self.checkpoint_gb,
-            // A checkpoint every tick: the replay keeps all progress on a reclaim (the agent
-            // checkpoints within the notice), and one pass per tick sees a notice and its
-            // reclaim together, too late for the drain to checkpoint.
+            // A checkpoint every tick, and the agents checkpoint on a notice (the replay keeps
+            // all progress on a reclaim); one pass per tick sees a notice and its reclaim
+            // together, too late for the controller's drain to checkpoint.
             gap = self.gap(),
         )
     }
 
     /// The job's samples: C hours at the forecast's expected speed on K nodes.
     fn samples(&self, at: DateTime<Utc>) -> Result<f64, LoopError> {
-        let probe = parse_job_spec(&self.spec_text(1.0, 0.0), "replay.toml")
+        let probe = parse_job_spec(&self.spec_text(1.0), "replay.toml")
             .map_err(|e| LoopError::Job(e.to_string()))?;
         let loaded = LoadedJob::from_spec(probe, None, "replay", at)
             .map_err(|e| LoopError::Job(e.to_string()))?;
@@ -201,10 +201,12 @@ impl LoopSetup<'_> {
         let gap = self.gap();
         let epoch = self.epoch();
         let restart_s = (self.restart_hours * 3600.0).max(1.0);
-        let restore_s = (restart_s / 4.0).min(60.0);
         let config = SimConfig {
             start: epoch,
-            boot: Duration::from_secs_f64(restart_s - restore_s),
+            // The restart is all boot: the controller sees a booted node at its next pass, a
+            // tick boundary, so work resumes after the restart rounded up to whole ticks, as
+            // in the replay; a restore stall on top would cost part of a tick more.
+            boot: Duration::from_secs_f64(restart_s),
             on_demand_price: self.prepared.on_demand_price,
             ..SimConfig::default()
         };
@@ -220,21 +222,18 @@ impl LoopSetup<'_> {
         cfg.policy_tick = tick;
         cfg.migrate_check = tick;
         cfg.replan = tick;
-        cfg.plan.provision_s = restart_s - restore_s;
+        cfg.plan.provision_s = restart_s;
         // A launch is given its whole provisioning time, and more, before it counts as hung.
-        cfg.launch_timeout = Duration::from_secs_f64(2.0 * (restart_s - restore_s) + 300.0);
+        cfg.launch_timeout = Duration::from_secs_f64(2.0 * restart_s + 300.0);
         // The simulated workers run at exactly the expected speed: the forecast is exact here,
         // as the replay's job speed is.
         cfg.exact_forecast = true;
         let mut ctl = Controller::open(store.clone(), sim.clone(), cfg)?;
-        let spec = parse_job_spec(
-            &self.spec_text(self.samples(epoch)?, restore_s),
-            "replay.toml",
-        )
-        .map_err(|e| LoopError::Job(e.to_string()))?;
+        let spec = parse_job_spec(&self.spec_text(self.samples(epoch)?), "replay.toml")
+            .map_err(|e| LoopError::Job(e.to_string()))?;
         ctl.submit(spec, epoch)?;
         let deadline = epoch + TimeDelta::seconds((self.deadline_hours * 3600.0).floor() as i64);
-        let mut workload = Workload::new();
+        let mut workload = Workload::watching(sim.clone());
         let mut now = epoch;
         loop {
             ctl.pass(now).await?;

@@ -95,6 +95,16 @@ struct SimInstance {
     reclaim_at: Option<DateTime<Utc>>,
     /// Its notice was lost: its reclaim sends no interruption either.
     quiet: bool,
+    /// When the instance's own metadata shows the notice (what its agent polls): when the
+    /// notice is delivered, late or not; never when it is lost.
+    notice_seen: Option<DateTime<Utc>>,
+}
+
+/// A reclaim notice as the agent on the instance sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentNotice {
+    pub seen_at: DateTime<Utc>,
+    pub reclaim_at: DateTime<Utc>,
 }
 
 #[derive(Debug)]
@@ -201,6 +211,18 @@ impl SimCloud {
             self.reconcile(&mut w);
         }
         self.reconcile(&mut w);
+    }
+
+    /// The reclaim notice instance `id`'s metadata shows by now, if any: the agent on it sees
+    /// this on its own, whenever the controller's next pass comes.
+    pub fn agent_notice(&self, id: &InstanceId) -> Option<AgentNotice> {
+        let w = self.world();
+        let i = w.instances.get(id)?;
+        let seen_at = i.notice_seen.filter(|t| *t <= w.now)?;
+        Some(AgentNotice {
+            seen_at,
+            reclaim_at: i.reclaim_at?,
+        })
     }
 
     /// Every call so far, in order.
@@ -319,13 +341,19 @@ impl SimCloud {
     fn deliver(&self, w: &mut World, notice: Interruption, late_at: DateTime<Utc>) {
         let f = &self.config.faults;
         let roll = Self::draw(w);
-        if roll < f.lost_notices {
-            if let Some(i) = w.instances.get_mut(&notice.instance) {
-                i.quiet = true;
-            }
-        } else if roll < f.lost_notices + f.late_notices {
+        let lost = roll < f.lost_notices;
+        let late = !lost && roll < f.lost_notices + f.late_notices;
+        if let Some(i) = w.instances.get_mut(&notice.instance) {
+            i.quiet = lost;
+            i.notice_seen = match (lost, late) {
+                (true, _) => None,
+                (false, true) => Some(late_at),
+                (false, false) => Some(notice.received_at),
+            };
+        }
+        if late {
             w.delayed.push((late_at, notice));
-        } else {
+        } else if !lost {
             w.pending.push(notice);
         }
     }
@@ -565,6 +593,7 @@ impl SimCloud {
                         ready_at,
                         reclaim_at: None,
                         quiet: false,
+                        notice_seen: None,
                     },
                 );
                 w.alive += 1;

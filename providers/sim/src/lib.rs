@@ -13,7 +13,7 @@ pub mod latency;
 pub mod replay;
 pub mod trace;
 
-pub use cloud::{Call, FaultSchedule, SimCloud};
+pub use cloud::{AgentNotice, Call, FaultSchedule, SimCloud};
 pub use latency::Delayed;
 pub use replay::{
     Elasticity, MAX_TABLE_BYTES, PolicyKind, Prepared, Scenario, Summary, TickUse, WindowResult,
