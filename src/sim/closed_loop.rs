@@ -173,7 +173,9 @@ impl LoopSetup<'_> {
              step_seconds = {STEP_SECONDS}\n",
             gang = self.min_nodes >= self.nodes && self.nodes > 1,
             deadline = (self.deadline_hours * 3600.0).floor() as u64,
-            samples = samples.ceil() as u64,
+            // Down, not up: one sample over C hours is a tick more of work to the policy,
+            // which rounds work up to whole ticks.
+            samples = samples.floor().max(1.0) as u64,
             gb = self.checkpoint_gb,
             // A checkpoint every tick, and the agents checkpoint on a notice (the replay keeps
             // all progress on a reclaim); one pass per tick sees a notice and its reclaim
