@@ -368,6 +368,8 @@ fn step_up(m: &Model, a: usize, k: usize) -> f64 {
 /// deadline margin and a cool-down; the saving counts the restarts each zone is expected to
 /// cost, with the hazard gap shrunk by one standard error each side (hysteresis that scales
 /// with how little the counts know). The table is re-solved only when the learned model drifts.
+/// With no past at all (one tick of history), it waits rather than start on-demand while
+/// waiting is safe: that choice would be the prior's word against itself.
 /// No constant here is fitted to a particular trace: the only scales are the job's own
 /// (deadline, restart overhead), the prices, and the one-hour prior.
 #[derive(Debug, Default)]
@@ -739,7 +741,17 @@ impl DeadlinePolicy for Tern {
         let m = self.refresh_table(job, obs, raw, rem, sigma);
         let lost = self.restart_value(job, state, &m, rem, sigma);
         let zones = self.zones(job, state, obs, lost);
-        let (choice, mut why) = self.choose(job, state, &zones, &m, rem, sigma);
+        let (mut choice, mut why) = self.choose(job, state, &zones, &m, rem, sigma);
+        // With one tick of history (a window with no past) nothing has been seen to change:
+        // on-demand over waiting is the prior's word against itself. Committing to the
+        // dearest option then waits one tick while waiting is safe; the next tick is data.
+        if choice == Placement::OnDemand
+            && state.placement == Placement::Idle
+            && self.seen <= 1
+            && why.wait.is_finite()
+        {
+            choice = Placement::Idle;
+        }
         // A running spot job may still move to a better zone; the migrate rule decides.
         let mut placement = choice;
         if let (Placement::Spot(cur), Some(best)) = (choice, zones.best_up)
@@ -847,6 +859,25 @@ mod tests {
             spot_price: 1.0,
             region: 0,
         }
+    }
+
+    /// A window with no past: every zone down on its first tick. With slack that waiting can
+    /// spend, tern waits that one tick rather than commit to on-demand on the prior alone; one
+    /// tick later, the same outage seen twice, it takes on-demand.
+    #[test]
+    fn nothing_seen_yet_is_no_reason_to_commit_to_on_demand() {
+        let job = Job::gang(100, 104, 2, 1);
+        let down = [0u32, 0];
+        let decide = |ticks: usize| {
+            let zones = [view(&down[..ticks]), view(&down[..ticks])];
+            let mut tern = Tern::new();
+            let choice = tern.decide(&job, &JobState::new(), &obs(ticks as u32 - 1, &zones));
+            (choice, tern.why().map(|w| (w.on_demand, w.wait)))
+        };
+        let (first, first_why) = decide(1);
+        let (second, second_why) = decide(2);
+        assert_eq!(first, Placement::Idle, "{first_why:?}");
+        assert_eq!(second, Placement::OnDemand, "{second_why:?}");
     }
 
     /// The move rates tern weighs for a job running in zone 0, with slack worth `lost` a restart.
