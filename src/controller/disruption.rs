@@ -84,11 +84,15 @@ fn nodes_of(running: &[(InstanceRecord, f64)], best: Option<&Offer>) -> Vec<Node
 }
 
 impl Controller {
-    /// Hours one restart takes the job: checkpoint save, provisioning, restore.
+    /// Hours one restart takes the job: checkpoint save, then the planner's price of an
+    /// interruption on this cloud (provisioning, restore, and the progress since the last
+    /// checkpoint where the cloud's notice is too short to save in).
     pub(super) fn restart_hours(&self, name: &str) -> f64 {
         self.fleet.jobs.get(name).map_or(0.0, |e| {
             let c = &e.record.spec.checkpoint;
-            (c.save_s + self.config.plan.provision_s + c.restore_s) / 3600.0
+            let cloud = self.provider.cloud();
+            (c.save_s + tern_plan::interruption_seconds(c, cloud, self.config.plan.provision_s))
+                / 3600.0
         })
     }
 

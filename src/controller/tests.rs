@@ -391,6 +391,56 @@ async fn the_agents_own_notice_saves_progress_when_the_controller_is_too_late() 
     }
 }
 
+/// The simulated cloud presented as `cloud`, whose notice lead the controller then assumes.
+#[derive(Debug)]
+struct Posing(Cloud, Arc<SimCloud>);
+
+#[async_trait]
+impl Provider for Posing {
+    fn cloud(&self) -> Cloud {
+        self.0
+    }
+    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
+        self.1.offers(region).await
+    }
+    async fn launch(
+        &self,
+        request: &LaunchRequest,
+    ) -> std::result::Result<LaunchOutcome, ProviderError> {
+        self.1.launch(request).await
+    }
+    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
+        self.1.terminate(id).await
+    }
+    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
+        self.1.list(owner).await
+    }
+    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
+        self.1.interruptions().await
+    }
+}
+
+/// A restart costs the deadline policy what it costs the planner: on GCP a 60 s save does not
+/// fit in the 30 s notice, so a preemption also loses half a checkpoint interval of progress;
+/// on AWS (2 minutes) it does not.
+#[tokio::test]
+async fn a_restart_includes_lost_progress_where_the_notice_is_too_short_to_save() {
+    let mut hours = Vec::new();
+    for cloud in [Cloud::Aws, Cloud::Gcp] {
+        let provider = Arc::new(Posing(cloud, sim(vec![trace("us-west-2a", vec![1; 10])])));
+        let store = Arc::new(Store::in_memory().expect("store"));
+        let mut ctl = Controller::open(store, provider, config()).expect("open");
+        ctl.submit(job("j", "1", false), start()).expect("submit");
+        let c = ctl.job("j").expect("job").spec.checkpoint;
+        assert!(c.save_s > 30.0 && c.save_s <= 120.0, "{c:?}");
+        hours.push((ctl.restart_hours("j"), c));
+    }
+    let (aws, c) = hours[0];
+    let provision = config().plan.provision_s;
+    assert!((aws * 3600.0 - (c.save_s + provision + c.restore_s)).abs() < 1e-6);
+    assert!((hours[1].0 - aws - c.interval_s / 2.0 / 3600.0).abs() < 1e-9);
+}
+
 fn store_events(ctl: &Controller, kind: &str) -> usize {
     ctl.store()
         .events(0, None)

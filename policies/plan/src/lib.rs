@@ -17,7 +17,8 @@ pub use input::{
     Objective, PlanJob, PlanOptions, Quota, Throughput, ThroughputModel, notice_seconds,
 };
 pub use plan::{
-    Alternative, CandidateCounts, Config, JobPlan, PlanReport, TeamShare, plan, sizes_between,
+    Alternative, CandidateCounts, Config, JobPlan, PlanReport, TeamShare, interruption_seconds,
+    plan, sizes_between,
 };
 pub use problem::{Assignment, Choice, Fairness, Problem, TeamTerm};
 pub use solve::{Solved, SolverKind, greedy, solve};

@@ -3,7 +3,7 @@
 //! plan costs hundreds of thousands of configurations, and strings are made only for those
 //! shown (`explain`).
 
-use tern_cloud::Offer;
+use tern_cloud::{CheckpointSpec, Cloud, Offer};
 
 use crate::input::{PlanJob, PlanOptions, Throughput, notice_seconds};
 
@@ -70,16 +70,20 @@ pub(super) fn evaluate_with(
     (cost, why)
 }
 
-/// Cost of one interruption, in seconds: a new VM, restore, and the progress since the last
-/// checkpoint (none if the checkpoint can be written within the cloud's notice).
 fn restart_seconds(job: &PlanJob, offer: &Offer, options: &PlanOptions) -> f64 {
-    let cp = &job.checkpoint;
-    let lost = if cp.save_s <= notice_seconds(offer.cloud) {
+    interruption_seconds(&job.checkpoint, offer.cloud, options.provision_s)
+}
+
+/// Cost of one interruption on `cloud`, in seconds: a new VM, restore, and the progress since
+/// the last checkpoint (half an interval expected; none if the checkpoint can be written within
+/// the cloud's notice). The planner and the controller's deadline policy both price it so.
+pub fn interruption_seconds(cp: &CheckpointSpec, cloud: Cloud, provision_s: f64) -> f64 {
+    let lost = if cp.save_s <= notice_seconds(cloud) {
         0.0
     } else {
         cp.interval_s / 2.0
     };
-    options.provision_s + cp.restore_s + lost
+    provision_s + cp.restore_s + lost
 }
 
 impl Cost {

@@ -25,6 +25,7 @@ mod shares;
 mod tests;
 
 pub use candidates::sizes_between;
+pub use cost::interruption_seconds;
 pub use shares::TeamShare;
 
 use candidates::OfferIndex;
