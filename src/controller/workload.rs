@@ -3,7 +3,8 @@
 //!
 //! The rules follow torchrun elastic semantics: every membership change restarts all workers
 //! from the last checkpoint (after a `restore_s` stall); a drain request (interruption notice or
-//! migration) takes a checkpoint at once; a periodic checkpoint is taken every `interval_s`.
+//! migration) takes a checkpoint at once if a node of the run is still there to take it; a
+//! periodic checkpoint is taken every `interval_s`.
 //! The agent on a node watches its own metadata for a reclaim notice, as `tern agent` does, so a
 //! notice whose lead covers `save_s` checkpoints even when the controller's next pass comes
 //! after the reclaim. A node lost without a fresh checkpoint therefore costs the progress since
