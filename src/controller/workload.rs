@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{InstanceId, InstanceState};
+use tern_cloud::{CheckpointSpec, InstanceId, InstanceState};
 use tern_sim::SimCloud;
 
 use super::{Controller, ControllerError};
+use crate::store::JobRecord;
 
 #[derive(Debug, Default)]
 struct Run {
@@ -33,7 +34,91 @@ struct Run {
     halted: bool,
 }
 
+/// A job's progress as one step changes it.
+#[derive(Debug)]
+struct Progress {
+    done: f64,
+    checkpoint: f64,
+    /// A checkpoint was taken on request (drain, notice, scale-up): it answers a drain.
+    saved: bool,
+}
+
+impl Progress {
+    fn save(&mut self) {
+        self.checkpoint = self.done;
+        self.saved = true;
+    }
+}
+
+/// What a membership change (or a notice) did at the start of a step.
+#[derive(Debug)]
+struct Change {
+    /// Samples thrown away: the workers restarted from an older checkpoint.
+    lost: f64,
+    /// A notice seen while the node still counts as running: save after this step's work.
+    save_after: bool,
+}
+
 impl Run {
+    /// Drains and membership changes at the start of a step. `notice`: a member's agent saw a
+    /// reclaim notice in time to save, before the reclaim, so before this step's progress when
+    /// the controller already saw the node go, and after it otherwise.
+    fn change(
+        &mut self,
+        job: &JobRecord,
+        now_members: BTreeSet<InstanceId>,
+        notice: bool,
+        p: &mut Progress,
+    ) -> Change {
+        let c = &job.spec.checkpoint;
+        let changed = now_members != self.members;
+        let save_first = notice && changed;
+        // A drain the controller asks for after the nodes went finds no agent to save.
+        let alive = self.members.iter().any(|m| now_members.contains(m));
+        if (job.drain_requested && alive) || save_first {
+            // The agent runs the job's checkpoint command, unless it did already on the
+            // notice and stopped. A save on a notice fits in its lead.
+            p.save();
+            if !self.halted && !save_first {
+                self.save(c.save_s);
+            }
+        }
+        let mut lost = 0.0;
+        if changed {
+            let grew =
+                now_members.len() > self.members.len() && self.members.is_subset(&now_members);
+            if grew && !self.members.is_empty() {
+                // A planned scale-up: checkpoint first, then restart with more workers.
+                p.save();
+                self.stall_s += c.save_s;
+            } else if p.done > p.checkpoint {
+                lost = p.done - p.checkpoint;
+                p.done = p.checkpoint;
+            }
+            self.stall_s += c.restore_s;
+            self.members = now_members;
+            self.halted = false;
+        }
+        Change {
+            lost,
+            save_after: notice && !save_first,
+        }
+    }
+
+    /// `dt_s` seconds of training at `thr` samples/s, after any stall; a periodic checkpoint
+    /// every `interval_s`, and one at the end.
+    fn work(&mut self, c: &CheckpointSpec, thr: f64, total: f64, dt_s: f64, p: &mut Progress) {
+        let stall = self.stall_s.min(dt_s);
+        self.stall_s -= stall;
+        let dt_s = dt_s - stall;
+        p.done = (p.done + thr * dt_s).min(total);
+        self.since_checkpoint_s += dt_s;
+        if self.since_checkpoint_s >= c.interval_s || p.done >= total {
+            p.checkpoint = p.done;
+            self.since_checkpoint_s = 0.0;
+        }
+    }
+
     /// The workers stall for a checkpoint save.
     fn save(&mut self, save_s: f64) {
         self.stall_s += save_s;
@@ -89,23 +174,7 @@ impl Workload {
         dt: Duration,
         now: DateTime<Utc>,
     ) -> Result<(), ControllerError> {
-        let mut members: HashMap<String, (BTreeSet<InstanceId>, String, u32)> = HashMap::new();
-        for i in ctl.instances() {
-            if i.state != InstanceState::Running {
-                continue;
-            }
-            let e = members.entry(i.job.clone()).or_insert_with(|| {
-                (
-                    BTreeSet::new(),
-                    i.offer
-                        .accelerator()
-                        .map(|a| a.name.clone())
-                        .unwrap_or_default(),
-                    i.offer.accelerator_units().max(1),
-                )
-            });
-            e.0.insert(i.id.clone());
-        }
+        let mut members = running_members(ctl);
         let names: Vec<String> = ctl
             .jobs()
             .filter(|j| !j.state.is_final())
@@ -122,68 +191,58 @@ impl Workload {
                 continue;
             }
             let c = job.spec.checkpoint;
-            let mut done = job.done_samples;
-            let mut checkpoint = job.checkpoint_samples;
-            let mut checkpointed = false;
-            let mut dt_s = dt.as_secs_f64();
-            // A member's agent saw a reclaim notice: it saves before the reclaim, which is
-            // before this step's progress when the controller already saw the node go.
             let notice = self
                 .metadata
                 .as_ref()
                 .is_some_and(|m| run.agent_saw_notice(m, c.save_s));
-            let save_first = notice && now_members != run.members;
-            // A drain the controller asks for after the nodes went finds no agent to save.
-            let alive = run.members.iter().any(|m| now_members.contains(m));
-            if (job.drain_requested && alive) || save_first {
-                // Checkpoint now: the agent runs the job's checkpoint command, unless it did
-                // already on the notice and stopped. A save on a notice fits in its lead.
-                checkpoint = done;
-                checkpointed = true;
-                if !run.halted && !save_first {
-                    run.save(c.save_s);
-                }
-            }
-            if now_members != run.members {
-                let grew =
-                    now_members.len() > run.members.len() && run.members.is_subset(&now_members);
-                if grew && !run.members.is_empty() {
-                    // A planned scale-up: checkpoint first, then restart with more workers.
-                    checkpoint = done;
-                    checkpointed = true;
-                    run.stall_s += c.save_s;
-                } else if done > checkpoint {
-                    *self.lost_samples.entry(name.clone()).or_default() += done - checkpoint;
-                    done = checkpoint;
-                }
-                run.stall_s += c.restore_s;
-                run.members = now_members;
-                run.halted = false;
+            let mut p = Progress {
+                done: job.done_samples,
+                checkpoint: job.checkpoint_samples,
+                saved: false,
+            };
+            let change = run.change(&job, now_members, notice, &mut p);
+            if change.lost > 0.0 {
+                *self.lost_samples.entry(name.clone()).or_default() += change.lost;
             }
             let n = run.members.len() as u32;
             if n >= job.spec.workers.min.div_ceil(per_node).max(1) && !run.halted {
-                let stall = run.stall_s.min(dt_s);
-                run.stall_s -= stall;
-                dt_s -= stall;
                 let thr = ctl
                     .model(&name)
                     .and_then(|m| m.throughput(&accelerator, per_node, n))
                     .map_or(0.0, |t| t.expected);
-                done = (done + thr * dt_s).min(job.total_samples);
-                run.since_checkpoint_s += dt_s;
-                if run.since_checkpoint_s >= c.interval_s || done >= job.total_samples {
-                    checkpoint = done;
-                    run.since_checkpoint_s = 0.0;
-                }
+                run.work(&c, thr, job.total_samples, dt.as_secs_f64(), &mut p);
             }
-            if notice && !save_first {
-                checkpoint = done;
-                checkpointed = true;
+            if change.save_after {
+                // The agent saw the notice during this step, its node still counted as running:
+                // it saves what the step did and stops until the node goes.
+                p.save();
                 run.since_checkpoint_s = 0.0;
                 run.halted = true;
             }
-            ctl.report_progress(&name, done, checkpoint, checkpointed, now)?;
+            ctl.report_progress(&name, p.done, p.checkpoint, p.saved, now)?;
         }
         Ok(())
     }
+}
+
+/// Each job's running instances, with the accelerator and its count per node.
+fn running_members(ctl: &Controller) -> HashMap<String, (BTreeSet<InstanceId>, String, u32)> {
+    let mut members: HashMap<String, (BTreeSet<InstanceId>, String, u32)> = HashMap::new();
+    for i in ctl.instances() {
+        if i.state != InstanceState::Running {
+            continue;
+        }
+        let e = members.entry(i.job.clone()).or_insert_with(|| {
+            (
+                BTreeSet::new(),
+                i.offer
+                    .accelerator()
+                    .map(|a| a.name.clone())
+                    .unwrap_or_default(),
+                i.offer.accelerator_units().max(1),
+            )
+        });
+        e.0.insert(i.id.clone());
+    }
+    members
 }
