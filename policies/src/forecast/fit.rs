@@ -48,6 +48,9 @@ fn regime(s: &Shape) -> usize {
     }
 }
 
+/// Prior sd of the overlap exponent γ: wide, from no overlap (1) to near-perfect overlap.
+pub const GAMMA_SD: f64 = 2.0;
+
 /// Prior sd (log space) of an intra-node sync term that no data constrains.
 const INTRA_UNSEEN_SD: f64 = 2.0;
 
@@ -249,7 +252,7 @@ pub fn initial(samples: &[Sample], opts: &FitOptions) -> Result<(Params, Prior),
         sd[ix::ALPHA_R] = INTRA_UNSEEN_SD;
         sd[ix::BETA_R] = INTRA_UNSEEN_SD;
     }
-    sd[ix::GAMMA] = 2.0;
+    sd[ix::GAMMA] = GAMMA_SD;
     Ok((
         p,
         Prior {

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Forecaster accuracy over profile folders: every application folder in POLLUX (Pollux layout,
+# one node type) and in SIA (Sia layout, one placements-<node>.csv per node type), each fitted on
+# all rows, single-node rows, and single-node rows plus two probes; and the bootstrap from every
+# other node type of the same application. Prints mean, median and worst step-time MAPE per mode.
+#
+#   scripts/forecast_accuracy.sh [--tern BIN] POLLUX_DIR SIA_DIR
+#   e.g. scripts/forecast_accuracy.sh ../shared/data/profiles/pollux-t4 ../shared/data/profiles/sia-multigpu
+#
+# Sia's `aws` node type is the Pollux g4dn.12xlarge again, so its fits are left out of the fit
+# rows (they would count those nodes twice); it is still a bootstrap source and target.
+set -euo pipefail
+shopt -s nullglob
+tern=tern
+if [[ "${1:-}" == "--tern" ]]; then
+    tern=$2
+    shift 2
+fi
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 [--tern BIN] POLLUX_DIR SIA_DIR" >&2
+    exit 2
+fi
+pollux=$1
+sia=$2
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# One JSON line per case: {"mode": ..., "case": ..., "mape": ...}.
+evaluate() {
+    local mode=$1 name=$2
+    shift 2
+    local mape
+    if ! mape=$("$tern" forecast evaluate "$@" --json 2>/dev/null | tail -1 |
+        python3 -c 'import json,sys; v=json.load(sys.stdin)["mape"]; print("null" if v is None else v)'); then
+        echo "forecast evaluate failed: $*" >&2
+        return 1
+    fi
+    printf '{"mode":"%s","case":"%s","mape":%s}\n' "$mode" "$name" "$mape" >>"$out"
+}
+
+for dir in "$pollux"/*/; do
+    app=$(basename "$dir")
+    [[ -f "$dir/placements.csv" ]] || continue
+    for fit in all probes single-node; do
+        evaluate "$fit" "pollux/$app" --profile "$dir" --fit-on "$fit"
+    done
+done
+for dir in "$sia"/*/; do
+    app=$(basename "$dir")
+    nodes=$(find "$dir" -maxdepth 1 -name 'placements-*.csv' -printf '%f\n' |
+        sed 's/^placements-//; s/\.csv$//' | sort)
+    for g in $nodes; do
+        if [[ $g != aws ]]; then
+            for fit in all probes single-node; do
+                evaluate "$fit" "sia/$app/$g" --profile "$dir" --gpu "$g" --fit-on "$fit"
+            done
+        fi
+        for s in $nodes; do
+            # dgx-ext is the dgx hardware again: not a second source, nor a pair with dgx.
+            [[ $s == "$g" || $s == dgx-ext || "$g/$s" == dgx-ext/dgx ]] && continue
+            evaluate bootstrap "sia/$app/$g<-$s" --profile "$dir" --gpu "$g" --bootstrap-from "$s"
+        done
+    done
+done
+
+python3 - "$out" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"{'fit on':12} {'cases':>5} {'mean':>7} {'median':>7} {'worst':>7}  worst case")
+for mode in ["all", "probes", "single-node", "bootstrap"]:
+    v = [r for r in rows if r["mode"] == mode and r["mape"] is not None]
+    if not v:
+        continue
+    m = [r["mape"] for r in v]
+    w = max(v, key=lambda r: r["mape"])
+    print(f"{mode:12} {len(m):5} {statistics.mean(m):6.1f}% {statistics.median(m):6.1f}% "
+          f"{w['mape']:6.1f}%  {w['case']}")
+EOF
