@@ -44,6 +44,25 @@ pub enum LoopError {
     Io(#[from] std::io::Error),
 }
 
+/// Each trace's zone name, made distinct: the replay treats every trace as its own zone (a set
+/// may hold several traces of one zone, e.g. other GPUs or counts), and so must the simulated
+/// cloud, or their pools would merge. Later repeats get `-2`, `-3`, ...
+fn distinct_zones(traces: &[Trace]) -> Vec<String> {
+    let mut seen: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    traces
+        .iter()
+        .map(|t| {
+            let n = seen.entry(t.zone.as_str()).or_default();
+            *n += 1;
+            if *n == 1 {
+                t.zone.clone()
+            } else {
+                format!("{}-{n}", t.zone)
+            }
+        })
+        .collect()
+}
+
 /// The replay's job and traces, as the closed loop runs them.
 #[derive(Debug)]
 pub struct LoopSetup<'a> {
@@ -116,11 +135,13 @@ impl LoopSetup<'_> {
         let ticks = self.prepared.job.deadline as usize + 2;
         self.traces
             .iter()
+            .zip(distinct_zones(self.traces))
             .enumerate()
-            .map(|(z, t)| {
+            .map(|(z, (t, zone))| {
                 let end = (start + ticks).min(t.available.len());
                 let prices = self.prepared.spot_prices(z);
                 Trace {
+                    zone,
                     available: t.available[start..end].to_vec(),
                     prices: Some(prices[start..end.min(prices.len())].to_vec()),
                     on_demand_price: Some(self.prepared.on_demand_prices()[z]),
@@ -136,7 +157,12 @@ impl LoopSetup<'_> {
         let lookback = crate::controller::POLICY_LOOKBACK_TICKS as usize;
         let base = epoch.timestamp() / gap;
         let mut out = Vec::new();
-        for (z, t) in self.traces.iter().enumerate() {
+        for (z, (t, zone)) in self
+            .traces
+            .iter()
+            .zip(distinct_zones(self.traces))
+            .enumerate()
+        {
             let prices = self.prepared.spot_prices(z);
             let from = start.saturating_sub(lookback);
             for (i, (&available, &spot_price)) in t.available[from..start]
@@ -145,9 +171,9 @@ impl LoopSetup<'_> {
                 .enumerate()
             {
                 out.push(PoolSample {
-                    pool: format!("{}@{}", config.instance_type.name, t.zone),
+                    pool: format!("{}@{}", config.instance_type.name, zone),
                     instance_type: config.instance_type.name.clone(),
-                    zone: t.zone.clone(),
+                    zone: zone.clone(),
                     region: t.region.clone(),
                     tick: base - (start - from - i) as i64,
                     available,
@@ -279,5 +305,35 @@ impl LoopSetup<'_> {
             restarts: (stats.launches / u64::from(self.nodes.max(1))).saturating_sub(1) as u32,
             moves: stats.migrations as u32,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(zone: &str) -> Trace {
+        Trace {
+            source: format!("{zone}.json").into(),
+            cloud: tern_cloud::Cloud::Aws,
+            region: "us-west-2".into(),
+            zone: zone.into(),
+            gap_seconds: 600,
+            available: vec![1; 4],
+            prices: None,
+            spot_price: Some(0.9),
+            on_demand_price: Some(3.06),
+        }
+    }
+
+    /// Two traces of one zone (say K80 and V100 in us-west-2a) stay two pools in the loop, as
+    /// they are two zones in the replay.
+    #[test]
+    fn traces_of_one_zone_become_distinct_zones() {
+        let traces = ["us-west-2a", "us-west-2b", "us-west-2a", "us-west-2a"].map(trace);
+        assert_eq!(
+            distinct_zones(&traces),
+            ["us-west-2a", "us-west-2b", "us-west-2a-2", "us-west-2a-3"]
+        );
     }
 }
