@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer};
+use tern_cloud::{Availability, Capacity, InstanceId, InstanceState, IntentKind, Offer};
 use tern_policies::fleet::{self, Deadline, MoveInput, Node, SpotWait, Target};
 
 use super::events::{Event, ResizeWhy, WaitReason};
@@ -160,6 +160,11 @@ impl Controller {
         let Some(first) = live.first().map(|i| i.offer.clone()) else {
             return Ok(());
         };
+        let spot: Vec<InstanceId> = live
+            .iter()
+            .filter(|i| i.offer.capacity == Capacity::Spot)
+            .map(|i| i.id.clone())
+            .collect();
         let Some(e) = self.fleet.jobs.get_mut(name) else {
             return Ok(());
         };
@@ -180,6 +185,11 @@ impl Controller {
                 Policy::Idle => {
                     return self
                         .without_spot(name, &first, n_live, missing, wait, now)
+                        .await;
+                }
+                Policy::OnDemand if gang => {
+                    return self
+                        .gang_on_demand(name, offers, &first, spot, n_live, target, now)
                         .await;
                 }
                 Policy::OnDemand => (pool(offers, shape, Capacity::OnDemand, zone), true),
@@ -230,6 +240,44 @@ impl Controller {
         }
         self.launch_missing(name, list, missing, on_demand, now)
             .await
+    }
+
+    /// The deadline needs a gang on on-demand: all of it, as the policy's job is all on one
+    /// capacity. Spot survivors are released too (the gang restarts on the new nodes anyway),
+    /// or each of their reclaims would restart it again with no slack left to pay for it.
+    #[allow(clippy::too_many_arguments)]
+    async fn gang_on_demand(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        first: &Offer,
+        spot: Vec<InstanceId>,
+        n_live: u32,
+        target: u32,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let kept = n_live - spot.len() as u32;
+        // On-demand survivors pin the gang's zone; with none, any zone will do.
+        let zone = (kept > 0).then_some(&first.zone);
+        let shape = first.instance_type.name.as_str();
+        let list: Vec<Offer> = pool(offers, shape, Capacity::OnDemand, zone)
+            .into_iter()
+            .cloned()
+            .collect();
+        if !spot.is_empty() && !list.is_empty() {
+            self.emit(
+                now,
+                Event::Regrouped {
+                    job: name.to_string(),
+                    zone: first.zone.clone(),
+                    released: spot.len(),
+                },
+            )?;
+            self.act(name, IntentKind::Terminate { instances: spot }, now)
+                .await?;
+        }
+        let missing = target.saturating_sub(kept);
+        self.launch_missing(name, list, missing, true, now).await
     }
 
     /// Launch `missing` nodes of a running job on the first offers of `list` that take them.

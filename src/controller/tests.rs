@@ -391,6 +391,53 @@ async fn the_agents_own_notice_saves_progress_when_the_controller_is_too_late() 
     }
 }
 
+/// A gang of two on spot loses a node when its slack can no longer pay for another reclaim:
+/// the policy says on-demand, and the whole gang goes there. Keeping the spot survivor would
+/// restart the gang again at its reclaim, with no slack left for it.
+#[tokio::test]
+async fn a_gang_the_deadline_sends_to_on_demand_goes_whole() {
+    // Zone a holds two nodes for half an hour, then one; zone b never has any.
+    let a: Vec<u32> = vec![2; 6].into_iter().chain(vec![1; 60]).collect();
+    let sim = sim(vec![
+        trace("us-west-2a", a),
+        trace("us-west-2b", vec![0; 66]),
+    ]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut cfg = config();
+    cfg.exact_forecast = true;
+    let mut ctl = Controller::open(store.clone(), sim.clone(), cfg).expect("open");
+    // One hour of work on two nodes (320 samples/s each), due 40 minutes after that: room to
+    // start on spot, not for a restart on spot after the reclaim.
+    let text = "name = \"gang\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 2\n\
+                gang = true\ndeadline = \"6000s\"\nlocal_batch = 64\n[work]\nsamples = 2304000\n\
+                [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n";
+    ctl.submit(parse_job_spec(text, "gang.toml").expect("spec"), sim.now())
+        .expect("submit");
+    let mut workload = workload::Workload::watching(sim.clone());
+    let tick = Duration::from_secs(300);
+    let mut on_spot_first = false;
+    for _ in 0..8 {
+        ctl.pass(sim.now()).await.expect("pass");
+        on_spot_first |= ctl.instances().any(|i| i.offer.capacity == Capacity::Spot);
+        sim.advance(tick);
+        workload.step(&mut ctl, tick, sim.now()).expect("step");
+    }
+    ctl.pass(sim.now()).await.expect("pass");
+    let events = store.events(0, Some("gang")).expect("events");
+    let log: Vec<String> = events
+        .iter()
+        .map(|e| format!("{} {}", e.kind, e.message))
+        .collect();
+    assert!(on_spot_first, "the gang starts on spot: {log:#?}");
+    assert!(events.iter().any(|e| e.kind == "preempted"), "{log:#?}");
+    let live: Vec<_> = ctl.instances().filter(|i| !i.draining).collect();
+    assert_eq!(live.len(), 2, "{log:#?}");
+    assert!(
+        live.iter().all(|i| i.offer.capacity == Capacity::OnDemand),
+        "the whole gang on on-demand: {live:?}\n{log:#?}"
+    );
+}
+
 /// The simulated cloud presented as `cloud`, whose notice lead the controller then assumes.
 #[derive(Debug)]
 struct Posing(Cloud, Arc<SimCloud>);
