@@ -160,11 +160,6 @@ impl Controller {
         let Some(first) = live.first().map(|i| i.offer.clone()) else {
             return Ok(());
         };
-        let spot: Vec<InstanceId> = live
-            .iter()
-            .filter(|i| i.offer.capacity == Capacity::Spot)
-            .map(|i| i.id.clone())
-            .collect();
         let Some(e) = self.fleet.jobs.get_mut(name) else {
             return Ok(());
         };
@@ -188,9 +183,7 @@ impl Controller {
                         .await;
                 }
                 Policy::OnDemand if gang => {
-                    return self
-                        .gang_on_demand(name, offers, &first, spot, n_live, target, now)
-                        .await;
+                    return self.gang_on_demand(name, offers, target, now).await;
                 }
                 Policy::OnDemand => (pool(offers, shape, Capacity::OnDemand, zone), true),
                 // A gang's zone is gone: it gives its survivors back to start whole elsewhere.
@@ -245,18 +238,23 @@ impl Controller {
     /// The deadline needs a gang on on-demand: all of it, as the policy's job is all on one
     /// capacity. Spot survivors are released too (the gang restarts on the new nodes anyway),
     /// or each of their reclaims would restart it again with no slack left to pay for it.
-    #[allow(clippy::too_many_arguments)]
     async fn gang_on_demand(
         &mut self,
         name: &str,
         offers: &[Offer],
-        first: &Offer,
-        spot: Vec<InstanceId>,
-        n_live: u32,
         target: u32,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let kept = n_live - spot.len() as u32;
+        let live = self.live_of(name);
+        let Some(first) = live.first().map(|i| i.offer.clone()) else {
+            return Ok(());
+        };
+        let spot: Vec<InstanceId> = live
+            .iter()
+            .filter(|i| i.offer.capacity == Capacity::Spot)
+            .map(|i| i.id.clone())
+            .collect();
+        let kept = (live.len() - spot.len()) as u32;
         // On-demand survivors pin the gang's zone; with none, any zone will do.
         let zone = (kept > 0).then_some(&first.zone);
         let shape = first.instance_type.name.as_str();
