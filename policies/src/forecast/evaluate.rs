@@ -215,6 +215,15 @@ pub fn select_probes(current: &Fit, candidates: &[Shape], n: usize) -> Vec<Shape
     let cross = 1.0 / (CROSS_NODE_SD * CROSS_NODE_SD);
     let prior = [cross, cross, 1.0 / (GAMMA_SD * GAMMA_SD)];
     let w = 1.0 / (OBS_NOISE * OBS_NOISE);
+    // Σ_c g_c g_cᵀ over the candidates: the summed variance is then tr(M⁻¹ G).
+    let mut all = [[0.0; 3]; 3];
+    for g in &grads {
+        for a in 0..3 {
+            for b in 0..3 {
+                all[a][b] += g[a] * g[b];
+            }
+        }
+    }
     // Higher is better: minus the summed prediction variance over the candidates.
     let score = |picked: &[usize]| {
         let mut m = [[0.0; 3]; 3];
@@ -231,11 +240,9 @@ pub fn select_probes(current: &Fit, candidates: &[Shape], n: usize) -> Vec<Shape
         }
         let inv = inv3(&m);
         let mut v = 0.0;
-        for g in &grads {
-            for a in 0..3 {
-                for b in 0..3 {
-                    v += g[a] * inv[a][b] * g[b];
-                }
+        for a in 0..3 {
+            for b in 0..3 {
+                v += inv[a][b] * all[b][a];
             }
         }
         -v
