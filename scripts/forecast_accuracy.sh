@@ -4,20 +4,31 @@
 # all rows, single-node rows, and single-node rows plus two probes; and the bootstrap from every
 # other node type of the same application. Prints mean, median and worst step-time MAPE per mode.
 #
-#   scripts/forecast_accuracy.sh [--tern BIN] POLLUX_DIR SIA_DIR
+#   scripts/forecast_accuracy.sh [--tern BIN] [--pollux-accelerator NAME] POLLUX_DIR SIA_DIR
 #   e.g. scripts/forecast_accuracy.sh ../shared/data/profiles/pollux-t4 ../shared/data/profiles/sia-multigpu
+#
+# A Pollux folder does not name its hardware, so its fits use the generic interconnect prior
+# unless --pollux-accelerator names the GPU (the Pollux artifact's is T4, on g4dn.12xlarge).
 #
 # Sia's `aws` node type is the Pollux g4dn.12xlarge again, so its fits are left out of the fit
 # rows (they would count those nodes twice); it is still a bootstrap source and target.
 set -euo pipefail
 shopt -s nullglob
 tern=tern
-if [[ "${1:-}" == "--tern" ]]; then
-    tern=$2
+pollux_hw=()
+while [[ "${1:-}" == --* ]]; do
+    case $1 in
+    --tern) tern=$2 ;;
+    --pollux-accelerator) pollux_hw=(--accelerator "$2") ;;
+    *)
+        echo "unknown option $1" >&2
+        exit 2
+        ;;
+    esac
     shift 2
-fi
+done
 if [[ $# -ne 2 ]]; then
-    echo "usage: $0 [--tern BIN] POLLUX_DIR SIA_DIR" >&2
+    echo "usage: $0 [--tern BIN] [--pollux-accelerator NAME] POLLUX_DIR SIA_DIR" >&2
     exit 2
 fi
 pollux=$1
@@ -42,7 +53,7 @@ for dir in "$pollux"/*/; do
     app=$(basename "$dir")
     [[ -f "$dir/placements.csv" ]] || continue
     for fit in all probes single-node; do
-        evaluate "$fit" "pollux/$app" --profile "$dir" --fit-on "$fit"
+        evaluate "$fit" "pollux/$app" --profile "$dir" --fit-on "$fit" "${pollux_hw[@]}"
     done
 done
 for dir in "$sia"/*/; do
@@ -67,12 +78,18 @@ python3 - "$out" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(f"{'fit on':12} {'cases':>5} {'mean':>7} {'median':>7} {'worst':>7}  worst case")
+def line(label, v):
+    m = [r["mape"] for r in v]
+    w = max(v, key=lambda r: r["mape"])
+    print(f"{label:12} {len(m):5} {statistics.mean(m):6.1f}% {statistics.median(m):6.1f}% "
+          f"{w['mape']:6.1f}%  {w['case']}")
 for mode in ["all", "probes", "single-node", "bootstrap"]:
     v = [r for r in rows if r["mode"] == mode and r["mape"] is not None]
     if not v:
         continue
-    m = [r["mape"] for r in v]
-    w = max(v, key=lambda r: r["mape"])
-    print(f"{mode:12} {len(m):5} {statistics.mean(m):6.1f}% {statistics.median(m):6.1f}% "
-          f"{w['mape']:6.1f}%  {w['case']}")
+    line(mode, v)
+    for src in ["pollux", "sia"]:
+        part = [r for r in v if r["case"].startswith(src + "/")]
+        if part and len(part) < len(v):
+            line(f"  {src}", part)
 EOF

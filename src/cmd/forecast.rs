@@ -108,7 +108,7 @@ fn fit_options(node_type: Option<&str>, accelerator: Option<&str>) -> FitOptions
     let cross_ratio = match (node_type.and_then(speed::node_type), accelerator) {
         (Some(n), None) => speed::cross_ratio(n.link_gbps, n.nic_gbps),
         (_, Some(a)) => speed::interconnect_ratio(a),
-        (None, None) => speed::DEFAULT_CROSS_RATIO,
+        (None, None) => speed::default_cross_ratio(),
     };
     FitOptions {
         cross_ratio,

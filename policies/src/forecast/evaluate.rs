@@ -155,7 +155,13 @@ pub fn evaluate(
             Vec::new(),
         ),
         FitOn::Probes => {
-            let base = fit(&single, opts, None)?;
+            // The design asks which shapes would teach the cross-node terms and γ the most, so
+            // its fit must leave γ open rather than assume the near-additive reading.
+            let design = FitOptions {
+                additive_until_crossed: false,
+                ..*opts
+            };
+            let base = fit(&single, &design, None)?;
             let candidates: Vec<Shape> = rows
                 .iter()
                 .filter(|r| r.shape.nodes > 1)

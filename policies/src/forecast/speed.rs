@@ -25,16 +25,17 @@ pub struct Hardware {
 /// (PCIe 4, 100 Gb/s); RTX 2080 Ti / Quadro RTX 6000 PCIe 3 servers with 50 Gb/s Ethernet /
 /// 200 Gb/s InfiniBand. Link figures are usable per-direction bandwidth, not marketing totals.
 /// TPU slices talk over ICI inside a slice, so their link/NIC pair only matters across slices
-/// (data-centre network), taken as 12.5 GB/s.
+/// (data-centre network), taken as 12.5 GB/s. AWS G-family nodes (T4, A10G, L4, L40S) sync across
+/// nodes over TCP: see [`TCP_FLOW_GBPS`].
 pub const TABLE: &[Hardware] = &[
     hw("K80", 4.4, 240.0, 12.0, 1.25),
     hw("P100", 21.2, 732.0, 20.0, 3.1),
     hw("V100", 125.0, 900.0, 150.0, 12.5),
-    hw("T4", 65.0, 320.0, 12.0, 6.25),
-    hw("A10G", 70.0, 600.0, 25.0, 12.5),
+    hw("T4", 65.0, 320.0, 12.0, TCP_FLOW_GBPS),
+    hw("A10G", 70.0, 600.0, 25.0, TCP_FLOW_GBPS),
     hw("A10", 125.0, 600.0, 25.0, 12.5),
-    hw("L4", 121.0, 300.0, 25.0, 12.5),
-    hw("L40S", 362.0, 864.0, 25.0, 25.0),
+    hw("L4", 121.0, 300.0, 25.0, TCP_FLOW_GBPS),
+    hw("L40S", 362.0, 864.0, 25.0, TCP_FLOW_GBPS),
     hw("A100", 312.0, 1555.0, 300.0, 50.0),
     hw("A100-80GB", 312.0, 2039.0, 300.0, 50.0),
     hw("H100", 989.0, 3350.0, 450.0, 200.0),
@@ -50,6 +51,14 @@ pub const TABLE: &[Hardware] = &[
     hw("TPU-V6E", 918.0, 1640.0, 50.0, 12.5),
 ];
 
+/// Cross-node rate of NCCL over TCP on AWS, GB/s: EC2 caps a single flow between instances at
+/// 5 Gb/s outside a cluster placement group, whatever the instance's line rate, and NCCL's socket
+/// transport (what PyTorch uses unless the EFA/OFI plugin is installed and configured, which
+/// G-family images do not do by default) carries a ring over few flows. So a g4dn.12xlarge's
+/// 50 Gb/s NIC syncs at ~0.6 GB/s, not 6.25. InfiniBand and EFA-configured P-family nodes keep
+/// their line rate.
+pub const TCP_FLOW_GBPS: f64 = 0.625;
+
 const fn hw(name: &'static str, tflops: f64, mem_gbps: f64, link: f64, nic: f64) -> Hardware {
     Hardware {
         name,
@@ -60,10 +69,16 @@ const fn hw(name: &'static str, tflops: f64, mem_gbps: f64, link: f64, nic: f64)
     }
 }
 
-/// Cross-node / intra-node sync ratio when the hardware is unknown: √ρ (see [`cross_ratio`])
-/// for a link/NIC ratio of 4, the geometric middle of PCIe nodes (≈ 2) and NVLink nodes with a
-/// modest NIC (≈ 6–12).
-pub const DEFAULT_CROSS_RATIO: f64 = 2.0;
+/// Cross-node / intra-node sync ratio when the hardware is unknown: the geometric middle of
+/// [`cross_ratio`] over the hardware table, from InfiniBand nodes (≈ 1) through NVLink nodes
+/// with a modest NIC (≈ 2.5–3.5) to PCIe nodes syncing over TCP (≈ 4.4–6.3).
+pub fn default_cross_ratio() -> f64 {
+    let logs: f64 = TABLE
+        .iter()
+        .map(|h| cross_ratio(h.link_gbps, h.nic_gbps).ln())
+        .sum();
+    (logs / TABLE.len() as f64).exp()
+}
 
 /// Uncertainty (sd of ln) of a relative-speed prior: datasheet ratios routinely miss real
 /// training speedups by 1.5–2× (kernels, memory capacity, input pipelines).
@@ -111,7 +126,7 @@ pub fn relative_speed(name: &str) -> Option<f64> {
 pub fn interconnect_ratio(name: &str) -> f64 {
     lookup(name)
         .map(|h| cross_ratio(h.link_gbps, h.nic_gbps))
-        .unwrap_or(DEFAULT_CROSS_RATIO)
+        .unwrap_or_else(default_cross_ratio)
 }
 
 /// Cross-node / intra-node sync ratio from link and NIC bandwidth. A bandwidth-bound ring
@@ -136,13 +151,13 @@ pub struct NodeType {
 }
 
 /// Node types of data/profiles (Sia's names) and common cloud instances, from the vendors'
-/// instance pages: g4dn.12xlarge 4×T4 PCIe 3, 50 Gb/s; ND40rs_v2 8×V100 NVLink 2, 100 Gb/s
+/// instance pages: g4dn.12xlarge 4×T4 PCIe 3, 50 Gb/s (TCP, see [`TCP_FLOW_GBPS`]); ND40rs_v2 8×V100 NVLink 2, 100 Gb/s
 /// InfiniBand; DGX-A100 8×A100 NVLink 3 with 8×200 Gb/s InfiniBand; p4d.24xlarge 8×A100,
 /// 400 Gb/s EFA; p5.48xlarge 8×H100 NVLink 4, 3200 Gb/s EFA; 4×Quadro RTX 6000 PCIe 3, 200 Gb/s
 /// InfiniBand; 8×RTX 2080 Ti PCIe 3, 50 Gb/s Ethernet.
 pub const NODE_TYPES: &[NodeType] = &[
-    node("aws", "T4", 4, 12.0, 6.25),
-    node("g4dn.12xlarge", "T4", 4, 12.0, 6.25),
+    node("aws", "T4", 4, 12.0, TCP_FLOW_GBPS),
+    node("g4dn.12xlarge", "T4", 4, 12.0, TCP_FLOW_GBPS),
     node("azure", "V100", 8, 150.0, 12.5),
     node("nd40rs_v2", "V100", 8, 150.0, 12.5),
     node("dgx", "A100", 8, 300.0, 200.0),
@@ -198,6 +213,16 @@ mod tests {
         for h in TABLE {
             assert!(interconnect_ratio(h.name) >= 1.0);
         }
-        assert_eq!(interconnect_ratio("unknown"), DEFAULT_CROSS_RATIO);
+        assert_eq!(interconnect_ratio("unknown"), default_cross_ratio());
+        let d = default_cross_ratio();
+        let lo = TABLE
+            .iter()
+            .map(|h| interconnect_ratio(h.name))
+            .fold(f64::MAX, f64::min);
+        let hi = TABLE
+            .iter()
+            .map(|h| interconnect_ratio(h.name))
+            .fold(0.0, f64::max);
+        assert!(lo < d && d < hi, "{lo} < {d} < {hi}");
     }
 }
