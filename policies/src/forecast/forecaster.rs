@@ -7,7 +7,7 @@ use tern_cloud::{Forecast, Observation};
 
 use super::ForecastError;
 use super::fit::{Fit, FitOptions, Spread, fit};
-use super::model::{Sample, Shape};
+use super::model::{Params, Sample, Shape};
 use super::profile::GradientNoise;
 use super::speed;
 
@@ -289,29 +289,19 @@ impl Forecaster {
                         .ok_or_else(|| ForecastError::UnknownAccelerator(from.into()))?,
                 );
                 let ratio = sa / sb;
-                // Compute scales with chip speed; sync with the usual nodes' interconnects,
-                // as in `transfer`.
-                let mut p = src.params;
-                p.alpha_c /= ratio;
-                p.beta_c /= ratio;
-                if let (Some(t), Some(s)) = (net(accelerator), net(from)) {
-                    let intra = (s.link_gbps / t.link_gbps).sqrt();
-                    let cross = (s.nic_gbps / t.nic_gbps).sqrt();
-                    p.alpha_r *= intra;
-                    p.beta_r *= intra;
-                    p.alpha_n *= cross;
-                    p.beta_n *= cross;
-                    // Scaled separately the two can cross; with no data on this accelerator,
-                    // keep the physical order (leaving a node never makes a 2-replica
-                    // all-reduce cheaper) so that the planner never sees more nodes as faster.
-                    p.alpha_n = p.alpha_n.max(p.alpha_r);
-                }
+                // Compute scales with chip speed; the exposed sync with the usual nodes'
+                // interconnects, as in `transfer` (unscaled where one is not in the table).
+                let grad = src.params.grad_s(shape.local_batch) / ratio;
+                let step = match (net(accelerator), net(from)) {
+                    (Some(t), Some(s)) => transferred_step(grad, &src.params, shape, t, s),
+                    _ => grad + exposed_sync(&src.params, shape),
+                };
                 let sd = src
                     .log_spread(shape)
                     .plus(Spread::symmetric(speed::RELATIVE_SPEED_SD));
                 Ok(Prediction::new(
                     *shape,
-                    p.step_s(shape),
+                    step,
                     sd,
                     Basis::RelativeSpeed {
                         from: from.to_string(),
@@ -387,14 +377,8 @@ pub fn transfer(
     target_net: Interconnect,
     source_net: Interconnect,
 ) -> Prediction {
-    let scale = if shape.nodes > 1 {
-        (source_net.nic_gbps / target_net.nic_gbps).sqrt()
-    } else {
-        (source_net.link_gbps / target_net.link_gbps).sqrt()
-    };
-    let src = &source.params;
-    let exposed = (src.step_s(shape) - src.grad_s(shape.local_batch)).max(0.0);
-    let step = target.params.grad_s(shape.local_batch) + scale * exposed;
+    let grad = target.params.grad_s(shape.local_batch);
+    let step = transferred_step(grad, &source.params, shape, target_net, source_net);
     let one = Shape::new(1, 1, shape.local_batch);
     let sd = source
         .log_spread(shape)
@@ -408,6 +392,39 @@ pub fn transfer(
             from: from.to_string(),
         },
     )
+}
+
+/// What the source's all-reduce adds to a step at `shape` beyond its compute: the sync it
+/// leaves exposed, which is what a measurement sees, whatever the fit's split into sync and
+/// overlap.
+fn exposed_sync(source: &Params, shape: &Shape) -> f64 {
+    (source.step_s(shape) - source.grad_s(shape.local_batch)).max(0.0)
+}
+
+/// A step on the target: its compute `grad` plus the source's exposed sync at `shape`, scaled
+/// by √(bandwidth ratio) of the links (one node) or NICs (across nodes). Scaled apart, the two
+/// can cross; across nodes the sync is kept at least what a 2-replica all-reduce costs inside a
+/// target node (leaving a node never makes it cheaper), so that more nodes never look faster.
+fn transferred_step(
+    grad: f64,
+    source: &Params,
+    shape: &Shape,
+    target_net: Interconnect,
+    source_net: Interconnect,
+) -> f64 {
+    let intra = (source_net.link_gbps / target_net.link_gbps).sqrt();
+    let cross = (source_net.nic_gbps / target_net.nic_gbps).sqrt();
+    let sync = if shape.nodes > 1 {
+        let pair = Shape {
+            gpus: 2,
+            nodes: 1,
+            ..*shape
+        };
+        (cross * exposed_sync(source, shape)).max(intra * exposed_sync(source, &pair))
+    } else {
+        intra * exposed_sync(source, shape)
+    };
+    grad + sync
 }
 
 /// Both bootstrap estimates combined: Sia's ratio errs when the target's network is much
