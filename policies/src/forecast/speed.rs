@@ -25,8 +25,8 @@ pub struct Hardware {
 /// (PCIe 4, 100 Gb/s); RTX 2080 Ti / Quadro RTX 6000 PCIe 3 servers with 50 Gb/s Ethernet /
 /// 200 Gb/s InfiniBand. Link figures are usable per-direction bandwidth, not marketing totals.
 /// TPU slices talk over ICI inside a slice, so their link/NIC pair only matters across slices
-/// (data-centre network), taken as 12.5 GB/s. AWS G-family nodes (T4, A10G, L4, L40S) sync across
-/// nodes over TCP: see [`TCP_FLOW_GBPS`].
+/// (data-centre network), taken as 12.5 GB/s. AWS G-family nodes (T4, A10G, L4, L40S) sync
+/// across nodes over TCP: see [`TCP_FLOW_GBPS`].
 pub const TABLE: &[Hardware] = &[
     hw("K80", 4.4, 240.0, 12.0, 1.25),
     hw("P100", 21.2, 732.0, 20.0, 3.1),
@@ -151,8 +151,8 @@ pub struct NodeType {
 }
 
 /// Node types of data/profiles (Sia's names) and common cloud instances, from the vendors'
-/// instance pages: g4dn.12xlarge 4×T4 PCIe 3, 50 Gb/s (TCP, see [`TCP_FLOW_GBPS`]); ND40rs_v2 8×V100 NVLink 2, 100 Gb/s
-/// InfiniBand; DGX-A100 8×A100 NVLink 3 with 8×200 Gb/s InfiniBand; p4d.24xlarge 8×A100,
+/// instance pages: g4dn.12xlarge 4×T4 PCIe 3, 50 Gb/s (TCP, see [`TCP_FLOW_GBPS`]); ND40rs_v2
+/// 8×V100 NVLink 2, 100 Gb/s InfiniBand; DGX-A100 8×A100 NVLink 3 with 8×200 Gb/s InfiniBand; p4d.24xlarge 8×A100,
 /// 400 Gb/s EFA; p5.48xlarge 8×H100 NVLink 4, 3200 Gb/s EFA; 4×Quadro RTX 6000 PCIe 3, 200 Gb/s
 /// InfiniBand; 8×RTX 2080 Ti PCIe 3, 50 Gb/s Ethernet.
 pub const NODE_TYPES: &[NodeType] = &[

@@ -402,8 +402,9 @@ fn a_few_stragglers_do_not_drag_the_fit() {
 
 /// Measured 2-replica syncs across DGX nodes are often a little cheaper than inside one (Sia's
 /// profiles: 0.7–1.0×), and an H100 node's NIC gains more on an A100 node's than its NVLink
-/// does: scaled apart, the sync across H100 nodes would come out well below the one inside. The borrowed model must not tell the planner that leaving a node
-/// makes a 2-replica step faster.
+/// does: scaled apart, the sync across H100 nodes would come out well below the one inside.
+/// The borrowed model must not tell the planner that leaving a node makes a 2-replica step
+/// faster.
 #[test]
 fn a_borrowed_model_never_makes_leaving_a_node_faster() {
     let mut f = Forecaster::new();
