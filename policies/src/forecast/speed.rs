@@ -152,9 +152,9 @@ pub struct NodeType {
 
 /// Node types of data/profiles (Sia's names) and common cloud instances, from the vendors'
 /// instance pages: g4dn.12xlarge 4×T4 PCIe 3, 50 Gb/s (TCP, see [`TCP_FLOW_GBPS`]); ND40rs_v2
-/// 8×V100 NVLink 2, 100 Gb/s InfiniBand; DGX-A100 8×A100 NVLink 3 with 8×200 Gb/s InfiniBand; p4d.24xlarge 8×A100,
-/// 400 Gb/s EFA; p5.48xlarge 8×H100 NVLink 4, 3200 Gb/s EFA; 4×Quadro RTX 6000 PCIe 3, 200 Gb/s
-/// InfiniBand; 8×RTX 2080 Ti PCIe 3, 50 Gb/s Ethernet.
+/// 8×V100 NVLink 2, 100 Gb/s InfiniBand; DGX-A100 8×A100 NVLink 3 with 8×200 Gb/s InfiniBand;
+/// p4d.24xlarge 8×A100, 400 Gb/s EFA; p5.48xlarge 8×H100 NVLink 4, 3200 Gb/s EFA; 4×Quadro RTX
+/// 6000 PCIe 3, 200 Gb/s InfiniBand; 8×RTX 2080 Ti PCIe 3, 50 Gb/s Ethernet.
 pub const NODE_TYPES: &[NodeType] = &[
     node("aws", "T4", 4, 12.0, TCP_FLOW_GBPS),
     node("g4dn.12xlarge", "T4", 4, 12.0, TCP_FLOW_GBPS),
