@@ -429,8 +429,13 @@ fn transferred_step(
 
 /// Both bootstrap estimates combined: Sia's ratio errs when the target's network is much
 /// faster than the source's (it carries the slow network over), the component transfer when
-/// it is much slower (bandwidth scaling overstates sync). Without knowing which regime holds,
-/// take their geometric mean and count half their disagreement as extra uncertainty.
+/// it is much slower (bandwidth scaling overstates sync). Both start from the target's measured
+/// compute and differ only in the sync on top: scaled with compute speed (overhead- and
+/// straggler-bound) or with bandwidth. Without knowing which regime holds, take the geometric
+/// mean of the two syncs, not of the two steps (mixing whole steps also averaged the compute
+/// both agree on, which let one estimate's extreme sync drag the step: held-out Sia
+/// applications 34.4 → 31.7 % MAPE, `shared/data` 25.0 → 23.2 %, bias ≈ 0 on both), and count
+/// half their disagreement as extra uncertainty.
 pub fn blend(
     target: &Fit,
     source: &Fit,
@@ -441,12 +446,15 @@ pub fn blend(
 ) -> Prediction {
     let a = bootstrap(target, source, shape, from);
     let b = transfer(target, source, shape, from, target_net, source_net);
-    let (la, lb) = (a.step_s.ln(), b.step_s.ln());
-    let half_gap = (la - lb).abs() / 2.0;
+    let grad = target.params.grad_s(shape.local_batch);
+    // Either sync may round to zero (a fully hidden all-reduce); keep the mean defined.
+    let floor = 1e-6 * grad;
+    let sync = ((a.step_s - grad).max(floor) * (b.step_s - grad).max(floor)).sqrt();
+    let half_gap = (a.step_s.ln() - b.step_s.ln()).abs() / 2.0;
     let sd = Spread {
         down: a.spread.down.max(b.spread.down),
         up: a.spread.up.max(b.spread.up),
     }
     .plus(Spread::symmetric(half_gap));
-    Prediction::new(*shape, ((la + lb) / 2.0).exp(), sd, a.basis)
+    Prediction::new(*shape, grad + sync, sd, a.basis)
 }

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use tern_cloud::Observation;
 
 use super::fit::{FitOptions, fit, objective};
+use super::forecaster::{Interconnect, blend, bootstrap, transfer};
 use super::model::{Params, Sample, Shape};
 use super::{Basis, ForecastError, Forecaster, GradientNoise, Query};
 
@@ -430,6 +431,57 @@ fn a_borrowed_model_never_makes_leaving_a_node_faster() {
             "m = {m}: across {} < inside {}",
             across.step_s,
             inside.step_s
+        );
+    }
+}
+
+/// The two bootstrap estimates agree on the target's measured compute and differ only in the
+/// sync on top; the blend averages that sync, so it lies between them and never below the
+/// compute, and a source whose sync one estimate inflates moves the step less than a blend of
+/// whole steps would.
+#[test]
+fn the_bootstrap_blend_averages_only_the_sync() {
+    let source = fit(&samples(&truth(), 0.02, 7), &FitOptions::default(), None).expect("source");
+    let one: Vec<Sample> = samples(
+        &Params {
+            alpha_c: truth().alpha_c * 0.3,
+            beta_c: truth().beta_c * 0.3,
+            ..truth()
+        },
+        0.02,
+        8,
+    )
+    .into_iter()
+    .filter(|s| s.shape.gpus == 1)
+    .collect();
+    let target = fit(&one, &FitOptions::default(), None).expect("target");
+    // A fast source network and a slow target one: the transfer's sync is far above the ratio's.
+    let fast = Interconnect {
+        link_gbps: 300.0,
+        nic_gbps: 200.0,
+    };
+    let slow = Interconnect {
+        link_gbps: 12.0,
+        nic_gbps: 0.625,
+    };
+    for shape in [
+        Shape::new(2, 1, 32.0),
+        Shape::new(8, 2, 32.0),
+        Shape::new(32, 8, 128.0),
+    ] {
+        let a = bootstrap(&target, &source, &shape, "s").step_s;
+        let b = transfer(&target, &source, &shape, "s", slow, fast).step_s;
+        let c = blend(&target, &source, &shape, "s", slow, fast).step_s;
+        let grad = target.params.grad_s(shape.local_batch);
+        assert!(
+            a.min(b) <= c * (1.0 + 1e-9) && c <= a.max(b) * (1.0 + 1e-9),
+            "{a} {b} {c}"
+        );
+        let want = grad + ((a - grad) * (b - grad)).sqrt();
+        assert!((c - want).abs() <= 1e-9 * want, "{shape:?}: {c} vs {want}");
+        assert!(
+            c <= (a * b).sqrt() * (1.0 + 1e-9),
+            "{shape:?}: {c} above the step blend"
         );
     }
 }
