@@ -7,8 +7,9 @@
 #   scripts/forecast_accuracy.sh [--tern BIN] [--pollux-accelerator NAME] POLLUX_DIR SIA_DIR
 #   e.g. scripts/forecast_accuracy.sh ../shared/data/profiles/pollux-t4 ../shared/data/profiles/sia-multigpu
 #
-# A Pollux folder does not name its hardware, so its fits use the generic interconnect prior
-# unless --pollux-accelerator names the GPU (the Pollux artifact's is T4, on g4dn.12xlarge).
+# A Pollux folder does not name its hardware; `tern forecast evaluate` reads it as the Pollux
+# testbed's g4dn.12xlarge (4 x T4) unless --pollux-accelerator names another GPU (`unknown`
+# gives the generic interconnect prior).
 #
 # Sia's `aws` node type is the Pollux g4dn.12xlarge again, so its fits are left out of the fit
 # rows (they would count those nodes twice); it is still a bootstrap source and target.
