@@ -295,3 +295,66 @@ fn the_bootstrap_blend_averages_the_sync_not_the_compute() {
     assert_eq!(v["mode"].as_str(), Some("bootstrap-blend"), "{v}");
     assert!(mape(&v) <= 36.0, "{v}");
 }
+
+/// Several donors pool their estimates: on every Sia target of `shared/data`, all other node
+/// types together do at least as well as the average single donor, and the rows of every
+/// donor are fitted.
+#[test]
+fn a_bootstrap_from_several_node_types_pools_them() {
+    let types = ["aws", "azure", "dgx", "rtx", "quad"];
+    let (mut pooled, mut single) = (Vec::new(), Vec::new());
+    for app in ["cifar10", "imagenet"] {
+        let dir = profiles(&format!("sia-multigpu/{app}"));
+        for target in ["aws", "dgx", "rtx"] {
+            let donors: Vec<&str> = types.iter().copied().filter(|t| *t != target).collect();
+            let list = donors.join(",");
+            let v = evaluate(&dir, &["--gpu", target, "--bootstrap-from", &list]);
+            assert_eq!(v["bootstrap_from"].as_str(), Some(list.as_str()), "{v}");
+            let singles: Vec<f64> = donors
+                .iter()
+                .map(|d| mape(&evaluate(&dir, &["--gpu", target, "--bootstrap-from", d])))
+                .collect();
+            pooled.push(mape(&v));
+            single.push(singles.iter().sum::<f64>() / singles.len() as f64);
+            let files: Vec<String> = donors
+                .iter()
+                .flat_map(|d| {
+                    [
+                        format!("{dir}/placements-{d}.csv"),
+                        format!("{dir}/scalability-{d}.csv"),
+                    ]
+                })
+                .collect();
+            let (donor_rows, _) = rows_in(&files);
+            assert!(v["n_fit"].as_u64() > Some(donor_rows as u64), "{v}");
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    assert!(
+        mean(&pooled) < mean(&single),
+        "pooled {pooled:?} vs single {single:?}"
+    );
+}
+
+#[test]
+fn a_bootstrap_source_list_is_checked() {
+    let dir = profiles("sia-multigpu/cifar10");
+    for (list, want) in [
+        ("aws,,dgx", "empty node type"),
+        ("dgx", "is the target"),
+        ("aws,aws", "listed twice"),
+    ] {
+        let o = tern(&[
+            "forecast",
+            "evaluate",
+            "--profile",
+            &dir,
+            "--gpu",
+            "dgx",
+            "--bootstrap-from",
+            list,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{list}: {err}");
+    }
+}

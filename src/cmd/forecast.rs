@@ -7,7 +7,7 @@ use anyhow::bail;
 use serde::Serialize;
 use tern_cloud::JobSpec;
 use tern_policies::forecast::{
-    Basis, BootstrapMethod, Evaluation, FitOn, FitOptions, Forecaster, Interconnect, Shape,
+    Basis, BootstrapMethod, Donor, Evaluation, FitOn, FitOptions, Forecaster, Interconnect, Shape,
     evaluate, evaluate_bootstrap, speed,
 };
 
@@ -49,8 +49,9 @@ pub struct EvaluateArgs {
     /// Rows to fit on: all, single-node, or single-node plus two chosen probes.
     #[arg(long, value_enum, default_value = "all")]
     pub fit_on: FitOnArg,
-    /// Bootstrap: fit all of this node type plus the single-GPU rows of --gpu, predict the rest.
-    #[arg(long, value_name = "SOURCE", requires = "gpu")]
+    /// Bootstrap: fit all of these node types (comma-separated) plus the single-GPU rows of
+    /// --gpu, predict the rest; several sources are pooled (geometric mean of their syncs).
+    #[arg(long, value_name = "SOURCE[,SOURCE...]", requires = "gpu")]
     pub bootstrap_from: Option<String>,
     /// ratio: Sia's single-GPU speed ratio applied to the whole step; transfer: target compute +
     /// source sync scaled by interconnect (needs known node types); blend: geometric mean.
@@ -120,6 +121,32 @@ fn profile_node_type<'a>(gpu: Option<&'a str>, accelerator: Option<&str>) -> Opt
     }
 }
 
+/// A node type's interconnect, when its figures are known.
+fn interconnect(node_type: &str) -> Option<Interconnect> {
+    speed::node_type(node_type).map(|n| Interconnect {
+        link_gbps: n.link_gbps,
+        nic_gbps: n.nic_gbps,
+    })
+}
+
+/// The donor node types of `--bootstrap-from A[,B...]`: distinct, none empty, none the target.
+fn donor_names(list: &str, target: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for n in list.split(',').map(str::trim) {
+        if n.is_empty() {
+            bail!("--bootstrap-from {list:?}: an empty node type; expected TYPE[,TYPE...]");
+        }
+        if Some(n) == target {
+            bail!("--bootstrap-from {list:?}: {n} is the target (--gpu) itself");
+        }
+        if names.iter().any(|m| m == n) {
+            bail!("--bootstrap-from {list:?}: {n} is listed twice");
+        }
+        names.push(n.to_string());
+    }
+    Ok(names)
+}
+
 /// The interconnect prior: the node type's own link/NIC figures when known, else the
 /// accelerator's usual cloud node, else the generic default.
 fn fit_options(node_type: Option<&str>, accelerator: Option<&str>) -> FitOptions {
@@ -161,19 +188,30 @@ fn run_evaluate(a: EvaluateArgs) -> anyhow::Result<()> {
     let node_type = node_type.filter(|_| a.accelerator.is_none());
     let target = load_profile(&a.profile, a.gpu.as_deref())?;
     let (mode, evaluation) = match &a.bootstrap_from {
-        Some(src) => {
-            let source = load_profile(&a.profile, Some(src))?;
-            let src_opts = fit_options(Some(src), None);
-            let net = |n: &str| {
-                speed::node_type(n).map(|n| Interconnect {
-                    link_gbps: n.link_gbps,
-                    nic_gbps: n.nic_gbps,
+        Some(from) => {
+            let names = donor_names(from, a.gpu.as_deref())?;
+            let rows = names
+                .iter()
+                .map(|n| load_profile(&a.profile, Some(n)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let opts_of: Vec<FitOptions> =
+                names.iter().map(|n| fit_options(Some(n), None)).collect();
+            let donors: Vec<Donor<'_>> = names
+                .iter()
+                .zip(&rows)
+                .zip(&opts_of)
+                .map(|((n, r), o)| Donor {
+                    name: n,
+                    rows: r,
+                    opts: o,
+                    net: interconnect(n),
                 })
-            };
-            let nets = a.gpu.as_deref().and_then(net).zip(net(src));
-            let method = match (a.bootstrap_method, nets) {
-                (BootstrapArg::Blend, Some(_)) => BootstrapMethod::Blend,
-                (BootstrapArg::Transfer, Some(_)) => BootstrapMethod::Transfer,
+                .collect();
+            let target_net = a.gpu.as_deref().and_then(interconnect);
+            let known = target_net.is_some() && donors.iter().all(|d| d.net.is_some());
+            let method = match (a.bootstrap_method, known) {
+                (BootstrapArg::Blend, true) => BootstrapMethod::Blend,
+                (BootstrapArg::Transfer, true) => BootstrapMethod::Transfer,
                 _ => BootstrapMethod::Ratio,
             };
             let mode = match method {
@@ -181,7 +219,7 @@ fn run_evaluate(a: EvaluateArgs) -> anyhow::Result<()> {
                 BootstrapMethod::Transfer => "bootstrap-transfer",
                 BootstrapMethod::Ratio => "bootstrap-ratio",
             };
-            let e = evaluate_bootstrap(&source, &target, &src_opts, &opts, nets, method)?;
+            let e = evaluate_bootstrap(&donors, &target, &opts, target_net, method)?;
             (mode, e)
         }
         None => {

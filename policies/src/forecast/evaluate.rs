@@ -6,7 +6,7 @@ use super::ForecastError;
 use super::fit::{
     CROSS_NODE_SD, Fit, FitOptions, GAMMA_SD, Identified, OBS_NOISE, Spread, fit, log_step_gradient,
 };
-use super::forecaster::{Interconnect, Z_90, blend, bootstrap, transfer};
+use super::forecaster::{Interconnect, Z_90, blend, bootstrap, pool, transfer};
 
 /// How an accelerator with only single-GPU rows borrows a multi-GPU model from another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -314,56 +314,75 @@ fn inv3(m: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
     ]
 }
 
-/// Sia-style bootstrap check: fit all of `source` and the single-GPU rows of `target`, then
-/// predict `target`'s multi-GPU rows. Groups split the error into single-node and multi-node
-/// rows and by GPU count, which shows whether it comes from intra-node scaling differences
-/// between the two node types or from the network.
+/// A node type a bootstrap borrows from: its measured rows, fit options and interconnect (when
+/// its figures are known).
+#[derive(Debug, Clone, Copy)]
+pub struct Donor<'a> {
+    pub name: &'a str,
+    pub rows: &'a [ProfileRow],
+    pub opts: &'a FitOptions,
+    pub net: Option<Interconnect>,
+}
+
+/// Sia-style bootstrap check: fit all of each donor and the single-GPU rows of `target`, then
+/// predict `target`'s multi-GPU rows, pooling the donors' estimates ([`pool`]). Groups split
+/// the error into single-node and multi-node rows and by GPU count, which shows whether it
+/// comes from intra-node scaling differences between the node types or from the network.
+/// Transfer and blend need every interconnect known; otherwise the ratio is used.
 pub fn evaluate_bootstrap(
-    source: &[ProfileRow],
+    donors: &[Donor<'_>],
     target: &[ProfileRow],
-    source_opts: &FitOptions,
     target_opts: &FitOptions,
-    nets: Option<(Interconnect, Interconnect)>,
+    target_net: Option<Interconnect>,
     method: BootstrapMethod,
 ) -> Result<Evaluation, ForecastError> {
-    let src: Vec<Sample> = source.iter().map(ProfileRow::sample).collect();
     let one: Vec<Sample> = target
         .iter()
         .filter(|r| r.shape.gpus == 1)
         .map(ProfileRow::sample)
         .collect();
-    let fs = fit(&src, source_opts, None)?;
     let ft = fit(&one, target_opts, None)?;
+    let mut fits = Vec::with_capacity(donors.len());
+    let mut n_fit = one.len();
+    for d in donors {
+        let src: Vec<Sample> = d.rows.iter().map(ProfileRow::sample).collect();
+        n_fit += src.len();
+        fits.push((d, fit(&src, d.opts, None)?));
+    }
+    let method = match target_net {
+        Some(_) if donors.iter().all(|d| d.net.is_some()) => method,
+        _ => BootstrapMethod::Ratio,
+    };
     let scored: Vec<Scored> = target
         .iter()
         .filter(|r| r.shape.gpus > 1)
         .map(|r| {
-            let p = match (method, nets) {
-                (BootstrapMethod::Transfer, Some((t, s))) => {
-                    transfer(&ft, &fs, &r.shape, "source", t, s)
-                }
-                (BootstrapMethod::Blend, Some((t, s))) => blend(&ft, &fs, &r.shape, "source", t, s),
-                _ => bootstrap(&ft, &fs, &r.shape, "source"),
-            };
-            score(r.shape, p.step_s, p.spread, r.step_s)
+            let each = fits
+                .iter()
+                .map(|(d, fs)| match (method, target_net.zip(d.net)) {
+                    (BootstrapMethod::Transfer, Some((t, s))) => {
+                        transfer(&ft, fs, &r.shape, d.name, t, s)
+                    }
+                    (BootstrapMethod::Blend, Some((t, s))) => {
+                        blend(&ft, fs, &r.shape, d.name, t, s)
+                    }
+                    _ => bootstrap(&ft, fs, &r.shape, d.name),
+                })
+                .collect();
+            let p = pool(&ft, &r.shape, each).ok_or(ForecastError::NoData)?;
+            Ok(score(r.shape, p.step_s, p.spread, r.step_s))
         })
-        .collect();
-    Ok(summarise(
-        src.len() + one.len(),
-        &ft,
-        Vec::new(),
-        &scored,
-        |s| {
-            let kind = if s.nodes == 1 { "1 node" } else { "multi-node" };
-            let k = match s.gpus {
-                0..=2 => "2",
-                3..=4 => "3-4",
-                5..=8 => "5-8",
-                _ => "9+",
-            };
-            format!("{kind}, {k} GPUs")
-        },
-    ))
+        .collect::<Result<_, ForecastError>>()?;
+    Ok(summarise(n_fit, &ft, Vec::new(), &scored, |s| {
+        let kind = if s.nodes == 1 { "1 node" } else { "multi-node" };
+        let k = match s.gpus {
+            0..=2 => "2",
+            3..=4 => "3-4",
+            5..=8 => "5-8",
+            _ => "9+",
+        };
+        format!("{kind}, {k} GPUs")
+    }))
 }
 
 #[cfg(test)]

@@ -23,11 +23,11 @@ pub mod speed;
 mod tests;
 
 pub use evaluate::{
-    BootstrapMethod, Evaluation, FitOn, evaluate, evaluate_bootstrap, select_probes,
+    BootstrapMethod, Donor, Evaluation, FitOn, evaluate, evaluate_bootstrap, select_probes,
 };
 pub use fit::{Fit, FitOptions, Identified};
 pub use forecaster::{
-    Basis, Forecaster, Interconnect, Prediction, Query, Z_90, blend, bootstrap, transfer,
+    Basis, Forecaster, Interconnect, Prediction, Query, Z_90, blend, bootstrap, pool, transfer,
 };
 pub use model::{Params, Sample, Shape};
 pub use profile::{GradientNoise, ProfileRow, parse_profile, parse_validation};

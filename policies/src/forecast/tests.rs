@@ -5,8 +5,9 @@ use proptest::prelude::*;
 use tern_cloud::Observation;
 
 use super::fit::{FitOptions, fit, objective};
-use super::forecaster::{Interconnect, blend, bootstrap, transfer};
+use super::forecaster::{Interconnect, blend, bootstrap, pool, transfer};
 use super::model::{Params, Sample, Shape};
+use super::speed;
 use super::{Basis, ForecastError, Forecaster, GradientNoise, Query};
 
 /// Deterministic noise: a seeded xorshift, mapped to roughly N(0, 1) by summing uniforms.
@@ -483,5 +484,61 @@ fn the_bootstrap_blend_averages_only_the_sync() {
             c <= (a * b).sqrt() * (1.0 + 1e-9),
             "{shape:?}: {c} above the step blend"
         );
+    }
+}
+
+/// With several accelerators observed on more than one GPU, a bootstrap pools them all: the
+/// target's compute plus the geometric mean of each donor's blended sync, named after every
+/// donor.
+#[test]
+fn a_bootstrap_pools_every_multi_gpu_donor() {
+    let mut f = Forecaster::new();
+    observe_grid(&mut f, "j", "T4", &truth(), true);
+    let v100 = Params {
+        alpha_c: 0.015,
+        beta_c: 0.001,
+        alpha_r: 0.004,
+        alpha_n: 0.02,
+        ..truth()
+    };
+    observe_grid(&mut f, "j", "V100", &v100, true);
+    let fast = Params {
+        alpha_c: 0.01,
+        beta_c: 0.0007,
+        ..truth()
+    };
+    observe_grid(&mut f, "j", "A100", &fast, false);
+    f.refit().expect("refit");
+    let target = f.model("j", "A100").expect("A100 fit").clone();
+    let (t4, v) = (
+        f.model("j", "T4").expect("T4").clone(),
+        f.model("j", "V100").expect("V100").clone(),
+    );
+    let net = |a: &str| {
+        let h = speed::lookup(a).expect("known");
+        Interconnect {
+            link_gbps: h.link_gbps,
+            nic_gbps: h.nic_gbps,
+        }
+    };
+    for shape in [Shape::new(4, 1, 32.0), Shape::new(16, 2, 64.0)] {
+        let p = f.predict("j", "A100", &shape).expect("bootstrap");
+        assert!(matches!(p.basis, Basis::Bootstrap { ref from } if from == "T4+V100"));
+        let grad = target.params.grad_s(shape.local_batch);
+        let a = blend(&target, &t4, &shape, "T4", net("A100"), net("T4")).step_s;
+        let b = blend(&target, &v, &shape, "V100", net("A100"), net("V100")).step_s;
+        let want = grad + ((a - grad) * (b - grad)).sqrt();
+        assert!(
+            (p.step_s - want).abs() <= 1e-9 * want,
+            "{shape:?}: {} vs {want}",
+            p.step_s
+        );
+        // One donor's estimate passes through unchanged.
+        let one = pool(
+            &target,
+            &shape,
+            vec![blend(&target, &t4, &shape, "T4", net("A100"), net("T4"))],
+        );
+        assert_eq!(one.map(|p| p.step_s), Some(a));
     }
 }
