@@ -2,7 +2,8 @@
 # Forecaster accuracy over profile folders: every application folder in POLLUX (Pollux layout,
 # one node type) and in SIA (Sia layout, one placements-<node>.csv per node type), each fitted on
 # all rows, single-node rows, and single-node rows plus two probes; and the bootstrap from every
-# other node type of the same application. Prints mean, median and worst step-time MAPE per mode.
+# other node type of the same application, one at a time and all pooled. Prints mean, median and
+# worst step-time MAPE per mode.
 #
 #   scripts/forecast_accuracy.sh [--tern BIN] [--pollux-accelerator NAME] POLLUX_DIR SIA_DIR
 #   e.g. scripts/forecast_accuracy.sh ../shared/data/profiles/pollux-t4 ../shared/data/profiles/sia-multigpu
@@ -67,24 +68,34 @@ for dir in "$sia"/*/; do
                 evaluate "$fit" "sia/$app/$g" --profile "$dir" --gpu "$g" --fit-on "$fit"
             done
         fi
+        donors=()
         for s in $nodes; do
             # dgx-ext is the dgx hardware again: not a second source, nor a pair with dgx.
             [[ $s == "$g" || $s == dgx-ext || "$g/$s" == dgx-ext/dgx ]] && continue
+            donors+=("$s")
             evaluate bootstrap "sia/$app/$g<-$s" --profile "$dir" --gpu "$g" --bootstrap-from "$s"
         done
+        if ((${#donors[@]} > 1)); then
+            list=$(
+                IFS=,
+                echo "${donors[*]}"
+            )
+            evaluate bootstrap-pooled "sia/$app/$g<-$list" --profile "$dir" --gpu "$g" \
+                --bootstrap-from "$list"
+        fi
     done
 done
 
 python3 - "$out" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"{'fit on':12} {'cases':>5} {'mean':>7} {'median':>7} {'worst':>7}  worst case")
+print(f"{'fit on':16} {'cases':>5} {'mean':>7} {'median':>7} {'worst':>7}  worst case")
 def line(label, v):
     m = [r["mape"] for r in v]
     w = max(v, key=lambda r: r["mape"])
-    print(f"{label:12} {len(m):5} {statistics.mean(m):6.1f}% {statistics.median(m):6.1f}% "
+    print(f"{label:16} {len(m):5} {statistics.mean(m):6.1f}% {statistics.median(m):6.1f}% "
           f"{w['mape']:6.1f}%  {w['case']}")
-for mode in ["all", "probes", "single-node", "bootstrap"]:
+for mode in ["all", "probes", "single-node", "bootstrap", "bootstrap-pooled"]:
     v = [r for r in rows if r["mode"] == mode and r["mape"] is not None]
     if not v:
         continue
