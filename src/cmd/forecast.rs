@@ -7,8 +7,8 @@ use anyhow::bail;
 use serde::Serialize;
 use tern_cloud::JobSpec;
 use tern_policies::forecast::{
-    Basis, BootstrapMethod, Donor, Evaluation, FitOn, FitOptions, Forecaster, Interconnect, Shape,
-    evaluate, evaluate_bootstrap, speed,
+    Basis, BootstrapMethod, Donor, Evaluation, FitOn, FitOptions, Forecaster, Interconnect,
+    ProfileRow, Shape, evaluate, evaluate_bootstrap, speed,
 };
 
 use tern::jobs::{LoadedJob, load_profile};
@@ -161,6 +161,47 @@ fn fit_options(node_type: Option<&str>, accelerator: Option<&str>) -> FitOptions
     }
 }
 
+/// `evaluate --bootstrap-from`: each listed node type lends its rows; the interconnects pick the
+/// method (ratio whenever one of them is not known).
+fn bootstrap_evaluation(
+    a: &EvaluateArgs,
+    from: &str,
+    target: &[ProfileRow],
+    opts: &FitOptions,
+) -> anyhow::Result<(&'static str, Evaluation)> {
+    let names = donor_names(from, a.gpu.as_deref())?;
+    let rows = names
+        .iter()
+        .map(|n| load_profile(&a.profile, Some(n)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let opts_of: Vec<FitOptions> = names.iter().map(|n| fit_options(Some(n), None)).collect();
+    let donors: Vec<Donor<'_>> = names
+        .iter()
+        .zip(&rows)
+        .zip(&opts_of)
+        .map(|((n, r), o)| Donor {
+            name: n,
+            rows: r,
+            opts: o,
+            net: interconnect(n),
+        })
+        .collect();
+    let target_net = a.gpu.as_deref().and_then(interconnect);
+    let known = target_net.is_some() && donors.iter().all(|d| d.net.is_some());
+    let method = match (a.bootstrap_method, known) {
+        (BootstrapArg::Blend, true) => BootstrapMethod::Blend,
+        (BootstrapArg::Transfer, true) => BootstrapMethod::Transfer,
+        _ => BootstrapMethod::Ratio,
+    };
+    let mode = match method {
+        BootstrapMethod::Blend => "bootstrap-blend",
+        BootstrapMethod::Transfer => "bootstrap-transfer",
+        BootstrapMethod::Ratio => "bootstrap-ratio",
+    };
+    let e = evaluate_bootstrap(&donors, target, opts, target_net, method)?;
+    Ok((mode, e))
+}
+
 #[derive(Debug, Serialize)]
 struct EvaluateReport<'a> {
     profile: String,
@@ -188,40 +229,7 @@ fn run_evaluate(a: EvaluateArgs) -> anyhow::Result<()> {
     let node_type = node_type.filter(|_| a.accelerator.is_none());
     let target = load_profile(&a.profile, a.gpu.as_deref())?;
     let (mode, evaluation) = match &a.bootstrap_from {
-        Some(from) => {
-            let names = donor_names(from, a.gpu.as_deref())?;
-            let rows = names
-                .iter()
-                .map(|n| load_profile(&a.profile, Some(n)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let opts_of: Vec<FitOptions> =
-                names.iter().map(|n| fit_options(Some(n), None)).collect();
-            let donors: Vec<Donor<'_>> = names
-                .iter()
-                .zip(&rows)
-                .zip(&opts_of)
-                .map(|((n, r), o)| Donor {
-                    name: n,
-                    rows: r,
-                    opts: o,
-                    net: interconnect(n),
-                })
-                .collect();
-            let target_net = a.gpu.as_deref().and_then(interconnect);
-            let known = target_net.is_some() && donors.iter().all(|d| d.net.is_some());
-            let method = match (a.bootstrap_method, known) {
-                (BootstrapArg::Blend, true) => BootstrapMethod::Blend,
-                (BootstrapArg::Transfer, true) => BootstrapMethod::Transfer,
-                _ => BootstrapMethod::Ratio,
-            };
-            let mode = match method {
-                BootstrapMethod::Blend => "bootstrap-blend",
-                BootstrapMethod::Transfer => "bootstrap-transfer",
-                BootstrapMethod::Ratio => "bootstrap-ratio",
-            };
-            let e = evaluate_bootstrap(&donors, &target, &opts, target_net, method)?;
-            (mode, e)
-        }
+        Some(from) => bootstrap_evaluation(&a, from, &target, &opts)?,
         None => {
             let mode = match a.fit_on {
                 FitOnArg::All => "all",
