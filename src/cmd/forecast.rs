@@ -23,8 +23,9 @@ pub struct Args {
     /// Job spec (TOML) to forecast.
     #[arg(long, value_name = "FILE")]
     pub job: Option<PathBuf>,
-    /// GPUs per node when a worker count needs several nodes (default: the most seen on one
-    /// node in the job's observations for that accelerator, else its usual cloud node, else 8).
+    /// GPUs per node when a worker count needs several nodes (default: the most seen working
+    /// together on one node in the job's observations for that accelerator, else its usual
+    /// cloud node, else 8).
     #[arg(long, value_name = "N")]
     pub gpus_per_node: Option<u32>,
     /// Print one JSON object as the last line.

@@ -198,10 +198,12 @@ impl LoadedJob {
                 .map_err(JobError::forecast(shown))?;
             batches.push(o.local_batch);
         }
+        // A step on one GPU says nothing about how many a node holds: only multi-GPU steps
+        // on one node count (else an accelerator seen on one GPU ran 16 workers on 16 nodes).
         let mut node_gpus: Vec<(String, u32)> = spec
             .observations
             .iter()
-            .filter(|o| o.nodes == 1)
+            .filter(|o| o.nodes == 1 && o.gpus > 1)
             .map(|o| (o.accelerator.clone(), o.gpus))
             .collect();
         if let Some(p) = &spec.profile {
@@ -223,7 +225,7 @@ impl LoadedJob {
                 })
                 .map_err(JobError::forecast(shown))?;
                 batches.push(lb);
-                if r.shape.nodes == 1 {
+                if r.shape.nodes == 1 && r.shape.gpus > 1 {
                     node_gpus.push((p.accelerator.clone(), r.shape.gpus));
                 }
             }
@@ -451,5 +453,28 @@ mod tests {
             let e = check(&format!("deadline = \"{deadline}\"\n{ok}")).expect_err(deadline);
             assert!(e.contains("`deadline`") && e.contains(why), "{e}");
         }
+    }
+
+    /// A one-GPU step shows one GPU in use, not the node's size: the usual node decides until
+    /// a multi-GPU step on one node is seen.
+    #[test]
+    fn node_size_comes_from_multi_gpu_steps_only() {
+        let spec = SPEC
+            .replace("[profile]\npath = \"imagenet\"\naccelerator = \"T4\"\n", "")
+            .replace("[\"T4\"]", "[\"H100\"]");
+        let obs = |gpus: u32| {
+            format!(
+                "[[observation]]\naccelerator = \"H100\"\ngpus = {gpus}\nlocal_batch = 8\nstep_seconds = 0.5\n"
+            )
+        };
+        let load = |text: String| {
+            let spec = parse_job_spec(&text, "j.toml").expect("spec");
+            LoadedJob::from_spec(spec, None, "j", now()).expect("job")
+        };
+        let one = load(format!("{spec}{}", obs(1)));
+        assert_eq!(one.gpus_per_node("H100", None), 8, "p5.48xlarge holds 8");
+        let four = load(format!("{spec}{}{}", obs(1), obs(4)));
+        assert_eq!(four.gpus_per_node("H100", None), 4);
+        assert_eq!(four.gpus_per_node("H100", Some(2)), 2);
     }
 }
