@@ -331,17 +331,22 @@ fn repeated_reports_at_one_shape_do_not_grow_the_fit() {
     assert_eq!(f.refit().expect("refit"), 0);
 }
 
-#[test]
-fn unseen_accelerators_borrow_from_observed_ones() {
+/// Job "j" observed on T4 at every shape and on A100 (3× faster compute) on one GPU only.
+fn t4_and_single_gpu_a100() -> Forecaster {
     let mut f = Forecaster::new();
     observe_grid(&mut f, "j", "T4", &truth(), true);
-    // A100: single-GPU rows only, 3× faster compute.
     let fast = Params {
         alpha_c: 0.01,
         beta_c: 0.0007,
         ..truth()
     };
     observe_grid(&mut f, "j", "A100", &fast, false);
+    f
+}
+
+#[test]
+fn unseen_accelerators_borrow_from_observed_ones() {
+    let mut f = t4_and_single_gpu_a100();
     f.refit().expect("refit");
     let shape = Shape::new(16, 2, 64.0);
     let boot = f.predict("j", "A100", &shape).expect("bootstrap");
@@ -492,8 +497,7 @@ fn the_bootstrap_blend_averages_only_the_sync() {
 /// donor.
 #[test]
 fn a_bootstrap_pools_every_multi_gpu_donor() {
-    let mut f = Forecaster::new();
-    observe_grid(&mut f, "j", "T4", &truth(), true);
+    let mut f = t4_and_single_gpu_a100();
     let v100 = Params {
         alpha_c: 0.015,
         beta_c: 0.001,
@@ -502,12 +506,6 @@ fn a_bootstrap_pools_every_multi_gpu_donor() {
         ..truth()
     };
     observe_grid(&mut f, "j", "V100", &v100, true);
-    let fast = Params {
-        alpha_c: 0.01,
-        beta_c: 0.0007,
-        ..truth()
-    };
-    observe_grid(&mut f, "j", "A100", &fast, false);
     f.refit().expect("refit");
     let target = f.model("j", "A100").expect("A100 fit").clone();
     let (t4, v) = (
