@@ -328,7 +328,7 @@ pub struct Donor<'a> {
 /// predict `target`'s multi-GPU rows, pooling the donors' estimates ([`pool`]). Groups split
 /// the error into single-node and multi-node rows and by GPU count, which shows whether it
 /// comes from intra-node scaling differences between the node types or from the network.
-/// Transfer and blend need every interconnect known; otherwise the ratio is used.
+/// Transfer and blend need both interconnects; a donor whose is unknown lends by the ratio.
 pub fn evaluate_bootstrap(
     donors: &[Donor<'_>],
     target: &[ProfileRow],
@@ -349,10 +349,6 @@ pub fn evaluate_bootstrap(
         n_fit += src.len();
         fits.push((d, fit(&src, d.opts, None)?));
     }
-    let method = match target_net {
-        Some(_) if donors.iter().all(|d| d.net.is_some()) => method,
-        _ => BootstrapMethod::Ratio,
-    };
     let scored: Vec<Scored> = target
         .iter()
         .filter(|r| r.shape.gpus > 1)

@@ -371,22 +371,18 @@ pub fn bootstrap(target: &Fit, source: &Fit, shape: &Shape, from: &str) -> Predi
 /// whose measured all-reduce fits neither its NVLink nor its InfiniBand figures, a CPU-bound
 /// input pipeline), so the misses partly cancel: every other node type pooled, held-out Sia
 /// applications reach 25.1 % MAPE where one donor at a time averages 31.7 % (`shared/data`:
-/// 17.5 % vs 23.2 %; `scripts/forecast_accuracy.sh`). The spread is not narrowed, since the donors share the target's compute
-/// and the model form (narrowing it by √n left held-out coverage at 85 % and one `shared/data`
-/// target at 38 %): each side is the donors' mean plus the sd of their log steps (half their
-/// gap for two, as in [`blend`]). `None` without estimates.
+/// 17.5 % vs 23.2 %; `scripts/forecast_accuracy.sh`). The spread is not narrowed, since the
+/// donors share the target's compute and the model form (narrowing it by √n left held-out
+/// coverage at 85 % and one `shared/data` target at 38 %): each side is the donors' mean plus
+/// the sd of their log steps (half their gap for two, as in [`blend`]). `None` without
+/// estimates.
 pub fn pool(target: &Fit, shape: &Shape, estimates: Vec<Prediction>) -> Option<Prediction> {
     if estimates.len() <= 1 {
         return estimates.into_iter().next();
     }
     let grad = target.params.grad_s(shape.local_batch);
-    let floor = 1e-6 * grad;
     let n = estimates.len() as f64;
-    let ln_sync = estimates
-        .iter()
-        .map(|e| (e.step_s - grad).max(floor).ln())
-        .sum::<f64>()
-        / n;
+    let sync = mean_sync(grad, estimates.iter().map(|e| e.step_s));
     let mean_ln = estimates.iter().map(|e| e.step_s.ln()).sum::<f64>() / n;
     let disagreement = (estimates
         .iter()
@@ -409,10 +405,18 @@ pub fn pool(target: &Fit, shape: &Shape, estimates: Vec<Prediction>) -> Option<P
         .join("+");
     Some(Prediction::new(
         *shape,
-        grad + ln_sync.exp(),
+        grad + sync,
         sd,
         Basis::Bootstrap { from },
     ))
+}
+
+/// Geometric mean of what each estimated step adds to the compute `grad`. Any sync may round
+/// to zero (a fully hidden all-reduce); a floor keeps the mean defined.
+fn mean_sync(grad: f64, steps: impl ExactSizeIterator<Item = f64>) -> f64 {
+    let floor = 1e-6 * grad;
+    let n = steps.len() as f64;
+    (steps.map(|t| (t - grad).max(floor).ln()).sum::<f64>() / n).exp()
 }
 
 /// Interconnect of a node type, for transferring sync costs between node types.
@@ -510,9 +514,7 @@ pub fn blend(
     let a = bootstrap(target, source, shape, from);
     let b = transfer(target, source, shape, from, target_net, source_net);
     let grad = target.params.grad_s(shape.local_batch);
-    // Either sync may round to zero (a fully hidden all-reduce); keep the mean defined.
-    let floor = 1e-6 * grad;
-    let sync = ((a.step_s - grad).max(floor) * (b.step_s - grad).max(floor)).sqrt();
+    let sync = mean_sync(grad, [a.step_s, b.step_s].into_iter());
     let half_gap = (a.step_s.ln() - b.step_s.ln()).abs() / 2.0;
     let sd = Spread {
         down: a.spread.down.max(b.spread.down),
