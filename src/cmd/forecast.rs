@@ -227,7 +227,6 @@ fn run_evaluate(a: EvaluateArgs) -> anyhow::Result<()> {
         .accelerator
         .clone()
         .or_else(|| node_type.and_then(node_accelerator).map(String::from));
-    let node_type = node_type.filter(|_| a.accelerator.is_none());
     let target = load_profile(&a.profile, a.gpu.as_deref())?;
     let (mode, evaluation) = match &a.bootstrap_from {
         Some(from) => bootstrap_evaluation(&a, from, &target, &opts)?,
@@ -246,7 +245,8 @@ fn run_evaluate(a: EvaluateArgs) -> anyhow::Result<()> {
         mode,
         bootstrap_from: a.bootstrap_from.as_deref(),
         accelerator: accelerator.as_deref(),
-        node_type: node_type.filter(|n| speed::node_type(n).is_some()),
+        // --accelerator, when given, gave the prior (see `fit_options`).
+        node_type: node_type.filter(|n| a.accelerator.is_none() && speed::node_type(n).is_some()),
         cross_ratio_prior: opts.cross_ratio,
         mape: evaluation.mape,
         n_fit: evaluation.n_fit,
