@@ -55,7 +55,8 @@ pub struct EvaluateArgs {
     #[arg(long, value_name = "SOURCE[,SOURCE...]", requires = "gpu")]
     pub bootstrap_from: Option<String>,
     /// ratio: Sia's single-GPU speed ratio applied to the whole step; transfer: target compute +
-    /// source sync scaled by interconnect (needs known node types); blend: geometric mean.
+    /// source sync scaled by interconnect (needs known node types); blend: target compute +
+    /// geometric mean of the two syncs.
     #[arg(long, value_enum, default_value = "blend")]
     pub bootstrap_method: BootstrapArg,
     /// Accelerator name for the interconnect prior (default: derived from --gpu; a profile in the
