@@ -162,21 +162,24 @@ pub fn evaluate(
                 ..*opts
             };
             let base = fit(&single, &design, None)?;
+            // A probe is a size the controller would run (K replicas evenly on N nodes at
+            // batch m); every profile row of that size, whatever its placement, measures it.
             let candidates: Vec<Shape> = rows
                 .iter()
                 .filter(|r| r.shape.nodes > 1)
-                .map(|r| r.shape)
+                .map(|r| r.shape.evened())
                 .collect();
             let probes = select_probes(&base, &candidates, 2);
+            let probed = |s: &Shape| probes.iter().any(|p| p.same_size(s));
             let mut train = single;
             train.extend(
                 rows.iter()
-                    .filter(|r| probes.contains(&r.shape))
+                    .filter(|r| probed(&r.shape))
                     .map(ProfileRow::sample),
             );
             let eval = rows
                 .iter()
-                .filter(|r| r.shape.nodes > 1 && !probes.contains(&r.shape))
+                .filter(|r| r.shape.nodes > 1 && !probed(&r.shape))
                 .collect();
             (train, eval, probes)
         }
@@ -431,6 +434,37 @@ mod tests {
         assert_ne!(e.probes[0], e.probes[1]);
         // Exact data from the model form: two well-chosen probes pin the cross-node terms.
         assert!(e.mape.expect("rows to predict") < 5.0, "{e:?}");
+    }
+
+    /// A probe is a size: every placement of its replicas, nodes and batch is measured by it,
+    /// so an uneven placement of a probed size is neither left out of the fit nor predicted.
+    #[test]
+    fn a_probe_counts_every_placement_of_its_size() {
+        let p = truth();
+        let mut r = rows(&p);
+        for (busiest, m) in [(3, 16.0), (3, 32.0), (3, 64.0), (3, 128.0), (6, 64.0)] {
+            let gpus = if busiest == 3 { 4 } else { 8 };
+            let shape = Shape::placed(gpus, 2, busiest, m);
+            r.push(ProfileRow {
+                shape,
+                step_s: p.step_s(&shape),
+                sync_s: None,
+                line: r.len() + 2,
+            });
+        }
+        let e = evaluate(&r, FitOn::Probes, &FitOptions::default()).expect("evaluate");
+        let probed = |s: &Shape| e.probes.iter().any(|q| q.same_size(s));
+        let single = r.iter().filter(|x| x.shape.nodes == 1).count();
+        let fitted = r.iter().filter(|x| probed(&x.shape)).count();
+        assert_eq!(e.n_fit, single + fitted, "{:?}", e.probes);
+        assert_eq!(e.n_eval, r.len() - single - fitted);
+        // The uneven rows added 5; at least one probe size is among them, in the fit.
+        assert!(
+            r.iter()
+                .any(|x| x.shape != x.shape.evened() && probed(&x.shape)),
+            "{:?}",
+            e.probes
+        );
     }
 
     /// Rows whose cross-node sync grows like √replicas, not linearly as the model assumes,

@@ -157,7 +157,7 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Vec<ProfileRow>, Forecast
     let mut out = Vec::with_capacity(t.rows.len());
     for (line, cells) in &t.rows {
         let line = *line;
-        let (gpus, nodes) = match (c_place, c_nodes, c_reps) {
+        let (gpus, nodes, busiest) = match (c_place, c_nodes, c_reps) {
             (Some(c), _, _) => placement_shape(cells[c]).ok_or_else(|| {
                 err(
                     file,
@@ -178,7 +178,7 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Vec<ProfileRow>, Forecast
                         format!("{nodes} nodes but only {gpus} replicas"),
                     ));
                 }
-                (gpus, nodes)
+                (gpus, nodes, gpus.div_ceil(nodes))
             }
             _ => unreachable_columns(file)?,
         };
@@ -189,7 +189,7 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Vec<ProfileRow>, Forecast
             None => None,
         };
         out.push(ProfileRow {
-            shape: Shape::new(gpus, nodes, local_batch),
+            shape: Shape::placed(gpus, nodes, busiest, local_batch),
             step_s,
             sync_s,
             line,
@@ -198,7 +198,7 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Vec<ProfileRow>, Forecast
     Ok(out)
 }
 
-fn unreachable_columns(file: &str) -> Result<(u32, u32), ForecastError> {
+fn unreachable_columns(file: &str) -> Result<(u32, u32, u32), ForecastError> {
     Err(err(
         file,
         1,
@@ -206,15 +206,17 @@ fn unreachable_columns(file: &str) -> Result<(u32, u32), ForecastError> {
     ))
 }
 
-/// `"1124"` → (8 GPUs, 4 nodes). Zeros are allowed (an empty node) and do not count as nodes.
-pub fn placement_shape(p: &str) -> Option<(u32, u32)> {
+/// `"1124"` → (8 GPUs, 4 nodes, 4 on the fullest node). Zeros are allowed (an empty node) and do
+/// not count as nodes.
+pub fn placement_shape(p: &str) -> Option<(u32, u32, u32)> {
     if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let digits: Vec<u32> = p.bytes().map(|b| u32::from(b - b'0')).collect();
     let gpus: u32 = digits.iter().sum();
     let nodes = digits.iter().filter(|d| **d > 0).count() as u32;
-    (gpus > 0).then_some((gpus, nodes))
+    let busiest = digits.iter().copied().max().unwrap_or(0);
+    (gpus > 0).then_some((gpus, nodes, busiest))
 }
 
 /// Gradient statistics from a `validation-<M>.csv`, measured at total batch `batch`.
@@ -269,12 +271,15 @@ mod tests {
     #[test]
     fn parses_both_layouts() {
         let p = parse_profile(
-            "placement,local_bsz,step_time,sync_time\n1,32,0.04,0.0005\n22,64,0.2,0.05\n",
+            "placement,local_bsz,step_time,sync_time\n1,32,0.04,0.0005\n22,64,0.2,0.05\n17,8,0.8,0.6\n",
             "p.csv",
         )
         .expect("parse");
         assert_eq!(p[1].shape, Shape::new(4, 2, 64.0));
         assert_eq!(p[1].line, 3);
+        // An uneven placement keeps its fullest node.
+        assert_eq!(p[2].shape, Shape::placed(8, 2, 7, 8.0));
+        assert_ne!(p[2].shape, Shape::new(8, 2, 8.0));
         let s = parse_profile(
             "local_bsz,step_time,sync_time,num_nodes,num_replicas\n20.0,0.12,0.004,2,3\n",
             "s.csv",
