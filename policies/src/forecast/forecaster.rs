@@ -373,8 +373,8 @@ pub fn bootstrap(target: &Fit, source: &Fit, shape: &Shape, from: &str) -> Predi
 /// geometric mean of their syncs. Each donor's sync misses by its own hardware quirks (a node
 /// whose measured all-reduce fits neither its NVLink nor its InfiniBand figures, a CPU-bound
 /// input pipeline), so the misses partly cancel: every other node type pooled, held-out Sia
-/// applications reach 25.1 % MAPE where one donor at a time averages 31.7 % (`shared/data`:
-/// 17.5 % vs 23.2 %; `scripts/forecast_accuracy.sh`). The spread is not narrowed, since the
+/// applications reach 26.5 % MAPE where one donor at a time averages 31.3 % (`shared/data`:
+/// 18.8 % vs 22.3 %; `scripts/forecast_accuracy.sh`). The spread is not narrowed, since the
 /// donors share the target's compute and the model form (narrowing it by √n left held-out
 /// coverage at 85 % and one `shared/data` target at 38 %): each side is the donors' mean plus
 /// the sd of their log steps (half their gap for two, as in [`blend`]). `None` without
