@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tern_cloud::input::{Limit, ReadError, read_text_capped};
-use tern_cloud::{JobSpec, MAX_DEADLINE_S, Observation, SpecError, parse_job_spec};
+use tern_cloud::{JobSpec, MAX_DEADLINE_S, SpecError, parse_job_spec};
 use tern_plan::{PlanJob, Throughput, ThroughputModel};
 use tern_policies::forecast::{Basis, ForecastError, Forecaster, Shape, speed};
 
@@ -213,17 +213,13 @@ impl LoadedJob {
             }
             for r in profile_rows(p, base, shown)? {
                 let lb = r.shape.local_batch.round().max(1.0) as u32;
-                f.observe(&Observation {
-                    job: spec.name.clone(),
-                    accelerator: p.accelerator.clone(),
-                    gpus: r.shape.gpus,
-                    nodes: r.shape.nodes,
-                    local_batch: lb,
-                    step_seconds: r.step_s,
-                    sync_seconds: r.sync_s,
-                    at: now,
-                })
-                .map_err(JobError::forecast(shown))?;
+                // The row's own placement, fullest node included (an `Observation` is even).
+                let shape = Shape {
+                    local_batch: f64::from(lb),
+                    ..r.shape
+                };
+                f.observe_at(&spec.name, &p.accelerator, shape, r.step_s)
+                    .map_err(JobError::forecast(shown))?;
                 batches.push(lb);
                 if r.shape.nodes == 1 && r.shape.gpus > 1 {
                     node_gpus.push((p.accelerator.clone(), r.shape.gpus));
@@ -476,5 +472,45 @@ mod tests {
         let four = load(format!("{spec}{}{}", obs(1), obs(4)));
         assert_eq!(four.gpus_per_node("H100", None), 4);
         assert_eq!(four.gpus_per_node("H100", Some(2)), 2);
+    }
+
+    /// A profile row keeps its placement: on nodes whose GPUs share one host bridge (as Sia's
+    /// Azure nodes) `17` steps slower than `44`. Averaged as "8 on 2 nodes", both rows would
+    /// misplace the even placement the controller runs.
+    #[test]
+    fn a_profile_row_keeps_its_placement() {
+        // One step = compute + the fullest node's all-reduce (0.1 s per GPU beyond the first).
+        let step = |busiest: u32, m: u32| 0.1 + 0.02 * f64::from(m) + 0.1 * f64::from(busiest - 1);
+        let mut csv = String::from("placement,local_bsz,step_time\n");
+        for m in [4, 8, 16, 32] {
+            for k in 1..=8 {
+                csv += &format!("{k},{m},{}\n", step(k, m));
+            }
+            for (a, b) in [(1, 7), (2, 6), (3, 5), (4, 4), (1, 3), (2, 2)] {
+                csv += &format!("{a}{b},{m},{}\n", step(b, m) + 0.01);
+            }
+        }
+        let spec = SPEC
+            .replace("[\"T4\"]", "[\"V100\"]")
+            .replace(
+                "path = \"imagenet\"",
+                &format!("placements = \"\"\"\n{csv}\"\"\""),
+            )
+            .replace("accelerator = \"T4\"", "accelerator = \"V100\"");
+        let spec = parse_job_spec(&spec, "j.toml").expect("spec");
+        let job = LoadedJob::from_spec(spec, None, "j", now()).expect("job");
+        for busiest in [4, 7] {
+            let shape = Shape::placed(8, 2, busiest, 8.0);
+            let predicted = job
+                .forecaster
+                .predict("j", "V100", &shape)
+                .expect("predict");
+            let truth = step(busiest, 8) + 0.01;
+            assert!(
+                (predicted.step_s / truth - 1.0).abs() < 0.05,
+                "{shape:?}: {} vs {truth}",
+                predicted.step_s
+            );
+        }
     }
 }

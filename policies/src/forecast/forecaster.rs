@@ -193,26 +193,41 @@ impl Forecaster {
 
     /// Records one measured step. Cheap: marks the series for refit.
     pub fn observe(&mut self, o: &Observation) -> Result<(), ForecastError> {
+        let shape = Shape::new(o.gpus, o.nodes, f64::from(o.local_batch));
+        self.observe_at(&o.job, &o.accelerator, shape, o.step_seconds)
+    }
+
+    /// Records one measured step at a shape that may be placed unevenly (a profile row's
+    /// `17`); an [`Observation`] only knows even placements.
+    pub fn observe_at(
+        &mut self,
+        job: &str,
+        accelerator: &str,
+        shape: Shape,
+        step_s: f64,
+    ) -> Result<(), ForecastError> {
         let bad = |reason: &str| ForecastError::BadObservation {
-            job: o.job.clone(),
+            job: job.to_string(),
             reason: reason.to_string(),
         };
-        if o.gpus == 0 || o.nodes == 0 || o.nodes > o.gpus {
+        if shape.gpus == 0 || shape.nodes == 0 || shape.nodes > shape.gpus {
             return Err(bad("need 1 ≤ nodes ≤ gpus"));
         }
-        if o.local_batch == 0 {
+        if shape.busiest < shape.gpus.div_ceil(shape.nodes) || shape.busiest > shape.gpus {
+            return Err(bad(
+                "the fullest node must hold between ⌈gpus/nodes⌉ and gpus",
+            ));
+        }
+        if !(shape.local_batch.is_finite() && shape.local_batch > 0.0) {
             return Err(bad("local_batch must be > 0"));
         }
-        if !(o.step_seconds.is_finite() && o.step_seconds > 0.0) {
+        if !(step_s.is_finite() && step_s > 0.0) {
             return Err(bad("step_seconds must be a positive number"));
         }
         self.series
-            .entry((o.job.clone(), o.accelerator.clone()))
+            .entry((job.to_string(), accelerator.to_string()))
             .or_default()
-            .add(
-                Shape::new(o.gpus, o.nodes, f64::from(o.local_batch)),
-                o.step_seconds,
-            );
+            .add(shape, step_s);
         Ok(())
     }
 

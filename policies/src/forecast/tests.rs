@@ -382,6 +382,21 @@ fn bad_observations_are_rejected() {
             "{o:?}"
         );
     }
+    // A placement's fullest node holds at least ⌈K/N⌉ and at most K.
+    for busiest in [3, 9] {
+        let shape = Shape::placed(8, 2, busiest, 32.0);
+        assert!(
+            matches!(
+                f.observe_at("j", "T4", shape, 0.1),
+                Err(ForecastError::BadObservation { .. })
+            ),
+            "{shape:?}"
+        );
+    }
+    assert!(
+        f.observe_at("j", "T4", Shape::placed(8, 2, 7, 32.0), 0.1)
+            .is_ok()
+    );
 }
 
 /// Stragglers do not drag the fit: one row in ten measured 3× too slow (a stalled input
