@@ -442,8 +442,13 @@ mod tests {
     fn a_probe_counts_every_placement_of_its_size() {
         let p = truth();
         let mut r = rows(&p);
-        for (busiest, m) in [(3, 16.0), (3, 32.0), (3, 64.0), (3, 128.0), (6, 64.0)] {
-            let gpus = if busiest == 3 { 4 } else { 8 };
+        for (gpus, busiest, m) in [
+            (4, 3, 16.0),
+            (4, 3, 32.0),
+            (4, 3, 64.0),
+            (4, 3, 128.0),
+            (8, 6, 64.0),
+        ] {
             let shape = Shape::placed(gpus, 2, busiest, m);
             r.push(ProfileRow {
                 shape,
