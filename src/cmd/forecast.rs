@@ -56,7 +56,8 @@ pub struct EvaluateArgs {
     pub bootstrap_from: Option<String>,
     /// ratio: Sia's single-GPU speed ratio applied to the whole step; transfer: target compute +
     /// source sync scaled by interconnect (needs known node types); blend: target compute +
-    /// geometric mean of the two syncs.
+    /// the smaller of the two syncs where the target's hop is faster (floored at the source's
+    /// sync over the bandwidth gain), else their geometric mean.
     #[arg(long, value_enum, default_value = "blend")]
     pub bootstrap_method: BootstrapArg,
     /// Accelerator name for the interconnect prior (default: derived from --gpu; a profile in the

@@ -388,8 +388,8 @@ pub fn bootstrap(target: &Fit, source: &Fit, shape: &Shape, from: &str) -> Predi
 /// geometric mean of their syncs. Each donor's sync misses by its own hardware quirks (a node
 /// whose measured all-reduce fits neither its NVLink nor its InfiniBand figures, a CPU-bound
 /// input pipeline), so the misses partly cancel: every other node type pooled, held-out Sia
-/// applications reach 26.5 % MAPE where one donor at a time averages 31.3 % (`shared/data`:
-/// 18.8 % vs 22.3 %; `scripts/forecast_accuracy.sh`). The spread is not narrowed, since the
+/// applications reach 24.6 % MAPE where one donor at a time averages 29.4 % (`shared/data`:
+/// 15.9 % vs 19.0 %; `scripts/forecast_accuracy.sh`). The spread is not narrowed, since the
 /// donors share the target's compute and the model form (narrowing it by √n left held-out
 /// coverage at 85 % and one `shared/data` target at 38 %): each side is the donors' mean plus
 /// the sd of their log steps (half their gap for two, as in [`blend`]). `None` without
@@ -509,15 +509,21 @@ fn transferred_step(
     grad + sync
 }
 
-/// Both bootstrap estimates combined: Sia's ratio errs when the target's network is much
-/// faster than the source's (it carries the slow network over), the component transfer when
-/// it is much slower (bandwidth scaling overstates sync). Both start from the target's measured
-/// compute and differ only in the sync on top: scaled with compute speed (overhead- and
-/// straggler-bound) or with bandwidth. Without knowing which regime holds, take the geometric
-/// mean of the two syncs, not of the two steps (mixing whole steps also averaged the compute
-/// both agree on, which let one estimate's extreme sync drag the step: held-out Sia
-/// applications 34.4 → 31.7 % MAPE, `shared/data` 25.0 → 23.2 %, bias ≈ 0 on both), and count
-/// half their disagreement as extra uncertainty.
+/// Both bootstrap estimates combined. Both start from the target's measured compute and differ
+/// only in the sync on top: scaled with compute speed (Sia's ratio) or with √bandwidth (the
+/// transfer). Where the shape's hop (link on one node, NIC across nodes) is faster on the
+/// target ([`faster_hop`]), both err high for a bandwidth-bound all-reduce, which a sync slow
+/// enough to show on the source usually is: the ratio keeps the source's slower network unless
+/// the compute gained more, and √ scaling shrinks the sync less than the bandwidth grows. So
+/// the smaller sync is taken, but never below the source's exposed sync divided by the whole
+/// bandwidth gain, the most a faster network can save (without that floor, a target whose
+/// compute gained more than its network let the ratio undershoot). Otherwise the two err in
+/// opposite directions (the ratio keeps the faster network, √ scaling overstates an
+/// overhead-bound sync), and the geometric mean of the two syncs is taken, not of the two
+/// steps (mixing whole steps also averaged the compute both agree on). One donor at a time on
+/// held-out Sia applications: geometric mean everywhere 31.3 % MAPE, this 29.4 %
+/// (`shared/data` 22.3 → 19.0 %); `scripts/forecast_accuracy.sh`. Half the two estimates'
+/// disagreement is counted as extra uncertainty either way.
 pub fn blend(
     target: &Fit,
     source: &Fit,
@@ -529,7 +535,14 @@ pub fn blend(
     let a = bootstrap(target, source, shape, from);
     let b = transfer(target, source, shape, from, target_net, source_net);
     let grad = target.params.grad_s(shape.local_batch);
-    let sync = mean_sync(grad, [a.step_s, b.step_s].into_iter());
+    let sync = if let Some(gain) = faster_hop(shape, target_net, source_net) {
+        let bandwidth_bound = exposed_sync(&source.params, &shape.evened()) / gain;
+        (a.step_s.min(b.step_s) - grad)
+            .max(bandwidth_bound)
+            .max(1e-6 * grad)
+    } else {
+        mean_sync(grad, [a.step_s, b.step_s].into_iter())
+    };
     let half_gap = (a.step_s.ln() - b.step_s.ln()).abs() / 2.0;
     let sd = Spread {
         down: a.spread.down.max(b.spread.down),
@@ -537,4 +550,15 @@ pub fn blend(
     }
     .plus(Spread::symmetric(half_gap));
     Prediction::new(*shape, grad + sync, sd, a.basis)
+}
+
+/// How many times faster the hop a shape's all-reduce crosses is on the target than on the
+/// source (the intra-node link on one node, the NIC across nodes), if it is faster at all.
+fn faster_hop(shape: &Shape, target_net: Interconnect, source_net: Interconnect) -> Option<f64> {
+    let gain = if shape.nodes > 1 {
+        target_net.nic_gbps / source_net.nic_gbps
+    } else {
+        target_net.link_gbps / source_net.link_gbps
+    };
+    (gain > 1.0).then_some(gain)
 }
