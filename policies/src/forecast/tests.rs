@@ -462,20 +462,7 @@ fn a_borrowed_model_never_makes_leaving_a_node_faster() {
 /// less than a blend of whole steps would.
 #[test]
 fn the_bootstrap_blend_averages_only_the_sync() {
-    let source = fit(&samples(&truth(), 0.02, 7), &FitOptions::default(), None).expect("source");
-    let one: Vec<Sample> = samples(
-        &Params {
-            alpha_c: truth().alpha_c * 0.3,
-            beta_c: truth().beta_c * 0.3,
-            ..truth()
-        },
-        0.02,
-        8,
-    )
-    .into_iter()
-    .filter(|s| s.shape.gpus == 1)
-    .collect();
-    let target = fit(&one, &FitOptions::default(), None).expect("target");
+    let (source, target) = source_and_target();
     // A fast source network and a slow target one: the transfer's sync is far above the ratio's.
     let fast = Interconnect {
         link_gbps: 300.0,
