@@ -429,12 +429,16 @@ pub fn pool(target: &Fit, shape: &Shape, estimates: Vec<Prediction>) -> Option<P
     ))
 }
 
-/// Geometric mean of what each estimated step adds to the compute `grad`. Any sync may round
-/// to zero (a fully hidden all-reduce); a floor keeps the mean defined.
+/// Geometric mean of what each estimated step adds to the compute `grad`.
 fn mean_sync(grad: f64, steps: impl ExactSizeIterator<Item = f64>) -> f64 {
-    let floor = 1e-6 * grad;
     let n = steps.len() as f64;
-    (steps.map(|t| (t - grad).max(floor).ln()).sum::<f64>() / n).exp()
+    (steps.map(|t| sync_above(grad, t).ln()).sum::<f64>() / n).exp()
+}
+
+/// What a step `t` adds to the compute `grad`. Any sync may round to zero (a fully hidden
+/// all-reduce); a floor of a millionth of the compute keeps its logarithm defined.
+fn sync_above(grad: f64, t: f64) -> f64 {
+    (t - grad).max(1e-6 * grad)
 }
 
 /// Interconnect of a node type, for transferring sync costs between node types.
@@ -537,9 +541,7 @@ pub fn blend(
     let grad = target.params.grad_s(shape.local_batch);
     let sync = if let Some(gain) = faster_hop(shape, target_net, source_net) {
         let bandwidth_bound = exposed_sync(&source.params, &shape.evened()) / gain;
-        (a.step_s.min(b.step_s) - grad)
-            .max(bandwidth_bound)
-            .max(1e-6 * grad)
+        sync_above(grad, a.step_s.min(b.step_s)).max(bandwidth_bound)
     } else {
         mean_sync(grad, [a.step_s, b.step_s].into_iter())
     };
