@@ -34,6 +34,10 @@ enum Command {
     CostReport(cmd::cost_report::Args),
     /// Worker agent for a training VM: progress reports, notices, drain, torchrun.
     Agent(cmd::agent::Args),
+    /// Started by `tern agent` beside the training: stops the training's processes when the
+    /// agent dies (its stdin closes). Not for direct use.
+    #[command(hide = true)]
+    AgentWatchdog(cmd::agent::WatchdogArgs),
     /// The simulated cloud as a process (`serve`) and what it holds and bills (`report`).
     #[command(subcommand)]
     Sim(cmd::sim::Command),
@@ -66,6 +70,7 @@ fn main() -> std::process::ExitCode {
         Command::Cancel(args) => cmd::submit::cancel(args),
         Command::CostReport(args) => cmd::cost_report::run(args),
         Command::Agent(args) => cmd::agent::run(args),
+        Command::AgentWatchdog(args) => cmd::agent::watchdog(args),
         Command::Sim(command) => cmd::sim::run(command),
         Command::Prices(command) => cmd::prices::run(command),
         Command::Plan(args) => cmd::plan::run(args),

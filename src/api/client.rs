@@ -5,7 +5,9 @@
 use serde::de::DeserializeOwned;
 
 use super::wire::costs::{CostQuery, CostReport};
-use super::wire::{ErrorBody, EventView, JobStatus, Progress, ProgressReply};
+use super::wire::{
+    Action, ErrorBody, EventView, JobStatus, Progress, ProgressReply, StartReply, StartRequest,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -19,6 +21,8 @@ pub enum ClientError {
         url: String,
         status: u16,
         message: String,
+        /// What an agent must do, on a refused start or progress report.
+        action: Option<Action>,
     },
     #[error("unexpected answer from {url}: {reason}")]
     Decode { url: String, reason: String },
@@ -38,6 +42,14 @@ impl ClientError {
     pub fn status(&self) -> Option<u16> {
         match self {
             ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The controller's instruction to an agent with a refusal (409 on start or progress).
+    pub fn action(&self) -> Option<Action> {
+        match self {
+            ClientError::Status { action, .. } => *action,
             _ => None,
         }
     }
@@ -97,13 +109,15 @@ impl Client {
         let status = reply.status();
         let body = reply.text().await.map_err(transport)?;
         if !status.is_success() {
-            let message = serde_json::from_str::<ErrorBody>(&body)
-                .map(|e| e.error)
-                .unwrap_or_else(|_| body.trim().to_string());
+            let (message, action) = match serde_json::from_str::<ErrorBody>(&body) {
+                Ok(e) => (e.error, e.action),
+                Err(_) => (body.trim().to_string(), None),
+            };
             return Err(ClientError::Status {
                 url,
                 status: status.as_u16(),
                 message,
+                action,
             });
         }
         serde_json::from_str(&body).map_err(|e| ClientError::Decode {
@@ -164,6 +178,15 @@ impl Client {
     ) -> Result<ProgressReply, ClientError> {
         let url = self.url(&format!("/v1/jobs/{}/progress", path_segment(name)));
         self.send(self.http.post(&url).json(progress), url).await
+    }
+
+    /// Ask to start the job's workers on `instance`: the incarnation they run as.
+    pub async fn start(&self, name: &str, instance: &str) -> Result<StartReply, ClientError> {
+        let url = self.url(&format!("/v1/jobs/{}/start", path_segment(name)));
+        let body = StartRequest {
+            instance: instance.to_string(),
+        };
+        self.send(self.http.post(&url).json(&body), url).await
     }
 
     /// The cost report for `query` (`GET /v1/costs`).

@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod wire;
+mod workers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-use crate::controller::inputs::{Request as Change, admit, refit_with};
+use crate::controller::inputs::{Request as Change, admit};
 use crate::controller::metrics::Metrics;
 use crate::controller::service::{Clock, Shared};
 use crate::controller::{ControllerError, inputs};
@@ -34,8 +35,8 @@ use crate::report::{self, ReportError};
 use crate::serve;
 use crate::store::{Store, StoreError};
 use tern_cloud::Budget;
+use wire::EventView;
 use wire::costs::CostQuery;
-use wire::{EventView, Progress, ProgressReply};
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -178,100 +179,6 @@ async fn cancel(State(state): State<ApiState>, Path(name): Path<String>) -> Resp
     axum::Json(body).into_response()
 }
 
-/// Why a progress report is malformed, if it is (answered 400).
-fn invalid_progress(p: &Progress, name: &str) -> Option<&'static str> {
-    if !(p.done_samples.is_finite()
-        && p.checkpoint_samples.is_finite()
-        && p.done_samples >= 0.0
-        && p.checkpoint_samples >= 0.0)
-    {
-        return Some("done_samples and checkpoint_samples must be finite and >= 0");
-    }
-    if let Some(o) = &p.observation
-        && (o.job != name || !(o.step_seconds.is_finite() && o.step_seconds > 0.0))
-    {
-        return Some("observation: job must match the URL and step_seconds must be > 0");
-    }
-    if let Some(o) = &p.observation
-        && tern_cloud::name::check_label(&o.accelerator).is_err()
-    {
-        return Some("observation: accelerator must be a name without control characters");
-    }
-    None
-}
-
-async fn progress(
-    State(state): State<ApiState>,
-    Path(name): Path<String>,
-    axum::Json(p): axum::Json<Progress>,
-) -> Response {
-    if let Some(why) = invalid_progress(&p, &name) {
-        return error(StatusCode::BAD_REQUEST, why);
-    }
-    let now = state.clock.last();
-    let (store, shared) = (state.store.clone(), state.shared.clone());
-    let reply = blocking(move || {
-        let record = store
-            .job(&name)?
-            .ok_or_else(|| ControllerError::UnknownJob(name.clone()))?;
-        let refused = |reason| ControllerError::Job {
-            job: name.clone(),
-            reason,
-        };
-        // Everything is checked before anything is written: a report refused for its
-        // observation or for its numbers leaves the job exactly as it was.
-        let loaded = match &p.observation {
-            Some(o) => Some(refit_with(&store, &record, o)?),
-            None => None,
-        };
-        let _one_writer = shared.progress.lock().unwrap_or_else(|e| e.into_inner());
-        let current = store.job(&name)?.unwrap_or(record);
-        // Checked even for a finished job: garbage is refused whatever the job's state.
-        let checked = current
-            .progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now)
-            .map_err(refused)?;
-        let checked = (!current.state.is_final()).then_some(checked);
-        if let (Some(o), Some(loaded)) = (&p.observation, loaded) {
-            store.add_observation(o)?;
-            shared.send(
-                Change::Observed {
-                    job: name.clone(),
-                    loaded,
-                },
-                false,
-            );
-        }
-        let Some(checked) = checked else {
-            return Ok((current.drain_requested, current.state, Vec::new()));
-        };
-        store.set_progress(&name, &checked.progress, now)?;
-        let finished = checked.progress.done_samples >= current.total_samples;
-        // A finished job or a taken checkpoint is an event: release or move on now.
-        shared.send(
-            Change::Progress {
-                job: name.clone(),
-                progress: checked.progress,
-            },
-            finished || p.checkpointed,
-        );
-        Ok((
-            current.drain_requested && !p.checkpointed,
-            current.state,
-            checked.clamped,
-        ))
-    })
-    .await;
-    match reply {
-        Ok((drain, job_state, clamped)) => axum::Json(ProgressReply {
-            drain,
-            state: job_state.as_str().to_string(),
-            clamped,
-        })
-        .into_response(),
-        Err(r) => r,
-    }
-}
-
 async fn events(State(state): State<ApiState>, Query(q): Query<EventQuery>) -> Response {
     let store = state.store.clone();
     let listed = blocking(move || Ok(store.events(q.after, q.job.as_deref())?)).await;
@@ -342,7 +249,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs", post(submit).get(list))
         .route("/jobs/{name}", get(status).delete(cancel))
         .route("/jobs/{name}/spec", get(spec))
-        .route("/jobs/{name}/progress", post(progress))
+        .route("/jobs/{name}/start", post(workers::start))
+        .route("/jobs/{name}/progress", post(workers::progress))
         .route("/offers", get(offers))
         .route("/events", get(events))
         .route("/costs", get(costs))

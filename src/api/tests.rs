@@ -54,15 +54,13 @@ async fn requests_are_answered_while_a_pass_waits_on_the_cloud() {
     let jobs = c.jobs().await.expect("list");
     assert_eq!(jobs.len(), 1, "a client reads its own write at once");
     assert_eq!(jobs[0].state, "pending");
-    let p = wire::Progress {
-        done_samples: 10.0,
-        checkpoint_samples: 5.0,
-        checkpointed: false,
-        observation: None,
-    };
-    let reply = c.progress("a", &p).await.expect("progress");
-    assert!(!reply.drain);
-    assert_eq!(c.job("a").await.expect("status").done_samples, 10.0);
+    // No agent started workers for it: a report is refused at once, and says why.
+    let p = report(10.0, 5.0, None, ("i-none", 1));
+    let err = c.progress("a", &p).await.expect_err("no workers started");
+    assert_eq!(err.status(), Some(409), "{err}");
+    assert_eq!(err.action(), Some(wire::Action::Stop), "{err}");
+    assert!(err.to_string().contains("never started"), "{err}");
+    assert_eq!(c.job("a").await.expect("status").done_samples, 0.0);
     let cancelled = c.cancel("a").await.expect("cancel").expect("a status");
     assert_eq!(cancelled.state, "cancelled");
     let waited = t0.elapsed();
@@ -73,8 +71,7 @@ async fn requests_are_answered_while_a_pass_waits_on_the_cloud() {
     // Durable whether or not a pass has taken it yet.
     let stored = store.job("a").expect("read").expect("stored");
     assert_eq!(stored.state, crate::store::JobState::Cancelled);
-    assert_eq!(stored.done_samples, 10.0);
-    assert_eq!(stored.checkpoint_samples, 5.0);
+    assert_eq!(stored.done_samples, 0.0, "a refused report moved nothing");
     tokio::task::spawn_blocking(move || running.stop())
         .await
         .expect("join")
@@ -159,19 +156,52 @@ fn observation(job: &str, gpus: u32) -> tern_cloud::Observation {
     }
 }
 
-fn report(done: f64, checkpoint: f64, o: Option<tern_cloud::Observation>) -> wire::Progress {
+/// A report from `by`'s workers (instance, incarnation).
+fn report(
+    done: f64,
+    checkpoint: f64,
+    o: Option<tern_cloud::Observation>,
+    by: (&str, u64),
+) -> wire::Progress {
     wire::Progress {
         done_samples: done,
         checkpoint_samples: checkpoint,
         checkpointed: false,
         observation: o,
+        incarnation: Some(by.1),
+        instance: Some(by.0.to_string()),
+        stopped: false,
+        failure: None,
+    }
+}
+
+/// Wait for the job's first instance and start workers on it, as an agent does.
+async fn started(c: &client::Client, job: &str) -> (String, u64) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ids = c.job(job).await.expect("status").instance_ids;
+        if let Some(id) = ids.first() {
+            let r = c.start(job, id).await.expect("start");
+            return (id.clone(), r.incarnation);
+        }
+        assert!(
+            Instant::now() < until,
+            "no instance for {job}: {:?}",
+            c.events(0, Some(job)).await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
     let (c, store, running) = serve(idle_sim()).await;
-    c.submit(&spec("a")).await.expect("submit");
+    // A deadline it can meet at the pessimistic forecast, so it is placed.
+    c.submit(&spec("a").replace("48h", "400h"))
+        .await
+        .expect("submit");
+    let (id, k) = started(&c, "a").await;
+    let by = (id.as_str(), k);
     let unchanged = |store: &Store| {
         let j = store.job("a").expect("read").expect("job");
         (
@@ -182,7 +212,7 @@ async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
     };
     // The probe's case: gpus = 0. Refused with the field, nothing written.
     let err = c
-        .progress("a", &report(100.0, 50.0, Some(observation("a", 0))))
+        .progress("a", &report(100.0, 50.0, Some(observation("a", 0)), by))
         .await
         .expect_err("gpus = 0");
     assert_eq!(err.status(), Some(422), "{err}");
@@ -190,7 +220,7 @@ async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
     assert_eq!(unchanged(&store), (0.0, 0.0, 0));
     // A good observation in a report whose numbers are garbage is not stored either.
     let err = c
-        .progress("a", &report(1e12, 0.0, Some(observation("a", 2))))
+        .progress("a", &report(1e12, 0.0, Some(observation("a", 2)), by))
         .await
         .expect_err("done far beyond the total");
     assert_eq!(err.status(), Some(422), "{err}");
@@ -198,14 +228,14 @@ async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
     assert_eq!(unchanged(&store), (0.0, 0.0, 0));
     // The next good report is taken, observation and all.
     let ok = c
-        .progress("a", &report(1_000.0, 800.0, Some(observation("a", 2))))
+        .progress("a", &report(1_000.0, 800.0, Some(observation("a", 2)), by))
         .await
         .expect("a good report after bad ones");
     assert!(ok.clamped.is_empty(), "{:?}", ok.clamped);
     assert_eq!(unchanged(&store), (1_000.0, 800.0, 1));
     // Below the last checkpoint: raised to it, and the answer says so.
     let ok = c
-        .progress("a", &report(10.0, 10.0, None))
+        .progress("a", &report(10.0, 10.0, None, by))
         .await
         .expect("clamped");
     assert_eq!(ok.clamped.len(), 1, "{:?}", ok.clamped);

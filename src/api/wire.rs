@@ -22,6 +22,10 @@ pub struct JobStatus {
     pub instances: usize,
     pub spot_instances: usize,
     pub dollars_per_hour: f64,
+    /// The job's live instances (not ended), draining ones included: what an agent passes as
+    /// `--instance-id`.
+    #[serde(default)]
+    pub instance_ids: Vec<String>,
 }
 
 /// Progress reported by a worker agent.
@@ -35,6 +39,53 @@ pub struct Progress {
     /// A measured step (step time at a shape): refits the job's throughput forecast.
     #[serde(default)]
     pub observation: Option<tern_cloud::Observation>,
+    /// The incarnation of the workers that made this report (`POST /v1/jobs/{name}/start`
+    /// gave it). A report from any other incarnation is refused (409) and moves nothing.
+    #[serde(default)]
+    pub incarnation: Option<u64>,
+    /// The instance the reporting agent runs on.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// The agent's workers are all gone: this is their last report in this incarnation.
+    #[serde(default)]
+    pub stopped: bool,
+    /// Set with `stopped` when the workers failed for good (restarts exhausted): the exit
+    /// status and the last lines of their stderr. The job fails with it as its reason.
+    #[serde(default)]
+    pub failure: Option<String>,
+}
+
+/// `POST /v1/jobs/{name}/start`: an agent asks to start the job's workers on its instance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StartRequest {
+    pub instance: String,
+}
+
+/// The incarnation the agent's workers run as, and the shape they run on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StartReply {
+    pub incarnation: u64,
+    /// The instance's accelerator and how many it has, as the controller launched it.
+    pub accelerator: Option<String>,
+    pub gpus_per_node: Option<u32>,
+}
+
+/// What an agent must do with its workers when the controller refuses a start or a report
+/// (the `action` of a 409 answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Another incarnation is not fenced yet: ask again shortly.
+    Wait,
+    /// These workers are stale (an older incarnation, or told to restart): kill them now,
+    /// then ask to start again.
+    Stop,
+    /// Nothing more of this job runs here, as planned (it finished or was cancelled, or
+    /// this instance is drained): stop the workers and exit 0.
+    Done,
+    /// Nothing of this job may run here (not one of its instances, the job failed): stop
+    /// the workers and exit with the error.
+    Exit,
 }
 
 /// What the controller answers a progress report with: whether to checkpoint now.
@@ -46,6 +97,10 @@ pub struct ProgressReply {
     /// last checkpoint); empty when it was taken as sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clamped: Vec<String>,
+    /// Stop these workers (checkpoint signal, grace, kill) and ask to start again: another
+    /// node of their incarnation stopped, so every worker restarts as a new one.
+    #[serde(default)]
+    pub stop: bool,
 }
 
 /// One entry of the event log (`GET /v1/events`).
@@ -62,4 +117,7 @@ pub struct EventView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: String,
+    /// On a refused start or progress report (409): what the agent must do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
 }

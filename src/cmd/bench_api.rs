@@ -76,6 +76,7 @@ fn load(
             .build()?;
         rt.block_on(async move {
             let client = tern::http::client()?;
+            let workers = start_workers(&client, &base, &token).await?;
             let (mut gets, mut posts) = (Vec::new(), Vec::new());
             let t_end = Instant::now() + Duration::from_secs(seconds);
             let mut k: u64 = 0;
@@ -91,13 +92,18 @@ fn load(
                 r.bytes().await?;
                 gets.push(t0.elapsed().as_secs_f64() * 1e3);
                 let job = format!("bench-{:05}", (k * 7919) % u64::from(jobs));
+                let Some((instance, incarnation)) = workers.get(&job) else {
+                    continue;
+                };
                 let t0 = Instant::now();
                 let r = client
                     .post(format!("{base}/v1/jobs/{job}/progress"))
                     .bearer_auth(&token)
                     .json(&serde_json::json!({
                         "done_samples": k as f64,
-                        "checkpoint_samples": 0.0
+                        "checkpoint_samples": 0.0,
+                        "instance": instance,
+                        "incarnation": incarnation,
                     }))
                     .send()
                     .await?;
@@ -108,6 +114,42 @@ fn load(
             Ok((gets, posts))
         })
     })
+}
+
+/// Start workers on each job's first instance, as its agent would: (instance, incarnation)
+/// by job, for the progress reports.
+async fn start_workers(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+) -> anyhow::Result<std::collections::HashMap<String, (String, u64)>> {
+    let jobs: Vec<tern::api::wire::JobStatus> = client
+        .get(format!("{base}/v1/jobs"))
+        .bearer_auth(token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let mut out = std::collections::HashMap::new();
+    for j in jobs {
+        let Some(id) = j.instance_ids.first() else {
+            continue;
+        };
+        let r = client
+            .post(format!("{base}/v1/jobs/{}/start", j.name))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "instance": id }))
+            .send()
+            .await?;
+        anyhow::ensure!(r.status().is_success(), "POST start: {}", r.status());
+        let started: tern::api::wire::StartReply = r.json().await?;
+        out.insert(j.name, (id.clone(), started.incarnation));
+    }
+    anyhow::ensure!(
+        !out.is_empty(),
+        "no job has an instance to start workers on"
+    );
+    Ok(out)
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {

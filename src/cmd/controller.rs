@@ -55,6 +55,9 @@ pub struct Args {
     /// Virtual seconds of the simulated cloud per wall second.
     #[arg(long, default_value_t = 60.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     speed: f64,
+    /// Seconds (virtual) an in-process simulated instance takes to boot.
+    #[arg(long, default_value_t = 90.0, value_parser = super::number::non_negative, allow_negative_numbers = true)]
+    sim_boot_seconds: f64,
     /// Seed of the simulated cloud's fault injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -463,7 +466,7 @@ async fn cloud(
         (ProviderKind::Sim, None) => {
             let config = SimConfig {
                 start: Utc::now(),
-                boot: Duration::from_secs(90),
+                boot: Duration::from_secs_f64(args.sim_boot_seconds),
                 faults: FaultSchedule {
                     seed: args.seed,
                     ..FaultSchedule::default()

@@ -105,6 +105,19 @@ pub enum Event {
     Cancelled {
         job: String,
     },
+    /// The job's training failed for good on a worker (its agent's restarts ran out).
+    Failed {
+        job: String,
+        reason: String,
+    },
+    /// An agent started the job's workers on an instance, as an incarnation.
+    WorkersStarted {
+        job: String,
+        instance: String,
+        incarnation: u64,
+        /// A new incarnation (the previous one fenced) rather than a node joining.
+        opened: bool,
+    },
     /// Nodes of one pool will be reclaimed (spot notice or maintenance).
     Notice {
         job: String,
@@ -221,6 +234,8 @@ impl Event {
         match self {
             Event::Submitted { .. } => "submit",
             Event::Cancelled { .. } => "cancel",
+            Event::Failed { .. } => "failed",
+            Event::WorkersStarted { .. } => "workers",
             Event::Notice { .. } => "notice",
             Event::Preempted { .. } => "preempted",
             Event::LeakCollected { .. } => "leak",
@@ -253,6 +268,8 @@ impl Event {
             Event::LeakCollected { job, .. } | Event::ForeignInstance { job, .. } => job.as_deref(),
             Event::Submitted { job, .. }
             | Event::Cancelled { job }
+            | Event::Failed { job, .. }
+            | Event::WorkersStarted { job, .. }
             | Event::Notice { job, .. }
             | Event::Preempted { job, .. }
             | Event::LaunchTimedOut { job, .. }
@@ -320,6 +337,19 @@ impl fmt::Display for Event {
                 Ok(())
             }
             Event::Cancelled { .. } => write!(f, "cancelled by the user"),
+            Event::Failed { reason, .. } => write!(f, "failed: {reason}"),
+            Event::WorkersStarted {
+                instance,
+                incarnation,
+                opened,
+                ..
+            } => {
+                let how = if *opened { "opened" } else { "joined" };
+                write!(
+                    f,
+                    "workers started on {instance}: {how} incarnation {incarnation}"
+                )
+            }
             Event::Notice {
                 pool, ids, lead_s, ..
             } => {

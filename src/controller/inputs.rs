@@ -68,9 +68,32 @@ pub fn refit_with(store: &Store, record: &JobRecord, o: &Observation) -> Result<
 #[derive(Debug, Clone)]
 pub enum Request {
     Submitted(Box<Admitted>),
-    Cancelled { job: String, at: DateTime<Utc> },
-    Progress { job: String, progress: Progress },
-    Observed { job: String, loaded: Arc<LoadedJob> },
+    Cancelled {
+        job: String,
+        at: DateTime<Utc>,
+    },
+    /// The training failed for good on a worker; `reason` says how.
+    Failed {
+        job: String,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    /// An agent started workers (already in the store): only logged as an event.
+    Started {
+        job: String,
+        instance: String,
+        incarnation: u64,
+        opened: bool,
+        at: DateTime<Utc>,
+    },
+    Progress {
+        job: String,
+        progress: Progress,
+    },
+    Observed {
+        job: String,
+        loaded: Arc<LoadedJob>,
+    },
 }
 
 impl Request {
@@ -78,6 +101,8 @@ impl Request {
         match self {
             Request::Submitted(a) => a.record.name(),
             Request::Cancelled { job, .. }
+            | Request::Failed { job, .. }
+            | Request::Started { job, .. }
             | Request::Progress { job, .. }
             | Request::Observed { job, .. } => job,
         }
@@ -157,6 +182,22 @@ impl Controller {
         match request {
             Request::Submitted(a) => self.adopt_job(*a),
             Request::Cancelled { job, at } => self.cancelled(&job, at),
+            Request::Failed { job, reason, at } => self.failed(&job, reason, at),
+            Request::Started {
+                job,
+                instance,
+                incarnation,
+                opened,
+                at,
+            } => self.emit(
+                at,
+                Event::WorkersStarted {
+                    job,
+                    instance,
+                    incarnation,
+                    opened,
+                },
+            ),
             Request::Progress { job, progress } => {
                 if let Some(e) = self.fleet.jobs.get_mut(&job)
                     && !e.record.state.is_final()
@@ -195,6 +236,26 @@ impl Controller {
             JobEntry::new(a.record, Some(a.loaded)),
         );
         Ok(())
+    }
+
+    fn failed(&mut self, name: &str, reason: String, at: DateTime<Utc>) -> Result<()> {
+        let Some(entry) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        if entry.record.state.is_final() {
+            return Ok(());
+        }
+        entry.record.state = JobState::Failed;
+        entry.record.reason = Some(reason.clone());
+        entry.record.finished_at = Some(at);
+        entry.dirty = true;
+        self.emit(
+            at,
+            Event::Failed {
+                job: name.to_string(),
+                reason,
+            },
+        )
     }
 
     fn cancelled(&mut self, name: &str, at: DateTime<Utc>) -> Result<()> {

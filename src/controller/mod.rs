@@ -20,6 +20,7 @@
 
 mod disruption;
 pub mod events;
+pub mod fencing;
 pub mod inputs;
 mod instances;
 mod intents;

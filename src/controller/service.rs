@@ -54,6 +54,8 @@ impl Clock for WallClock {
 pub struct JobView {
     pub status: JobStatus,
     pub drain: bool,
+    /// The job's instances that have not ended, for fencing agents' starts and reports.
+    pub live: Vec<super::fencing::Live>,
 }
 
 /// What the API reads: the jobs as of the last published pass, with the writes queued since.
@@ -83,14 +85,29 @@ fn status_of(j: &JobRecord, mine: &[&InstanceRecord]) -> JobStatus {
             .filter(|i| i.offer.capacity.is_preemptible())
             .count(),
         dollars_per_hour: mine.iter().map(|i| i.offer.price_per_hour).sum::<f64>() + 0.0,
+        instance_ids: mine.iter().map(|i| i.id.to_string()).collect(),
     }
+}
+
+fn live_of(mine: &[&InstanceRecord]) -> Vec<super::fencing::Live> {
+    mine.iter()
+        .map(|i| super::fencing::Live {
+            id: i.id.to_string(),
+            draining: i.draining,
+            accelerator: i.offer.accelerator().map(|a| a.name.clone()),
+            gpus: i.offer.accelerator_units().max(1),
+        })
+        .collect()
 }
 
 impl View {
     /// The controller's jobs and instances now; one walk over the fleet.
     pub fn of(ctl: &Controller) -> View {
         let mut by_job: BTreeMap<&str, Vec<&InstanceRecord>> = BTreeMap::new();
-        for i in ctl.instances() {
+        for i in ctl
+            .instances()
+            .filter(|i| i.state != tern_cloud::InstanceState::Terminated)
+        {
             by_job.entry(i.job.as_str()).or_default().push(i);
         }
         let jobs = ctl
@@ -100,6 +117,7 @@ impl View {
                 let view = JobView {
                     status: status_of(j, mine),
                     drain: j.drain_requested,
+                    live: live_of(mine),
                 };
                 (j.name().to_string(), view)
             })
@@ -117,6 +135,7 @@ impl View {
                 let view = JobView {
                     status: status_of(&a.record, &[]),
                     drain: false,
+                    live: Vec::new(),
                 };
                 self.jobs.insert(a.record.name().to_string(), view);
             }
@@ -134,7 +153,13 @@ impl View {
                     v.drain &= !progress.clear_drain;
                 }
             }
-            Request::Observed { .. } => {}
+            Request::Failed { job, reason, .. } => {
+                if let Some(v) = self.jobs.get_mut(job) {
+                    v.status.state = JobState::Failed.as_str().to_string();
+                    v.status.reason = Some(reason.clone());
+                }
+            }
+            Request::Observed { .. } | Request::Started { .. } => {}
         }
     }
 }

@@ -15,6 +15,8 @@ mod pg_tls;
 mod postgres;
 mod progress;
 pub mod sql;
+mod workers;
+pub use workers::{Incarnation, Worker};
 mod sqlite;
 
 use std::collections::BTreeMap;
@@ -108,6 +110,9 @@ pub enum JobState {
     /// No capacity can run it (no offer for its accelerators, or its deadline cannot be met).
     Unplaceable,
     Cancelled,
+    /// Its training failed for good on a worker (the agent's restarts ran out); the reason
+    /// names the exit status and the last lines of stderr.
+    Failed,
 }
 
 impl JobState {
@@ -118,6 +123,7 @@ impl JobState {
             JobState::Finished => "finished",
             JobState::Unplaceable => "unplaceable",
             JobState::Cancelled => "cancelled",
+            JobState::Failed => "failed",
         }
     }
 
@@ -128,13 +134,17 @@ impl JobState {
             "finished" => JobState::Finished,
             "unplaceable" => JobState::Unplaceable,
             "cancelled" => JobState::Cancelled,
+            "failed" => JobState::Failed,
             other => return Err(StoreError::Invalid(format!("unknown job state {other}"))),
         })
     }
 
-    /// Finished or cancelled: nothing more will run for it.
+    /// Finished, cancelled or failed: nothing more will run for it.
     pub fn is_final(self) -> bool {
-        matches!(self, JobState::Finished | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Finished | JobState::Cancelled | JobState::Failed
+        )
     }
 }
 
@@ -614,10 +624,22 @@ impl Store {
 
     /// Cancel a job that has not ended. Returns false when it had already ended.
     pub fn cancel_job(&self, name: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        self.end_job(name, JobState::Cancelled, reason, now)
+    }
+
+    /// End a job that has not ended, as `state` (cancelled or failed) with `reason`. Returns
+    /// false when it had already ended.
+    pub fn end_job(
+        &self,
+        name: &str,
+        state: JobState,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
         let n = self.exec(
-            "UPDATE jobs SET state = 'cancelled', reason = ?2, finished_at = ?3, updated_at = ?3
-             WHERE name = ?1 AND state NOT IN ('finished', 'cancelled')",
-            params![name, reason, ms(now)],
+            "UPDATE jobs SET state = ?4, reason = ?2, finished_at = ?3, updated_at = ?3
+             WHERE name = ?1 AND state NOT IN ('finished', 'cancelled', 'failed')",
+            params![name, reason, ms(now), state.as_str()],
         )?;
         self.changed_job(n, name)?;
         Ok(n > 0)

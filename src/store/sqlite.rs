@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_identity.sql"),
     include_str!("migrations/0005_pool_samples.sql"),
     include_str!("migrations/0006_costs.sql"),
+    include_str!("migrations/0007_workers.sql"),
 ];
 
 impl rusqlite::ToSql for Value {

@@ -1,0 +1,668 @@
+//! `tern agent`: runs on each training VM, owns the training's processes, and speaks for them
+//! to the controller.
+//!
+//! - Learns which instance it runs on (`--instance-id`, or the cloud's metadata) and asks the
+//!   controller to start the job's workers there (`POST /v1/jobs/NAME/start`): the answer is
+//!   an incarnation, and the agent waits while the previous one is not fenced.
+//! - Starts the training ([`launch`]) as a process tree it owns ([`tree`]), with the `TERN_*`
+//!   environment, and reports the progress file ([`progress`]) every `--interval`, with its
+//!   instance and incarnation. A refused report (409) says what to do: kill the workers now
+//!   (stale), or stop and exit (the job is over here).
+//! - Watches the cloud's notice ([`metadata`]). On a notice, a drain the controller asks for,
+//!   or SIGTERM/SIGINT to the agent: runs `--checkpoint-command` if given, sends the checkpoint
+//!   signal, waits up to `--stop-grace` for the tree to exit, kills what is left, and only
+//!   then reports the checkpoint (`checkpointed`, `stopped`).
+//! - When the training exits by itself: done when the job is; otherwise restarts it as a new
+//!   incarnation, at most `--max-restarts` times in a row without progress, with backoff; then
+//!   the job fails, its reason naming the exit status and the last lines of stderr.
+
+pub mod launch;
+pub mod metadata;
+pub mod progress;
+pub mod tree;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+pub use launch::{LaunchError, Launcher, Torchrun, command_line};
+pub use metadata::NoticeSource;
+use progress::{Complaints, ProgressFile};
+use tree::{Spawn, Tree};
+
+use crate::api::client::{Client, ClientError};
+use crate::api::wire::{Action, Progress, ProgressReply, StartReply};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("starting {program}: {source}")]
+    Start {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("running checkpoint command {command}: {source}")]
+    Checkpoint {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("watching the training process: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("training failed: {0}")]
+    TrainingFailed(String),
+    #[error("the controller refused to start workers here: {0}")]
+    Refused(String),
+    #[error(
+        "cannot tell which instance this is ({0}); pass --instance-id (the simulated cloud, tests)"
+    )]
+    NoInstance(String),
+    #[error(transparent)]
+    Report(#[from] ClientError),
+}
+
+/// What one agent does.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The job this VM works for.
+    pub job: String,
+    /// JSON file the training keeps up to date (see [`progress`]).
+    pub progress_file: PathBuf,
+    /// Shell command that writes a checkpoint now and exits when it is durable.
+    pub checkpoint_command: Option<String>,
+    /// Sent to the training to make it save and exit.
+    pub checkpoint_signal: Signal,
+    /// From the checkpoint signal to SIGKILL.
+    pub stop_grace: Duration,
+    pub notice: NoticeSource,
+    /// Metadata server base URL.
+    pub metadata_url: String,
+    /// This instance's id; read from the metadata server when not given.
+    pub instance_id: Option<String>,
+    /// Between progress reports and notice polls.
+    pub interval: Duration,
+    /// The training's command line, as [`command_line`] built it.
+    pub argv: Vec<String>,
+    /// What `argv` starts (torchrun lingers at its exit barrier; see [`Run::stop`]).
+    pub launcher: Launcher,
+    /// Restarts in a row without progress before the job fails.
+    pub max_restarts: u32,
+    /// The `tern` binary, for the watchdog that stops the tree if the agent dies.
+    pub watchdog_exe: Option<PathBuf>,
+}
+
+/// Why the agent stops the training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Notice,
+    Drain,
+    /// SIGTERM or SIGINT to the agent.
+    Signal,
+    /// Another worker of the incarnation stopped: restart as a new one.
+    Restart,
+    /// The job ended or left this instance.
+    Over,
+}
+
+impl Why {
+    fn as_str(self) -> &'static str {
+        match self {
+            Why::Notice => "notice",
+            Why::Drain => "drain",
+            Why::Signal => "signal",
+            Why::Restart => "restart",
+            Why::Over => "over",
+        }
+    }
+}
+
+/// How one run of the training ended.
+#[derive(Debug)]
+enum End {
+    /// Stopped on purpose; `again`: ask to start a new incarnation.
+    Stopped { again: bool },
+    /// The training exited by itself.
+    Exited {
+        status: std::process::ExitStatus,
+        progressed: bool,
+        tail: String,
+    },
+}
+
+/// Restarts in a row without progress, with exponential backoff.
+#[derive(Debug)]
+struct Restarts {
+    max: u32,
+    used: u32,
+}
+
+impl Restarts {
+    fn delay(&mut self) -> Option<Duration> {
+        if self.used >= self.max {
+            return None;
+        }
+        self.used += 1;
+        Some(Duration::from_secs(1 << (self.used - 1).min(5)))
+    }
+}
+
+/// How long torchrun may linger once its workers are gone before it is killed.
+const LAUNCHER_ALONE: Duration = Duration::from_secs(5);
+
+/// One incarnation's workers on this instance, and what they last reported.
+struct Run<'a> {
+    config: &'a AgentConfig,
+    client: &'a Client,
+    http: &'a reqwest::Client,
+    instance: &'a str,
+    incarnation: u64,
+    tree: Tree,
+    complaints: Complaints,
+    last: Option<ProgressFile>,
+}
+
+impl Run<'_> {
+    /// The progress file, unless it was written by an older incarnation.
+    fn read(&mut self) -> Option<ProgressFile> {
+        let f = self.complaints.read(&self.config.progress_file)?;
+        if f.incarnation.is_some_and(|k| k < self.incarnation) {
+            return None;
+        }
+        self.last = Some(f.clone());
+        Some(f)
+    }
+
+    async fn report(
+        &mut self,
+        checkpointed: bool,
+        stopped: bool,
+        failure: Option<String>,
+    ) -> Result<ProgressReply, ClientError> {
+        let f = self.read().or_else(|| self.last.clone());
+        let progress = Progress {
+            done_samples: f.as_ref().map_or(0.0, |f| f.samples),
+            checkpoint_samples: f.as_ref().map_or(0.0, |f| f.checkpoint_samples),
+            checkpointed,
+            observation: f.as_ref().and_then(|f| f.observation(&self.config.job)),
+            incarnation: Some(self.incarnation),
+            instance: Some(self.instance.to_string()),
+            stopped,
+            failure,
+        };
+        let reply = self.client.progress(&self.config.job, &progress).await?;
+        if f.is_some() {
+            self.complaints.clamped(&reply.clamped);
+        }
+        Ok(reply)
+    }
+
+    fn checkpoint_now(&mut self) -> f64 {
+        self.read()
+            .or_else(|| self.last.clone())
+            .map_or(0.0, |f| f.checkpoint_samples)
+    }
+
+    /// Write the stop file the training reads on the signal: why, and by when to have saved.
+    fn write_stop_file(&self, why: Why) {
+        let save_by = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            + self.config.stop_grace;
+        let body = serde_json::json!({
+            "reason": why.as_str(),
+            "save_by_unix": save_by.as_secs_f64(),
+        });
+        let path = stop_file(&self.config.progress_file);
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, body.to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+
+    /// Checkpoint and stop the whole tree: the checkpoint command if any, the checkpoint
+    /// signal, up to the grace for the tree to exit (a non-SIGTERM signal is followed by
+    /// SIGTERM once the checkpoint advanced), then SIGKILL. True when the checkpoint is
+    /// durable: `checkpoint_samples` advanced, the training exited 0, or the command succeeded.
+    async fn stop(&mut self, why: Why) -> Result<bool, AgentError> {
+        let started = Instant::now();
+        let before = self.checkpoint_now();
+        let mut durable = false;
+        if let Some(cmd) = &self.config.checkpoint_command {
+            eprintln!(
+                "tern agent: {}: running the checkpoint command",
+                why.as_str()
+            );
+            let status = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .status();
+            match tokio::time::timeout(self.config.stop_grace, status).await {
+                Ok(Ok(s)) if s.success() => durable = true,
+                Ok(Ok(s)) => eprintln!("tern agent: checkpoint command failed: {s}"),
+                Ok(Err(source)) => {
+                    return Err(AgentError::Checkpoint {
+                        command: cmd.clone(),
+                        source,
+                    });
+                }
+                Err(_) => eprintln!("tern agent: checkpoint command still running at the grace"),
+            }
+        }
+        self.write_stop_file(why);
+        let sig = self.config.checkpoint_signal;
+        eprintln!(
+            "tern agent: {}: sending {} to the training (grace {:.0} s)",
+            why.as_str(),
+            tree::signal_name(sig),
+            self.config.stop_grace.as_secs_f64()
+        );
+        self.tree.signal(sig);
+        let mut termed = sig == Signal::TERM;
+        let until = started + self.config.stop_grace;
+        let mut alone_since: Option<Instant> = None;
+        while Instant::now() < until {
+            let members = self.tree.members();
+            if members.is_empty() {
+                break;
+            }
+            if !termed && self.checkpoint_now() > before {
+                self.tree.signal(Signal::TERM);
+                termed = true;
+            }
+            // torchrun whose workers are all gone waits at its exit barrier for the other
+            // nodes (300 s), deaf to signals: once it is alone for a while, it is done.
+            let alone = self.config.launcher == Launcher::Torchrun
+                && members.len() == 1
+                && members.contains(&(self.tree.pid() as i32));
+            match (alone, alone_since) {
+                (true, None) => alone_since = Some(Instant::now()),
+                (true, Some(t)) if t.elapsed() >= LAUNCHER_ALONE => break,
+                (false, _) => alone_since = None,
+                _ => {}
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let left = self.tree.members().len();
+        if left > 0 {
+            eprintln!("tern agent: {left} training process(es) left at the grace: killing them");
+        }
+        if !self.tree.kill_all(Duration::from_secs(10)) {
+            eprintln!("tern agent: some training processes would not die");
+        }
+        let exited_ok = self
+            .tree
+            .exited()
+            .map_err(AgentError::Wait)?
+            .is_some_and(|s| s.success());
+        Ok(durable || exited_ok || self.checkpoint_now() > before)
+    }
+
+    /// Report until the training ends, the controller or the cloud says to stop, or the
+    /// agent is signalled.
+    async fn supervise(&mut self, signals: &mut Signals) -> Result<End, AgentError> {
+        let start_samples = self.read().map_or(0.0, |f| f.samples);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.interval) => {}
+                _ = signals.next() => return self.drain(Why::Signal).await,
+            }
+            if let Some(status) = self.tree.exited().map_err(AgentError::Wait)? {
+                // torchrun is gone; anything it left behind goes too.
+                self.tree.signal(Signal::TERM);
+                self.tree.kill_all(Duration::from_secs(10));
+                let progressed = self.read().is_some_and(|f| f.samples > start_samples);
+                let tail = self.tree.stderr_tail(10);
+                return Ok(End::Exited {
+                    status,
+                    progressed,
+                    tail,
+                });
+            }
+            match self.report(false, false, None).await {
+                Ok(r) if r.drain => return self.drain(Why::Drain).await,
+                Ok(r) if r.stop => {
+                    eprintln!("tern agent: another node of this incarnation stopped: restarting");
+                    let durable = self.stop(Why::Restart).await?;
+                    self.final_report(durable).await;
+                    return Ok(End::Stopped { again: true });
+                }
+                Ok(_) => {}
+                Err(e) => match e.action() {
+                    Some(Action::Stop) => {
+                        eprintln!("tern agent: {e}: killing the workers now");
+                        self.tree.kill_all(Duration::from_secs(10));
+                        return Ok(End::Stopped { again: true });
+                    }
+                    Some(Action::Done) => {
+                        eprintln!("tern agent: {e}: stopping");
+                        self.stop(Why::Over).await?;
+                        return Ok(End::Stopped { again: false });
+                    }
+                    Some(Action::Exit) => {
+                        self.stop(Why::Over).await?;
+                        return Err(AgentError::Refused(e.to_string()));
+                    }
+                    _ => eprintln!("tern agent: progress report failed: {e}"),
+                },
+            }
+            if metadata::noticed(self.http, self.config.notice, &self.config.metadata_url).await {
+                return self.drain(Why::Notice).await;
+            }
+        }
+    }
+
+    /// Checkpoint, stop and report: this instance is leaving (or the agent is stopped).
+    async fn drain(&mut self, why: Why) -> Result<End, AgentError> {
+        let durable = self.stop(why).await?;
+        self.final_report(durable).await;
+        Ok(End::Stopped { again: false })
+    }
+
+    /// The workers are gone: their last report. Refused when they were fenced meanwhile.
+    async fn final_report(&mut self, checkpointed: bool) {
+        match self.report(checkpointed, true, None).await {
+            Ok(_) => eprintln!(
+                "tern agent: reported the workers stopped (checkpoint {}, {})",
+                self.checkpoint_now(),
+                if checkpointed {
+                    "durable"
+                } else {
+                    "not confirmed"
+                }
+            ),
+            Err(e) => eprintln!("tern agent: last report not taken: {e}"),
+        }
+    }
+}
+
+/// SIGTERM and SIGINT to the agent, as one stream.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// Where the agent writes the stop file: beside the progress file.
+fn stop_file(progress: &std::path::Path) -> PathBuf {
+    let mut name = progress.file_name().unwrap_or_default().to_os_string();
+    name.push(".stop");
+    progress.with_file_name(name)
+}
+
+/// The environment of the training's processes.
+fn training_env(
+    config: &AgentConfig,
+    instance: &str,
+    started: &StartReply,
+) -> Vec<(String, String)> {
+    let sig = tree::signal_name(config.checkpoint_signal);
+    let mut handled = vec!["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"];
+    if !handled.contains(&sig) {
+        handled.push(sig);
+    }
+    let mut env = vec![
+        ("TERN_JOB".into(), config.job.clone()),
+        (
+            "TERN_PROGRESS_FILE".into(),
+            config.progress_file.display().to_string(),
+        ),
+        ("TERN_INCARNATION".into(), started.incarnation.to_string()),
+        ("TERN_INSTANCE".into(), instance.to_string()),
+        ("TERN_CHECKPOINT_SIGNAL".into(), sig.to_string()),
+        (
+            "TERN_STOP_GRACE_SECONDS".into(),
+            format!("{}", config.stop_grace.as_secs_f64()),
+        ),
+        (
+            "TERN_STOP_FILE".into(),
+            stop_file(&config.progress_file).display().to_string(),
+        ),
+        // torchrun forwards these to its workers: `PET_*` sets its `--signals-to-handle`
+        // (it overwrites TORCHELASTIC_SIGNALS_TO_HANDLE with that), which older versions
+        // lack and read TORCHELASTIC_SIGNALS_TO_HANDLE instead.
+        ("PET_SIGNALS_TO_HANDLE".into(), handled.join(",")),
+        ("TORCHELASTIC_SIGNALS_TO_HANDLE".into(), handled.join(",")),
+        // torchrun's own wait between forwarding a signal and SIGKILL (30 s by default):
+        // as long as the agent's grace, so the workers get all of it.
+        (
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT".into(),
+            config.stop_grace.as_secs_f64().ceil().to_string(),
+        ),
+    ];
+    if let Some(a) = &started.accelerator {
+        env.push(("TERN_ACCELERATOR".into(), a.clone()));
+    }
+    if let Some(g) = started.gpus_per_node {
+        env.push(("TERN_GPUS_PER_NODE".into(), g.to_string()));
+    }
+    env
+}
+
+/// This instance's id: the flag, or the cloud's metadata.
+async fn resolve_instance(
+    config: &AgentConfig,
+    http: &reqwest::Client,
+) -> Result<String, AgentError> {
+    if let Some(id) = &config.instance_id {
+        return Ok(id.clone());
+    }
+    metadata::instance_id(http, config.notice, &config.metadata_url)
+        .await
+        .map_err(AgentError::NoInstance)
+}
+
+/// How long an agent keeps asking when the controller does not know its instance yet (it
+/// may not have listed a fresh launch).
+const UNKNOWN_FOR: Duration = Duration::from_secs(30);
+
+/// Ask to start workers here until the controller says yes; `None` when the agent was
+/// signalled or noticed while waiting.
+async fn start(
+    config: &AgentConfig,
+    client: &Client,
+    http: &reqwest::Client,
+    instance: &str,
+    signals: &mut Signals,
+) -> Result<Option<StartReply>, AgentError> {
+    let asked = Instant::now();
+    let mut said = String::new();
+    loop {
+        let why = match client.start(&config.job, instance).await {
+            Ok(r) => return Ok(Some(r)),
+            Err(e) if e.action() == Some(Action::Done) => {
+                eprintln!("tern agent: nothing to start here: {e}");
+                return Ok(None);
+            }
+            Err(e) if e.action() == Some(Action::Exit) && asked.elapsed() >= UNKNOWN_FOR => {
+                return Err(AgentError::Refused(e.to_string()));
+            }
+            Err(e) if e.action().is_some() || e.is_retryable() => e.to_string(),
+            Err(e) => return Err(e.into()),
+        };
+        if why != said {
+            eprintln!("tern agent: waiting to start: {why}");
+            said = why;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.interval) => {}
+            _ = signals.next() => return Ok(None),
+        }
+        if metadata::noticed(http, config.notice, &config.metadata_url).await {
+            eprintln!("tern agent: interruption notice before the workers started");
+            return Ok(None);
+        }
+    }
+}
+
+/// Run the agent until the job is done here, the instance leaves, or the agent is stopped.
+pub async fn run(
+    config: AgentConfig,
+    client: Client,
+    http: reqwest::Client,
+) -> Result<(), AgentError> {
+    let mut signals = Signals::new().map_err(AgentError::Wait)?;
+    let instance = resolve_instance(&config, &http).await?;
+    let mut restarts = Restarts {
+        max: config.max_restarts,
+        used: 0,
+    };
+    loop {
+        let Some(started) = start(&config, &client, &http, &instance, &mut signals).await? else {
+            return Ok(());
+        };
+        eprintln!(
+            "tern agent: incarnation {} on {instance}: starting {}",
+            started.incarnation,
+            config.argv.join(" ")
+        );
+        let _ = std::fs::remove_file(stop_file(&config.progress_file));
+        let env = training_env(&config, &instance, &started);
+        let spawned = Tree::spawn(&Spawn {
+            argv: &config.argv,
+            env: &env,
+            watchdog: config
+                .watchdog_exe
+                .clone()
+                .map(|exe| (exe, config.stop_grace)),
+        });
+        let tree = match spawned {
+            Ok(t) => t,
+            Err(source) => {
+                let e = AgentError::Start {
+                    program: config.argv.first().cloned().unwrap_or_default(),
+                    source,
+                };
+                give_up(
+                    &config,
+                    &client,
+                    &instance,
+                    started.incarnation,
+                    &e.to_string(),
+                )
+                .await;
+                return Err(e);
+            }
+        };
+        let mut run = Run {
+            config: &config,
+            client: &client,
+            http: &http,
+            instance: &instance,
+            incarnation: started.incarnation,
+            tree,
+            complaints: Complaints::default(),
+            last: None,
+        };
+        match run.supervise(&mut signals).await? {
+            End::Stopped { again: true } => continue,
+            End::Stopped { again: false } => return Ok(()),
+            End::Exited {
+                status,
+                progressed,
+                tail,
+            } => {
+                if progressed {
+                    restarts.used = 0;
+                }
+                // The last progress first, so the controller counts it before the check.
+                let _ = run.report(false, false, None).await;
+                if status.success() && job_done(&client, &config.job).await {
+                    run.final_report(true).await;
+                    eprintln!("tern agent: training finished");
+                    return Ok(());
+                }
+                let Some(delay) = restarts.delay() else {
+                    let failure = failure_text(status, restarts.max, &tail);
+                    let _ = run.report(false, true, Some(failure.clone())).await;
+                    return Err(AgentError::TrainingFailed(failure));
+                };
+                run.final_report(status.success()).await;
+                eprintln!(
+                    "tern agent: training exited with {status}; restart {} of {} in {} s",
+                    restarts.used,
+                    restarts.max,
+                    delay.as_secs()
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = signals.next() => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the controller counts the job's work as done (or the job as over).
+async fn job_done(client: &Client, job: &str) -> bool {
+    client.job(job).await.is_ok_and(|s| {
+        s.done_samples >= s.total_samples || matches!(s.state.as_str(), "finished" | "cancelled")
+    })
+}
+
+/// The job's reason when its training failed for good.
+fn failure_text(status: std::process::ExitStatus, max: u32, tail: &str) -> String {
+    let mut s = format!("exited with {status} after {max} restart(s) without progress");
+    if !tail.is_empty() {
+        s.push_str("; last lines of stderr:\n");
+        s.push_str(tail);
+    }
+    s
+}
+
+/// The command could not be started at all: the job fails with why.
+async fn give_up(config: &AgentConfig, client: &Client, instance: &str, k: u64, why: &str) {
+    let progress = Progress {
+        done_samples: 0.0,
+        checkpoint_samples: 0.0,
+        checkpointed: false,
+        observation: None,
+        incarnation: Some(k),
+        instance: Some(instance.to_string()),
+        stopped: true,
+        failure: Some(why.to_string()),
+    };
+    if let Err(e) = client.progress(&config.job, &progress).await {
+        eprintln!("tern agent: could not report the failure: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_and_run_out() {
+        let mut r = Restarts { max: 3, used: 0 };
+        let delays: Vec<u64> = std::iter::from_fn(|| r.delay().map(|d| d.as_secs())).collect();
+        assert_eq!(delays, [1, 2, 4]);
+        r.used = 0;
+        assert_eq!(r.delay(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn the_stop_file_sits_beside_the_progress_file() {
+        assert_eq!(
+            stop_file(std::path::Path::new("/run/tern/progress.json")),
+            PathBuf::from("/run/tern/progress.json.stop")
+        );
+    }
+}

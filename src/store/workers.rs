@@ -1,0 +1,101 @@
+//! Incarnations of a job's training workers, as `tern agent` starts and stops them: the
+//! fencing record ([`crate::controller::fencing`] decides on it; this file only keeps it).
+
+use chrono::{DateTime, Utc};
+
+use super::sql::{Row, Stmt, params};
+use super::{Result, Store, ms, time};
+
+/// One instance's workers in one incarnation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Worker {
+    pub instance: String,
+    /// Still running as far as the controller knows (no `stopped` report yet).
+    pub running: bool,
+    pub started_at: DateTime<Utc>,
+    pub stopped_at: Option<DateTime<Utc>>,
+    /// How they ended when they failed for good.
+    pub failure: Option<String>,
+}
+
+/// A job's current incarnation: its number (0 before any start) and its workers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Incarnation {
+    pub number: u64,
+    pub workers: Vec<Worker>,
+}
+
+impl Incarnation {
+    pub fn worker(&self, instance: &str) -> Option<&Worker> {
+        self.workers.iter().find(|w| w.instance == instance)
+    }
+}
+
+fn worker_from_row(r: &Row) -> Result<Worker> {
+    Ok(Worker {
+        instance: r.text(0)?,
+        running: r.flag(1)?,
+        started_at: time(r.int(2)?),
+        stopped_at: r.opt_int(3)?.map(time),
+        failure: r.opt_text(4)?,
+    })
+}
+
+impl Store {
+    /// The job's current (highest) incarnation and its workers.
+    pub fn incarnation(&self, job: &str) -> Result<Incarnation> {
+        let rows = self.query(
+            "SELECT instance, running, started_at, stopped_at, failure, incarnation FROM workers
+             WHERE job = ?1 AND incarnation = (SELECT MAX(incarnation) FROM workers WHERE job = ?1)
+             ORDER BY instance",
+            params![job],
+        )?;
+        let number = match rows.first() {
+            Some(r) => u64::try_from(r.int(5)?).unwrap_or(0),
+            None => 0,
+        };
+        Ok(Incarnation {
+            number,
+            workers: rows.iter().map(worker_from_row).collect::<Result<_>>()?,
+        })
+    }
+
+    /// `instance`'s workers start in `incarnation` (joining it or opening it). A restart on
+    /// the same instance first marks its older workers of the same incarnation stopped.
+    pub fn start_workers(
+        &self,
+        job: &str,
+        incarnation: u64,
+        instance: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let n = i64::try_from(incarnation).unwrap_or(i64::MAX);
+        self.run(vec![Stmt::exec(
+            "INSERT INTO workers (job, incarnation, instance, running, started_at)
+             VALUES (?1, ?2, ?3, 1, ?4)
+             ON CONFLICT (job, incarnation, instance)
+             DO UPDATE SET running = 1, started_at = ?4, stopped_at = NULL, failure = NULL",
+            params![job, n, instance, ms(now)],
+        )])?;
+        Ok(())
+    }
+
+    /// `instance`'s workers of `incarnation` are gone (their agent said so, or it asks to
+    /// start again); `failure` when they failed for good.
+    pub fn stop_workers(
+        &self,
+        job: &str,
+        incarnation: u64,
+        instance: &str,
+        failure: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let n = i64::try_from(incarnation).unwrap_or(i64::MAX);
+        self.exec(
+            "UPDATE workers SET running = 0, stopped_at = ?4, failure = ?5
+             WHERE job = ?1 AND incarnation = ?2 AND instance = ?3 AND running <> 0",
+            params![job, n, instance, ms(now), failure],
+        )?;
+        Ok(())
+    }
+}

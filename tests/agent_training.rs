@@ -1,0 +1,704 @@
+//! `tern agent` with real PyTorch: torchrun, gloo on CPU, the `tern_train` helper, against a
+//! controller on the simulated cloud at real-time speed. Every test enumerates the training's
+//! processes in `/proc` (by the `TERN_JOB` every one of them carries) after the agent is done.
+//!
+//! Needs the virtual environment `scripts/setup --test` makes (PyTorch, Lightning); its
+//! interpreter is `TERN_TEST_PYTHON`, by default `~/.cache/tern/torch-venv/bin/python`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{free_port, wait_for};
+
+const TOKEN: &str = "agent-training-token";
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The torch tests run one at a time: two cores hold one two-node job, not three.
+fn serial() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The test interpreter, with PyTorch.
+pub fn python() -> PathBuf {
+    let path = std::env::var_os("TERN_TEST_PYTHON").map_or_else(
+        || {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            PathBuf::from(home).join(".cache/tern/torch-venv/bin/python")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "{} is missing: run `bash scripts/setup --test` (it installs PyTorch in that venv)",
+        path.display()
+    );
+    path
+}
+
+/// PATH with the venv's `bin` first, so `python`, `python3` and `torchrun` are the venv's.
+fn venv_path() -> String {
+    let bin = python().parent().expect("bin").to_path_buf();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The pids of every live process whose environment says it works for `job`.
+pub fn training_processes(job: &str) -> Vec<i32> {
+    let mark = format!("TERN_JOB={job}");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat
+            .rfind(')')
+            .is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if !zombie && env.split(|b| *b == 0).any(|kv| kv == mark.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Wait until no process of `job` is left; the pids left after `within` otherwise.
+fn gone(job: &str, within: Duration) -> Result<(), Vec<i32>> {
+    let until = Instant::now() + within;
+    loop {
+        let left = training_processes(job);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(left);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A spot availability trace: `before` ticks of 2 instances, then 1 (a reclaim with AWS's
+/// 120 s notice, delivered 120 s before the drop), `gap` seconds a tick.
+fn trace(dir: &Path, gap: u32, before: usize) -> PathBuf {
+    let mut data = vec![2; before];
+    data.extend(std::iter::repeat_n(1, 2000));
+    let body = serde_json::json!({
+        "metadata": {"gap_seconds": gap, "zone": "us-west-2a", "region": "us-west-2",
+                     "cloud": "aws", "price_info": {"price": 0.9, "on_demand_price": 3.06}},
+        "data": data,
+    });
+    let path = dir.join("us-west-2a_v100_2.json");
+    std::fs::write(&path, body.to_string()).expect("trace");
+    path
+}
+
+/// A job the planner puts on two spot nodes (one node misses the deadline at the spec's
+/// slow step time; the real steps are much faster).
+fn job_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
+    let text = format!(
+        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\n\
+         workers = {{ min = 1, max = 2 }}\nlocal_batch = 16\ndeadline = \"70m\"\n\
+         capacity = \"spot-only\"\n[work]\nsamples = {samples}\n\
+         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 2.0\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 16\n\
+         step_seconds = 2.1\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("spec");
+    path
+}
+
+/// A controller on the in-process simulated cloud at real-time speed, and its job.
+struct Cluster {
+    controller: Child,
+    server: String,
+    dir: tempfile::TempDir,
+    job: String,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.controller.kill();
+        let _ = self.controller.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read(self.dir.path().join("controller.log")).unwrap_or_default();
+            let log = String::from_utf8_lossy(&log);
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "controller log (last lines):\n{}",
+                lines[lines.len().saturating_sub(30)..].join("\n")
+            );
+        }
+    }
+}
+
+impl Cluster {
+    /// `before`: 5-s ticks of two spot instances before one is reclaimed.
+    fn start(job: &str, samples: u64, before: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let trace = trace(dir.path(), 5, before);
+        let log = std::fs::File::create(dir.path().join("controller.log")).expect("log");
+        let controller = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .arg("controller")
+            .arg("--state")
+            .arg(dir.path().join("state.db"))
+            .args(["--listen", &addr, "--speed", "1", "--sim-boot-seconds", "1"])
+            .args(["--no-simulated-workers", "--period", "0.5", "--trace"])
+            .arg(&trace)
+            .env("TERN_TOKEN", TOKEN)
+            .env("TERN_DATA", format!("{REPO}/../shared/data"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("controller");
+        wait_for(&addr);
+        let c = Cluster {
+            controller,
+            server: format!("http://{addr}"),
+            dir,
+            job: job.to_string(),
+        };
+        let spec = job_spec(c.dir.path(), job, samples);
+        let out = c.tern(&["submit", spec.to_str().expect("utf-8")]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+
+    fn tern(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(args)
+            .args(["--server", &self.server])
+            .env("TERN_TOKEN", TOKEN)
+            .output()
+            .expect("tern")
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let out = self.tern(&["status", &self.job, "--json"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let v: serde_json::Value =
+            serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("status json");
+        v["jobs"][0].clone()
+    }
+
+    /// The job's live instances, once the controller launched `n`.
+    fn instances(&self, n: usize) -> Vec<String> {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ids: Vec<String> = self.status()["instance_ids"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if ids.len() >= n {
+                return ids;
+            }
+            assert!(
+                Instant::now() < until,
+                "no {n} instances: {}",
+                self.status()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `tern agent` for this job on `instance`, in `workdir`, with the venv on PATH and
+    /// `python/` on PYTHONPATH; `args` go before `--`, `command` after.
+    fn agent(&self, instance: &str, workdir: &Path, args: &[&str], command: &[&str]) -> Agent {
+        let log_path = workdir.join(format!("agent-{instance}.log"));
+        let log = std::fs::File::create(&log_path).expect("agent log");
+        let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["agent", "--job", &self.job, "--server", &self.server])
+            .args(args)
+            .arg("--")
+            .args(command)
+            .current_dir(workdir)
+            .env("TERN_TOKEN", TOKEN)
+            .env("TERN_INSTANCE_ID", instance)
+            .env("TERN_NOTICE", "none")
+            .env("TERN_AGENT_INTERVAL", "0.5")
+            .env("PATH", venv_path())
+            .env("PYTHONPATH", format!("{REPO}/python:{REPO}/tests/training"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("agent");
+        Agent {
+            child,
+            log: log_path,
+        }
+    }
+}
+
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn wait(&mut self, within: Duration) -> ExitStatus {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                return s;
+            }
+            if Instant::now() >= until {
+                let _ = self.child.kill();
+                panic!("the agent ran past {within:?}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until the agent's log shows `text`.
+    fn wait_for_log(&self, text: &str, within: Duration) {
+        let until = Instant::now() + within;
+        while !self.log().contains(text) {
+            assert!(
+                Instant::now() < until,
+                "agent log never showed {text:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The JSON lines `train_ddp.py --log-file` wrote.
+fn events(path: &Path) -> Vec<serde_json::Value> {
+    let Ok(f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    BufReader::new(f)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect()
+}
+
+/// The progress file once the training reported `at_least` samples.
+fn wait_for_samples(progress: &Path, at_least: f64, within: Duration, agent: &Agent) {
+    let until = Instant::now() + within;
+    loop {
+        let samples = std::fs::read_to_string(progress)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["samples"].as_f64())
+            .unwrap_or(0.0);
+        if samples >= at_least {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "no {at_least} samples yet:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn train_ddp() -> String {
+    format!("{REPO}/tests/training/train_ddp.py")
+}
+
+#[test]
+fn a_two_node_elastic_job_loses_a_node_to_a_notice_and_finishes_on_the_other() {
+    let _one = serial();
+    // The reclaim is 29 ticks of 5 s away: its 120 s notice comes ~25 s after the start.
+    let c = Cluster::start("elastic", 30_000, 29);
+    let ids = c.instances(2);
+    let work = c.dir.path();
+    let ckpt = work.join("ckpt.pt");
+    let log = work.join("train.jsonl");
+    let endpoint = format!("127.0.0.1:{}", free_port());
+    let run = |id: &str| {
+        let progress = work.join(format!("progress-{id}.json"));
+        let p = progress.to_str().expect("utf-8").to_string();
+        c.agent(
+            id,
+            work,
+            &[
+                "--progress-file",
+                &p,
+                "--nnodes",
+                "1:2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-endpoint",
+                &endpoint,
+                "--rdzv-conf",
+                "last_call_timeout=2",
+                "--stop-grace",
+                "30",
+            ],
+            &[
+                "python3",
+                &train_ddp(),
+                "--ckpt",
+                ckpt.to_str().expect("utf-8"),
+                "--total-samples",
+                "30000",
+                "--batch",
+                "32",
+                "--step-sleep",
+                "0.08",
+                "--checkpoint-every",
+                "25",
+                "--log-file",
+                log.to_str().expect("utf-8"),
+            ],
+        )
+    };
+    let mut a = run(&ids[0]);
+    let mut b = run(&ids[1]);
+    after_the_notice(&c, &mut a, &mut b, &log);
+}
+
+/// The two-node test from the notice on: one agent drains, the other finishes the job.
+fn after_the_notice(c: &Cluster, a: &mut Agent, b: &mut Agent, log: &Path) {
+    // Which node the cloud reclaims is its choice: the one whose agent drains.
+    let until = Instant::now() + Duration::from_secs(150);
+    let (leaving, staying) = loop {
+        if a.log().contains("drain: sending") {
+            break (a, b);
+        }
+        if b.log().contains("drain: sending") {
+            break (b, a);
+        }
+        assert!(
+            Instant::now() < until,
+            "no drain:\nA: {}\nB: {}",
+            a.log(),
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let status = leaving.wait(Duration::from_secs(60));
+    assert!(status.success(), "the leaving agent: {}", leaving.log());
+    // The drain's checkpoint is the one the controller recorded, no further.
+    let ev = events(log);
+    let stop = ev
+        .iter()
+        .find(|e| e["event"] == "stop")
+        .cloned()
+        .expect("the drain's stop");
+    let saved = ev
+        .iter()
+        .filter(|e| e["event"] == "checkpoint")
+        .filter_map(|e| e["samples"].as_f64())
+        .next_back()
+        .expect("a checkpoint");
+    assert_eq!(stop["samples"].as_f64(), Some(saved), "{ev:?}");
+    let s = c.status();
+    assert_eq!(s["checkpoint_samples"].as_f64(), Some(saved), "{s}");
+    let status = staying.wait(Duration::from_secs(150));
+    assert!(status.success(), "the staying agent: {}", staying.log());
+    assert_eq!(gone(&c.job, Duration::from_secs(10)), Ok(()));
+    assert_eq!(c.status()["state"], "finished", "{}", c.status());
+    // The survivor resumed from the drain's checkpoint, at one worker instead of two.
+    let ev = events(log);
+    let starts: Vec<&serde_json::Value> = ev.iter().filter(|e| e["event"] == "start").collect();
+    assert!(starts.iter().any(|e| e["world_size"] == 2), "{ev:?}");
+    let resumed = starts
+        .iter()
+        .find(|e| e["world_size"] == 1)
+        .expect("a one-worker start");
+    assert_eq!(resumed["resumed_from"].as_f64(), Some(saved), "{ev:?}");
+    assert_eq!(resumed["incarnation"], 2, "{ev:?}");
+}
+
+/// A fake AWS instance-metadata server (IMDSv2): no notice until `notice` is set.
+fn fake_metadata(notice: Arc<AtomicBool>) -> String {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut r = BufReader::new(s.try_clone().expect("clone"));
+            let mut line = String::new();
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut h = String::new();
+            while r.read_line(&mut h).is_ok_and(|n| n > 2) {
+                h.clear();
+            }
+            let (code, body) = if line.starts_with("PUT /latest/api/token") {
+                (200, "tok".to_string())
+            } else if line.contains("/spot/instance-action") && notice.load(Ordering::SeqCst) {
+                (
+                    200,
+                    r#"{"action":"terminate","time":"2026-11-27T00:02:00Z"}"#.into(),
+                )
+            } else {
+                (404, String::new())
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+/// One node, two workers under torchrun (each in a session of its own), on the first
+/// instance of a fresh cluster; `extra` agent flags. Returns once the training reported.
+fn one_node(job: &str, samples: u64, extra: &[&str]) -> (Cluster, Agent, PathBuf) {
+    let c = Cluster::start(job, samples, 5000);
+    let id = c.instances(1)[0].clone();
+    let work = c.dir.path().to_path_buf();
+    let progress = work.join("progress.json");
+    let p = progress.to_str().expect("utf-8").to_string();
+    let ckpt = work.join("ckpt.pt");
+    let mut args = vec!["--progress-file", p.as_str(), "--nproc-per-node", "2"];
+    args.extend_from_slice(extra);
+    let train = train_ddp();
+    let agent = c.agent(
+        &id,
+        &work,
+        &args,
+        &[
+            &train,
+            "--ckpt",
+            ckpt.to_str().expect("utf-8"),
+            "--total-samples",
+            &samples.to_string(),
+            "--step-sleep",
+            "0.05",
+        ],
+    );
+    wait_for_samples(&progress, 1.0, Duration::from_secs(90), &agent);
+    (c, agent, progress)
+}
+
+fn checkpoint_in(progress: &Path) -> f64 {
+    let text = std::fs::read_to_string(progress).expect("progress file");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v["checkpoint_samples"]
+        .as_f64()
+        .expect("checkpoint_samples")
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+}
+
+#[test]
+fn every_stop_path_ends_the_whole_tree() {
+    let _one = serial();
+    // A cloud notice (AWS metadata): checkpoint, stop, report, exit 0.
+    let noticed = Arc::new(AtomicBool::new(false));
+    let url = fake_metadata(noticed.clone());
+    let (c, mut agent, progress) = one_node(
+        "by-notice",
+        30_000,
+        &["--notice", "aws", "--metadata-url", &url],
+    );
+    assert!(
+        training_processes("by-notice").len() >= 3,
+        "torchrun and two workers"
+    );
+    noticed.store(true, Ordering::SeqCst);
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(gone("by-notice", Duration::ZERO), Ok(()), "{}", agent.log());
+    let recorded = c.status()["checkpoint_samples"].as_f64();
+    assert_eq!(recorded, Some(checkpoint_in(&progress)), "{}", agent.log());
+    assert!(recorded > Some(0.0));
+    drop(c);
+
+    // A cancel: the next report is refused, the agent stops the training and exits 0.
+    let (c, mut agent, _) = one_node("by-cancel", 30_000, &[]);
+    assert!(c.tern(&["cancel", "by-cancel"]).status.success());
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(gone("by-cancel", Duration::ZERO), Ok(()), "{}", agent.log());
+    drop(c);
+
+    // SIGTERM to the agent: it drains and exits 0.
+    let (c, mut agent, progress) = one_node("by-sigterm", 30_000, &[]);
+    signal(agent.child.id(), "-TERM");
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(
+        gone("by-sigterm", Duration::ZERO),
+        Ok(()),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(
+        c.status()["checkpoint_samples"].as_f64(),
+        Some(checkpoint_in(&progress))
+    );
+    drop(c);
+
+    // SIGKILL to the agent: its watchdog ends the tree.
+    let (c, mut agent, _) = one_node("by-sigkill", 30_000, &["--stop-grace", "5"]);
+    signal(agent.child.id(), "-KILL");
+    let _ = agent.wait(Duration::from_secs(5));
+    assert_eq!(gone("by-sigkill", Duration::from_secs(20)), Ok(()));
+    drop(c);
+
+    // The training ends by itself: the job is done, the agent exits 0.
+    let (c, mut agent, _) = one_node("by-itself", 3_000, &[]);
+    assert!(
+        agent.wait(Duration::from_secs(120)).success(),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(gone("by-itself", Duration::ZERO), Ok(()), "{}", agent.log());
+    assert_eq!(c.status()["state"], "finished");
+}
+
+/// The controller's API from the test, as another agent would call it.
+fn api(c: &Cluster) -> (tokio::runtime::Runtime, tern::api::client::Client) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let http = tern::http::client().expect("http");
+    let client =
+        tern::api::client::Client::new(&c.server, Some(TOKEN.into()), http).expect("client");
+    (rt, client)
+}
+
+/// The pids of `job`'s processes started as incarnation `k`.
+fn of_incarnation(job: &str, k: u64) -> Vec<i32> {
+    let mark = format!("TERN_INCARNATION={k}");
+    training_processes(job)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .any(|kv| kv == mark.as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn a_stale_incarnation_is_refused_and_its_workers_killed() {
+    let _one = serial();
+    let (c, mut agent, _) = one_node("stale", 30_000, &[]);
+    assert!(!of_incarnation("stale", 1).is_empty());
+    let id = c.instances(1)[0].clone();
+    let before = c.status()["checkpoint_samples"].as_f64();
+    let (rt, api) = api(&c);
+    // Another start on the same instance (an agent restarted beside a paused one): a new
+    // incarnation opens, and incarnation 1 is stale from now on.
+    let started = rt.block_on(api.start("stale", &id)).expect("start");
+    assert_eq!(started.incarnation, 2);
+    let stale = tern::api::wire::Progress {
+        done_samples: 29_000.0,
+        checkpoint_samples: 29_000.0,
+        checkpointed: true,
+        observation: None,
+        incarnation: Some(1),
+        instance: Some(id.clone()),
+        stopped: false,
+        failure: None,
+    };
+    let err = rt
+        .block_on(api.progress("stale", &stale))
+        .expect_err("stale");
+    assert_eq!(err.status(), Some(409), "{err}");
+    assert_eq!(err.action(), Some(tern::api::wire::Action::Stop), "{err}");
+    assert!(err.to_string().contains("stale"), "{err}");
+    assert_eq!(
+        c.status()["checkpoint_samples"].as_f64(),
+        before,
+        "moved nothing"
+    );
+    // The running agent's next report is refused the same way: it kills its workers at
+    // once and starts again as a newer incarnation.
+    agent.wait_for_log("killing the workers now", Duration::from_secs(20));
+    let until = Instant::now() + Duration::from_secs(15);
+    while !of_incarnation("stale", 1).is_empty() {
+        assert!(Instant::now() < until, "{}", agent.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    agent.wait_for_log("incarnation 3 on", Duration::from_secs(20));
+    assert!(c.tern(&["cancel", "stale"]).status.success());
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(gone("stale", Duration::ZERO), Ok(()));
+}
+
+#[test]
+fn a_command_that_cannot_start_fails_the_job_within_a_minute_and_says_why() {
+    let _one = serial();
+    let c = Cluster::start("broken", 3_000, 5000);
+    let id = c.instances(1)[0].clone();
+    let work = c.dir.path().to_path_buf();
+    let t0 = Instant::now();
+    let mut agent = c.agent(
+        &id,
+        &work,
+        &["--progress-file", "progress.json", "--max-restarts", "2"],
+        &["python3", "no_such_script.py", "--epochs", "3"],
+    );
+    let status = agent.wait(Duration::from_secs(60));
+    assert!(!status.success(), "{}", agent.log());
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    let log = agent.log();
+    assert_eq!(log.matches("starting python3").count(), 3, "{log}");
+    let s = c.status();
+    assert_eq!(s["state"], "failed", "{s}");
+    let reason = s["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("exit status"), "{reason}");
+    assert!(reason.contains("no_such_script.py"), "{reason}");
+    assert_eq!(gone("broken", Duration::ZERO), Ok(()));
+}
