@@ -25,15 +25,20 @@ fn serial() -> MutexGuard<'static, ()> {
     ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The test interpreter, with PyTorch.
+/// The test interpreter, with PyTorch: `TERN_TEST_PYTHON`, else the venv `scripts/setup
+/// --test` made (`TERN_TEST_VENV`, by default `~/.cache/tern/torch-venv`).
 pub fn python() -> PathBuf {
-    let path = std::env::var_os("TERN_TEST_PYTHON").map_or_else(
-        || {
-            let home = std::env::var_os("HOME").unwrap_or_default();
-            PathBuf::from(home).join(".cache/tern/torch-venv/bin/python")
-        },
-        PathBuf::from,
-    );
+    let venv = || {
+        std::env::var_os("TERN_TEST_VENV").map_or_else(
+            || {
+                let home = std::env::var_os("HOME").unwrap_or_default();
+                PathBuf::from(home).join(".cache/tern/torch-venv")
+            },
+            PathBuf::from,
+        )
+    };
+    let path = std::env::var_os("TERN_TEST_PYTHON")
+        .map_or_else(|| venv().join("bin/python"), PathBuf::from);
     assert!(
         path.exists(),
         "{} is missing: run `bash scripts/setup --test` (it installs PyTorch in that venv)",
@@ -701,4 +706,84 @@ fn a_command_that_cannot_start_fails_the_job_within_a_minute_and_says_why() {
     assert!(reason.contains("exit status"), "{reason}");
     assert!(reason.contains("no_such_script.py"), "{reason}");
     assert_eq!(gone("broken", Duration::ZERO), Ok(()));
+}
+
+/// The fenced block after `marker` in the README.
+fn readme_block(marker: &str) -> String {
+    let readme = std::fs::read_to_string(format!("{REPO}/README.md")).expect("README");
+    let at = readme
+        .find(marker)
+        .unwrap_or_else(|| panic!("README has no {marker}"));
+    let rest = &readme[at..];
+    let open = rest.find("```").expect("a fenced block");
+    let body = &rest[open..];
+    let body = &body[body.find('\n').expect("fence line") + 1..];
+    body[..body.find("```").expect("closing fence")].to_string()
+}
+
+#[test]
+fn the_readme_agent_examples_run_verbatim() {
+    let _one = serial();
+    let train = readme_block("<!-- readme-test: train.py -->");
+    let commands: Vec<String> = readme_block("<!-- readme-test: agent -->")
+        .lines()
+        .filter(|l| l.starts_with("tern agent "))
+        .map(String::from)
+        .collect();
+    assert_eq!(commands.len(), 5, "{commands:?}");
+    for command in commands {
+        let job = command
+            .split_whitespace()
+            .skip_while(|w| *w != "--job")
+            .nth(1)
+            .expect("--job NAME");
+        let samples: u64 = command
+            .split_whitespace()
+            .last()
+            .and_then(|w| w.parse().ok())
+            .expect("the example ends with its sample count");
+        let c = Cluster::start(job, samples, 5000);
+        let id = c.instances(1)[0].clone();
+        let work = c.dir.path();
+        std::fs::write(work.join("train.py"), &train).expect("train.py");
+        // `tern` on PATH is the binary under test.
+        let bin = Path::new(env!("CARGO_BIN_EXE_tern"))
+            .parent()
+            .expect("bin dir")
+            .display()
+            .to_string();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .current_dir(work)
+            .env("TERN_SERVER", &c.server)
+            .env("TERN_TOKEN", TOKEN)
+            .env("TERN_INSTANCE_ID", &id)
+            .env("TERN_NOTICE", "none")
+            .env("TERN_AGENT_INTERVAL", "0.5")
+            .env("PATH", format!("{bin}:{}", venv_path()))
+            .env("PYTHONPATH", format!("{REPO}/python"))
+            .output()
+            .expect("sh");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{command}:\n{log}");
+        let s = c.status();
+        assert_eq!(s["state"], "finished", "{command}: {s}\n{log}");
+        assert_eq!(s["done_samples"].as_f64(), Some(samples as f64), "{s}");
+        assert_eq!(gone(job, Duration::ZERO), Ok(()), "{command}");
+    }
+}
+
+#[test]
+fn the_python_helper_and_its_lightning_callback_pass_their_tests() {
+    let _one = serial();
+    let out = Command::new(python())
+        .args(["-m", "unittest", "discover", "-s", "tests"])
+        .current_dir(format!("{REPO}/python"))
+        .output()
+        .expect("python");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("\nOK"), "{text}");
+    assert!(!text.contains("skipped"), "Lightning must be there: {text}");
 }
