@@ -297,7 +297,12 @@ impl Run<'_> {
             .exited()
             .map_err(AgentError::Wait)?
             .is_some_and(|s| s.success());
-        Ok(durable || exited_ok || self.checkpoint_now() > before)
+        let after = self.checkpoint_now();
+        eprintln!(
+            "tern agent: no training process left {:.1} s after the stop began (checkpoint {before} -> {after})",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(durable || exited_ok || after > before)
     }
 
     /// Report until the training ends, the controller or the cloud says to stop, or the
@@ -656,6 +661,49 @@ mod tests {
         assert_eq!(delays, [1, 2, 4]);
         r.used = 0;
         assert_eq!(r.delay(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn the_training_learns_the_contract_from_its_environment() {
+        let config = AgentConfig {
+            job: "bert".into(),
+            progress_file: PathBuf::from("/run/tern/progress.json"),
+            checkpoint_command: None,
+            checkpoint_signal: Signal::USR1,
+            stop_grace: Duration::from_secs_f64(99.5),
+            notice: NoticeSource::Aws,
+            metadata_url: String::new(),
+            instance_id: None,
+            interval: Duration::from_secs(5),
+            argv: vec!["train.py".into()],
+            launcher: Launcher::Torchrun,
+            max_restarts: 3,
+            watchdog_exe: None,
+        };
+        let started = StartReply {
+            incarnation: 3,
+            accelerator: Some("A100".into()),
+            gpus_per_node: Some(8),
+        };
+        let env: std::collections::BTreeMap<String, String> =
+            training_env(&config, "i-0abc", &started)
+                .into_iter()
+                .collect();
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("TERN_JOB"), Some("bert"));
+        assert_eq!(get("TERN_INCARNATION"), Some("3"));
+        assert_eq!(get("TERN_INSTANCE"), Some("i-0abc"));
+        assert_eq!(get("TERN_CHECKPOINT_SIGNAL"), Some("SIGUSR1"));
+        assert_eq!(get("TERN_STOP_GRACE_SECONDS"), Some("99.5"));
+        assert_eq!(get("TERN_STOP_FILE"), Some("/run/tern/progress.json.stop"));
+        assert_eq!(get("TERN_ACCELERATOR"), Some("A100"));
+        assert_eq!(get("TERN_GPUS_PER_NODE"), Some("8"));
+        // torchrun forwards SIGUSR1 too, and waits the whole grace before its SIGKILL.
+        assert_eq!(
+            get("PET_SIGNALS_TO_HANDLE"),
+            Some("SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1")
+        );
+        assert_eq!(get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"), Some("100"));
     }
 
     #[test]

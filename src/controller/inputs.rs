@@ -239,41 +239,45 @@ impl Controller {
     }
 
     fn failed(&mut self, name: &str, reason: String, at: DateTime<Utc>) -> Result<()> {
-        let Some(entry) = self.fleet.jobs.get_mut(name) else {
-            return Ok(());
+        let event = Event::Failed {
+            job: name.to_string(),
+            reason: reason.clone(),
         };
-        if entry.record.state.is_final() {
-            return Ok(());
-        }
-        entry.record.state = JobState::Failed;
-        entry.record.reason = Some(reason.clone());
-        entry.record.finished_at = Some(at);
-        entry.dirty = true;
-        self.emit(
-            at,
-            Event::Failed {
-                job: name.to_string(),
-                reason,
-            },
-        )
+        self.end(name, JobState::Failed, reason, at, event)
     }
 
     fn cancelled(&mut self, name: &str, at: DateTime<Utc>) -> Result<()> {
+        let event = Event::Cancelled {
+            job: name.to_string(),
+        };
+        self.end(
+            name,
+            JobState::Cancelled,
+            CANCELLED_BY_USER.into(),
+            at,
+            event,
+        )
+    }
+
+    /// End a job that has not ended (its instances are released on the next pass).
+    fn end(
+        &mut self,
+        name: &str,
+        state: JobState,
+        reason: String,
+        at: DateTime<Utc>,
+        event: Event,
+    ) -> Result<()> {
         let Some(entry) = self.fleet.jobs.get_mut(name) else {
             return Ok(());
         };
         if entry.record.state.is_final() {
             return Ok(());
         }
-        entry.record.state = JobState::Cancelled;
-        entry.record.reason = Some(CANCELLED_BY_USER.into());
+        entry.record.state = state;
+        entry.record.reason = Some(reason);
         entry.record.finished_at = Some(at);
         entry.dirty = true;
-        self.emit(
-            at,
-            Event::Cancelled {
-                job: name.to_string(),
-            },
-        )
+        self.emit(at, event)
     }
 }

@@ -1,5 +1,5 @@
 //! Incarnations of a job's training workers, as `tern agent` starts and stops them: the
-//! fencing record ([`crate::controller::fencing`] decides on it; this file only keeps it).
+//! fencing record (the controller's `fencing` module decides on it; this file only keeps it).
 
 use chrono::{DateTime, Utc};
 

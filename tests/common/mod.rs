@@ -211,9 +211,22 @@ pub fn train_with_agent(dir: &Path, job: &str, samples: u64, server: &str, token
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // The agent runs here, not on the cloud's VM: it is told which instance it stands for.
+    let status = tern_json(&["status", job, "--json", "--server", server], token);
+    let instance = status["jobs"][0]["instance_ids"][0]
+        .as_str()
+        .expect("the job's instance")
+        .to_string();
     let agent = Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(["agent", "--job", job, "--server", server])
-        .args(["--notice", "none", "--interval", "0.2"])
+        .args([
+            "--notice",
+            "none",
+            "--interval",
+            "0.2",
+            "--instance-id",
+            &instance,
+        ])
         .arg("--progress-file")
         .arg(&progress)
         .args(["--", "sh", "-c", &script])
