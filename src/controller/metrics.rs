@@ -175,7 +175,14 @@ impl Metrics {
         self.reconcile.observe(took.as_secs_f64());
         self.open_intents.set(ctl.open_intents() as i64);
         self.foreign.set(ctl.foreign_instances() as i64);
-        for state in ["pending", "running", "finished", "unplaceable", "cancelled"] {
+        for state in [
+            "pending",
+            "running",
+            "finished",
+            "unplaceable",
+            "cancelled",
+            "failed",
+        ] {
             let n = ctl.jobs().filter(|j| j.state.as_str() == state).count();
             self.jobs
                 .get_or_create(&StateLabel {
