@@ -342,7 +342,14 @@ impl Run<'_> {
                         return Ok(End::Stopped { again: true });
                     }
                     Some(Action::Done) => {
-                        eprintln!("tern agent: {e}: stopping");
+                        // A job whose work is done: its training is saving its last checkpoint
+                        // and exiting; let it, within the grace, before stopping what is left.
+                        if work_done(self.client, &self.config.job).await {
+                            eprintln!("tern agent: {e}: waiting for the training to exit");
+                            self.exit_within(self.config.stop_grace).await;
+                        } else {
+                            eprintln!("tern agent: {e}: stopping");
+                        }
                         self.stop(Why::Over).await?;
                         return Ok(End::Stopped { again: false });
                     }
@@ -356,6 +363,14 @@ impl Run<'_> {
             if metadata::noticed(self.http, self.config.notice, &self.config.metadata_url).await {
                 return self.drain(Why::Notice).await;
             }
+        }
+    }
+
+    /// Wait up to `within` for the training to exit by itself.
+    async fn exit_within(&mut self, within: Duration) {
+        let until = Instant::now() + within;
+        while Instant::now() < until && !self.tree.members().is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -621,6 +636,14 @@ async fn job_done(client: &Client, job: &str) -> bool {
     client.job(job).await.is_ok_and(|s| {
         s.done_samples >= s.total_samples || matches!(s.state.as_str(), "finished" | "cancelled")
     })
+}
+
+/// Whether the job's work is all done (it finished, rather than was cancelled).
+async fn work_done(client: &Client, job: &str) -> bool {
+    client
+        .job(job)
+        .await
+        .is_ok_and(|s| s.done_samples >= s.total_samples || s.state == "finished")
 }
 
 /// The job's reason when its training failed for good.
