@@ -23,6 +23,55 @@ impl NoticeSource {
     }
 }
 
+/// An IMDSv2 session token, or `None` when the server gives none (IMDSv1 answers without).
+async fn aws_token(
+    http: &reqwest::Client,
+    base: &str,
+    wait: Duration,
+) -> Result<Option<String>, reqwest::Error> {
+    let reply = http
+        .put(format!("{base}/latest/api/token"))
+        .header("X-aws-ec2-metadata-token-ttl-seconds", "60")
+        .timeout(wait)
+        .send()
+        .await?;
+    if !reply.status().is_success() {
+        return Ok(None);
+    }
+    Ok(reply.text().await.ok().map(|t| t.trim().to_string()))
+}
+
+/// An AWS instance-metadata GET of `path`, with the session token when there is one.
+async fn aws_get(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    wait: Duration,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let token = aws_token(http, base, wait).await?;
+    let mut request = http
+        .get(format!("{base}/latest/meta-data/{path}"))
+        .timeout(wait);
+    if let Some(t) = token {
+        request = request.header("X-aws-ec2-metadata-token", t);
+    }
+    request.send().await
+}
+
+/// A GCE metadata GET of `instance/{path}`.
+async fn gce_get(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    wait: Duration,
+) -> Result<reqwest::Response, reqwest::Error> {
+    http.get(format!("{base}/computeMetadata/v1/instance/{path}"))
+        .header("Metadata-Flavor", "Google")
+        .timeout(wait)
+        .send()
+        .await
+}
+
 /// Whether the cloud has announced this VM's reclaim. Metadata servers answer fast or not at
 /// all, so each poll has a short timeout of its own.
 pub async fn noticed(http: &reqwest::Client, source: NoticeSource, base: &str) -> bool {
@@ -30,55 +79,20 @@ pub async fn noticed(http: &reqwest::Client, source: NoticeSource, base: &str) -
     let base = base.trim_end_matches('/');
     match source {
         NoticeSource::None => false,
-        NoticeSource::Aws => {
-            let token = http
-                .put(format!("{base}/latest/api/token"))
-                .header("X-aws-ec2-metadata-token-ttl-seconds", "60")
-                .timeout(POLL)
-                .send()
-                .await;
-            let Ok(token) = token else { return false };
-            let mut request = http
-                .get(format!("{base}/latest/meta-data/spot/instance-action"))
-                .timeout(POLL);
-            if token.status().is_success()
-                && let Ok(t) = token.text().await
-            {
-                request = request.header("X-aws-ec2-metadata-token", t.trim());
-            }
-            request
-                .send()
+        NoticeSource::Aws => aws_get(http, base, "spot/instance-action", POLL)
+            .await
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK),
+        NoticeSource::Gcp => match gce_get(http, base, "preempted", POLL).await {
+            Ok(r) if r.status() == reqwest::StatusCode::OK => r
+                .text()
                 .await
-                .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
-        }
-        NoticeSource::Gcp => {
-            let reply = http
-                .get(format!("{base}/computeMetadata/v1/instance/preempted"))
-                .header("Metadata-Flavor", "Google")
-                .timeout(POLL)
-                .send()
-                .await;
-            match reply {
-                Ok(r) if r.status() == reqwest::StatusCode::OK => r
-                    .text()
-                    .await
-                    .is_ok_and(|b| b.trim().eq_ignore_ascii_case("TRUE")),
-                _ => false,
-            }
-        }
+                .is_ok_and(|b| b.trim().eq_ignore_ascii_case("TRUE")),
+            _ => false,
+        },
     }
 }
 
 impl NoticeSource {
-    /// How long the cloud gives between its notice and the reclaim.
-    pub fn lead(self) -> Duration {
-        match self {
-            NoticeSource::Aws => Duration::from_secs(120),
-            NoticeSource::Gcp => Duration::from_secs(30),
-            NoticeSource::None => Duration::from_secs(60),
-        }
-    }
-
     /// The default stop grace: the notice's lead less a margin for noticing it (one poll),
     /// reporting and the kill.
     pub fn default_grace(self) -> Duration {
@@ -99,48 +113,25 @@ pub async fn instance_id(
 ) -> Result<String, String> {
     const ASK: Duration = Duration::from_secs(3);
     let base = base.trim_end_matches('/');
-    let text = |r: Result<reqwest::Response, reqwest::Error>, what: &str| {
-        let what = what.to_string();
-        async move {
-            let r = r.map_err(|e| format!("{what}: {e}"))?;
-            if !r.status().is_success() {
-                return Err(format!("{what}: {}", r.status()));
-            }
-            r.text()
-                .await
-                .map(|t| t.trim().to_string())
-                .map_err(|e| format!("{what}: {e}"))
+    let text = |r: Result<reqwest::Response, reqwest::Error>, what: &'static str| async move {
+        let r = r.map_err(|e| format!("{what}: {e}"))?;
+        if !r.status().is_success() {
+            return Err(format!("{what}: {}", r.status()));
         }
+        r.text()
+            .await
+            .map(|t| t.trim().to_string())
+            .map_err(|e| format!("{what}: {e}"))
     };
     match source {
         NoticeSource::None => Err("no cloud metadata with --notice none".into()),
         NoticeSource::Aws => {
-            let token_url = format!("{base}/latest/api/token");
-            let token = http
-                .put(&token_url)
-                .header("X-aws-ec2-metadata-token-ttl-seconds", "60")
-                .timeout(ASK)
-                .send()
-                .await;
-            let token = text(token, &token_url).await?;
-            let url = format!("{base}/latest/meta-data/instance-id");
-            let r = http
-                .get(&url)
-                .header("X-aws-ec2-metadata-token", token)
-                .timeout(ASK)
-                .send()
-                .await;
-            text(r, &url).await
+            let r = aws_get(http, base, "instance-id", ASK).await;
+            text(r, "meta-data/instance-id").await
         }
         NoticeSource::Gcp => {
-            let get = |path: &str| {
-                http.get(format!("{base}/computeMetadata/v1/instance/{path}"))
-                    .header("Metadata-Flavor", "Google")
-                    .timeout(ASK)
-                    .send()
-            };
-            let zone = text(get("zone").await, "instance/zone").await?;
-            let name = text(get("name").await, "instance/name").await?;
+            let zone = text(gce_get(http, base, "zone", ASK).await, "instance/zone").await?;
+            let name = text(gce_get(http, base, "name", ASK).await, "instance/name").await?;
             let zone = zone.rsplit('/').next().unwrap_or(&zone).to_string();
             Ok(format!("{zone}/{name}"))
         }

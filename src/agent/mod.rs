@@ -344,7 +344,7 @@ impl Run<'_> {
                     Some(Action::Done) => {
                         // A job whose work is done: its training is saving its last checkpoint
                         // and exiting; let it, within the grace, before stopping what is left.
-                        if work_done(self.client, &self.config.job).await {
+                        if job_over(self.client, &self.config.job, &["finished"]).await {
                             eprintln!("tern agent: {e}: waiting for the training to exit");
                             self.exit_within(self.config.stop_grace).await;
                         } else {
@@ -605,7 +605,9 @@ pub async fn run(
                 }
                 // The last progress first, so the controller counts it before the check.
                 let _ = run.report(false, false, None).await;
-                if status.success() && job_done(&client, &config.job).await {
+                if status.success()
+                    && job_over(&client, &config.job, &["finished", "cancelled"]).await
+                {
                     run.final_report(true).await;
                     eprintln!("tern agent: training finished");
                     return Ok(());
@@ -631,19 +633,12 @@ pub async fn run(
     }
 }
 
-/// Whether the controller counts the job's work as done (or the job as over).
-async fn job_done(client: &Client, job: &str) -> bool {
-    client.job(job).await.is_ok_and(|s| {
-        s.done_samples >= s.total_samples || matches!(s.state.as_str(), "finished" | "cancelled")
-    })
-}
-
-/// Whether the job's work is all done (it finished, rather than was cancelled).
-async fn work_done(client: &Client, job: &str) -> bool {
+/// Whether the controller counts the job's work as done, or the job as in one of `over`.
+async fn job_over(client: &Client, job: &str, over: &[&str]) -> bool {
     client
         .job(job)
         .await
-        .is_ok_and(|s| s.done_samples >= s.total_samples || s.state == "finished")
+        .is_ok_and(|s| s.done_samples >= s.total_samples || over.contains(&s.state.as_str()))
 }
 
 /// The job's reason when its training failed for good.

@@ -40,11 +40,10 @@ fn live_of(state: &ApiState, name: &str) -> Vec<Live> {
 }
 
 /// The accelerator the controller launched `instance` with, and how many it has.
-fn shape_of(state: &ApiState, name: &str, instance: &str) -> (Option<String>, Option<u32>) {
-    live_of(state, name)
-        .into_iter()
+fn shape_of(live: &[Live], instance: &str) -> (Option<String>, Option<u32>) {
+    live.iter()
         .find(|l| l.id == instance)
-        .map_or((None, None), |l| (l.accelerator, Some(l.gpus)))
+        .map_or((None, None), |l| (l.accelerator.clone(), Some(l.gpus)))
 }
 
 pub(super) async fn start(
@@ -59,6 +58,7 @@ pub(super) async fn start(
         );
     }
     let live = live_of(&state, &name);
+    let (accelerator, gpus_per_node) = shape_of(&live, &req.instance);
     let now = state.clock.last();
     let (store, shared) = (state.store.clone(), state.shared.clone());
     let instance = req.instance.clone();
@@ -100,15 +100,12 @@ pub(super) async fn start(
     })
     .await;
     match decided {
-        Ok(Outcome::Done(incarnation)) => {
-            let (accelerator, gpus_per_node) = shape_of(&state, &name, &req.instance);
-            axum::Json(StartReply {
-                incarnation,
-                accelerator,
-                gpus_per_node,
-            })
-            .into_response()
-        }
+        Ok(Outcome::Done(incarnation)) => axum::Json(StartReply {
+            incarnation,
+            accelerator,
+            gpus_per_node,
+        })
+        .into_response(),
         Ok(Outcome::Refused(action, why)) => fenced(action, why),
         Err(r) => r,
     }

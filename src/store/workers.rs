@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Row, Stmt, params};
+use super::sql::{Row, params};
 use super::{Result, Store, ms, time};
 
 /// One instance's workers in one incarnation.
@@ -60,8 +60,8 @@ impl Store {
         })
     }
 
-    /// `instance`'s workers start in `incarnation` (joining it or opening it). A restart on
-    /// the same instance first marks its older workers of the same incarnation stopped.
+    /// `instance`'s workers start in `incarnation` (joining it or opening it); a row left
+    /// from an earlier start in the same incarnation is reset to running.
     pub fn start_workers(
         &self,
         job: &str,
@@ -70,13 +70,13 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<()> {
         let n = i64::try_from(incarnation).unwrap_or(i64::MAX);
-        self.run(vec![Stmt::exec(
+        self.exec(
             "INSERT INTO workers (job, incarnation, instance, running, started_at)
              VALUES (?1, ?2, ?3, 1, ?4)
              ON CONFLICT (job, incarnation, instance)
              DO UPDATE SET running = 1, started_at = ?4, stopped_at = NULL, failure = NULL",
             params![job, n, instance, ms(now)],
-        )])?;
+        )?;
         Ok(())
     }
 
