@@ -26,6 +26,25 @@ pub struct JobStatus {
     /// `--instance-id`.
     #[serde(default)]
     pub instance_ids: Vec<String>,
+    /// The job's forecast where it runs (or would run first); `None` for a job that ended.
+    #[serde(default)]
+    pub forecast: Option<JobForecast>,
+}
+
+/// A job's throughput forecast at one shape, and what it stands on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobForecast {
+    pub accelerator: String,
+    /// Accelerators in all.
+    pub gpus: u32,
+    pub nodes: u32,
+    /// Expected seconds per step; `None` when `basis` is `none`.
+    pub step_seconds: Option<f64>,
+    pub samples_per_second: Option<f64>,
+    /// `measured` | `bootstrap` | `prior` | `hint` | `none`.
+    pub basis: String,
+    /// Steps measured on this accelerator (the spec's and the agents' reports).
+    pub observations: usize,
 }
 
 /// Progress reported by a worker agent.

@@ -197,6 +197,7 @@ pub(super) async fn progress(
                 Change::Observed {
                     job: name.clone(),
                     loaded,
+                    at: now,
                 },
                 false,
             );

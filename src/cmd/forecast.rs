@@ -358,7 +358,8 @@ struct JobReport<'a> {
 fn run_job(path: &Path, gpus_per_node: Option<u32>, json: bool) -> anyhow::Result<()> {
     let job = LoadedJob::load(path, chrono::Utc::now())?;
     let per_node = |acc: &str| job.gpus_per_node(acc, gpus_per_node);
-    let report = job_report(&job.forecaster, &job.spec, job.local_batch, &per_node);
+    let batch = job.batch(&path.display().to_string())?;
+    let report = job_report(&job.forecaster, &job.spec, batch, &per_node);
     print_job(&report, &job.spec);
     if json {
         print_json_line(&report)?;
@@ -450,6 +451,7 @@ fn print_job(r: &JobReport<'_>, spec: &JobSpec) {
                 Basis::RelativeSpeed { from, ratio } => {
                     format!("PRIOR: {from} × {ratio:.2} (datasheet)")
                 }
+                Basis::Hint => "HINT: the spec's FLOPs per sample (datasheet)".to_string(),
             },
         ]);
     }

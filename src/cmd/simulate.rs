@@ -407,7 +407,7 @@ fn scaling_curve(args: &Args) -> anyhow::Result<Option<(Vec<f64>, String)>> {
         &loaded.spec.name,
         &accelerator,
         gpus,
-        loaded.local_batch,
+        loaded.batch(&from.to_string())?,
         args.nodes,
     )
     .with_context(|| format!("no scaling curve for {accelerator} from {from}"))?;
@@ -454,6 +454,8 @@ fn profile_job(
             accelerator,
             node_type: node_type.map(str::to_owned),
         }),
+        hint: None,
+        probe: Default::default(),
         constraints: Default::default(),
     };
     Ok(LoadedJob::from_spec(

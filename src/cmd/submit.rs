@@ -119,9 +119,12 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         "INSTANCES",
         "SPOT",
         "$/h",
+        "FORECAST",
+        "FINISH",
         "REASON",
     ]);
     for j in &jobs {
+        let (forecast, finish) = forecast_cells(j);
         t.add_row(vec![
             j.name.clone(),
             j.state.clone(),
@@ -129,11 +132,33 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             j.instances.to_string(),
             j.spot_instances.to_string(),
             format!("{:.2}", j.dollars_per_hour),
+            forecast,
+            finish,
             j.reason.clone().unwrap_or_default(),
         ]);
     }
     println!("{t}");
     Ok(())
+}
+
+/// The table's forecast cells: what the step time stands on, and when the remaining work ends
+/// at that speed (while the job is still open).
+fn forecast_cells(j: &JobStatus) -> (String, String) {
+    let Some(f) = &j.forecast else {
+        return ("-".into(), "-".into());
+    };
+    let step = f
+        .step_seconds
+        .map_or_else(String::new, |s| format!(" {s:.3} s/step"));
+    let shown = format!("{}{step} on {}× {}", f.basis, f.gpus, f.accelerator);
+    let finish = match f.samples_per_second.filter(|s| *s > 0.0) {
+        Some(sps) => {
+            let left = (j.total_samples - j.done_samples).max(0.0);
+            format!("in {:.1} h", left / sps / 3600.0)
+        }
+        None => "-".into(),
+    };
+    (shown, finish)
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {

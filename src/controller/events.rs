@@ -90,6 +90,9 @@ pub struct Placement {
     pub versus_cheapest: Option<String>,
     /// The deadline policy's reasons for spot, zone or on-demand (jobs with a deadline).
     pub policy: Option<String>,
+    /// What the forecast stands on when it is not a measurement (`hint`, `prior`…), and why
+    /// a job nobody measured was planned without a probe.
+    pub basis: Option<String>,
 }
 
 /// One decision or observation of the controller.
@@ -226,6 +229,39 @@ pub enum Event {
         late_h: Option<f64>,
         took_h: f64,
     },
+    /// A job nobody has measured starts its probe (`controller::probe`).
+    Probing {
+        job: String,
+        nodes: u32,
+        instance_type: String,
+        capacity: Capacity,
+        zone: Zone,
+        max_seconds: f64,
+        max_usd: f64,
+        /// Why this probe and not a plan (the deadline, the hint).
+        why: String,
+    },
+    /// The probe ended: what it measured, what it cost and what the plan did next.
+    Probed {
+        job: String,
+        why: String,
+        seconds: f64,
+        usd: f64,
+        outcome: String,
+    },
+    /// A job nobody has measured is planned without a probe, and why.
+    ColdStart {
+        job: String,
+        why: String,
+    },
+    /// What the job's forecast stands on changed (a first measured step replaced the hint).
+    Basis {
+        job: String,
+        accelerator: String,
+        from: String,
+        to: String,
+        step_s: Option<f64>,
+    },
 }
 
 impl Event {
@@ -254,6 +290,10 @@ impl Event {
             Event::Migrating { .. } => "migrate",
             Event::Migrated { .. } => "migrated",
             Event::Finished { .. } => "finished",
+            Event::Probing { .. } => "probe",
+            Event::Probed { .. } => "probed",
+            Event::Basis { .. } => "basis",
+            Event::ColdStart { .. } => "cold-start",
         }
     }
 
@@ -285,7 +325,11 @@ impl Event {
             | Event::Resized { job, .. }
             | Event::Migrating { job, .. }
             | Event::Migrated { job, .. }
-            | Event::Finished { job, .. } => Some(job),
+            | Event::Finished { job, .. }
+            | Event::Probing { job, .. }
+            | Event::Probed { job, .. }
+            | Event::Basis { job, .. }
+            | Event::ColdStart { job, .. } => Some(job),
         }
     }
 }
@@ -311,6 +355,9 @@ impl fmt::Display for Placement {
         }
         if let Some(p) = &self.policy {
             write!(f, "; policy: {p}")?;
+        }
+        if let Some(b) = &self.basis {
+            write!(f, "; forecast: {b}")?;
         }
         Ok(())
     }
@@ -400,6 +447,45 @@ impl fmt::Display for Event {
             ),
             Event::Planned { placement, .. } => write!(f, "{placement}"),
             Event::Unplaceable { reason, .. } => write!(f, "{reason}"),
+            Event::Probing {
+                nodes,
+                instance_type,
+                capacity,
+                zone,
+                max_seconds,
+                max_usd,
+                why,
+                ..
+            } => write!(
+                f,
+                "probing on {nodes}× {instance_type} {capacity} in {zone} for at most {:.0} min or ${max_usd:.2}: {why}",
+                max_seconds / 60.0
+            ),
+            Event::Probed {
+                why,
+                seconds,
+                usd,
+                outcome,
+                ..
+            } => write!(
+                f,
+                "probe ended ({why}) after {:.1} min, ${usd:.2}; {outcome}",
+                seconds / 60.0
+            ),
+            Event::ColdStart { why, .. } => write!(f, "{why}"),
+            Event::Basis {
+                accelerator,
+                from,
+                to,
+                step_s,
+                ..
+            } => {
+                write!(f, "forecast on {accelerator}: {from} → {to}")?;
+                if let Some(s) = step_s {
+                    write!(f, " ({s:.4} s/step)")?;
+                }
+                Ok(())
+            }
             Event::Waiting { reason, .. } => write!(f, "{reason}"),
             Event::Launched {
                 count,

@@ -93,6 +93,7 @@ pub enum Request {
     Observed {
         job: String,
         loaded: Arc<LoadedJob>,
+        at: DateTime<Utc>,
     },
 }
 
@@ -141,6 +142,7 @@ impl Controller {
         self.apply(Request::Observed {
             job: o.job.clone(),
             loaded,
+            at: o.at,
         })
     }
 
@@ -209,7 +211,9 @@ impl Controller {
                 }
                 Ok(())
             }
-            Request::Observed { job, loaded } => {
+            Request::Observed { job, loaded, at } => {
+                let old = self.fleet.jobs.get(&job).and_then(|e| e.loaded.clone());
+                self.basis_changed(&job, old.as_deref(), &loaded, at)?;
                 if let Some(e) = self.fleet.jobs.get_mut(&job) {
                     e.loaded = Some(loaded);
                 }

@@ -207,6 +207,27 @@ impl Controller {
             return Ok(true);
         }
         entry.record.last_move_at = Some(now);
+        // A move of the whole fleet onto another shape or size (a probe's job moving to its
+        // plan) aims the job at what it moved to.
+        let landed = self
+            .fleet
+            .instances
+            .values()
+            .find(|i| i.intent == intent.id)
+            .map(|i| i.offer.clone());
+        if let Some(o) = landed
+            && from.len() as u32 >= entry.record.target_count
+            && (count != entry.record.target_count
+                || entry
+                    .record
+                    .target_offer
+                    .as_deref()
+                    .is_none_or(|t| !same_type(t, &o)))
+        {
+            entry.record.target_offer = Some(o.key());
+            entry.record.target_count = count;
+            entry.record.planned_count = count;
+        }
         self.store.update_job(&entry.record, now)?;
         if !self.terminate_all(from, now).await? {
             return Ok(false);
@@ -443,4 +464,9 @@ impl Controller {
         }
         Ok(())
     }
+}
+
+/// Whether offer key `key` names the instance type of `offer`.
+fn same_type(key: &str, offer: &Offer) -> bool {
+    key.split('/').nth(2) == Some(offer.instance_type.name.as_str())
 }

@@ -18,6 +18,7 @@
 //! through the [`service`]'s inbox; the API reads the view a pass publishes, never the
 //! controller itself.
 
+mod basis;
 mod disruption;
 pub mod events;
 pub mod fencing;
@@ -28,6 +29,7 @@ pub mod lease;
 pub mod metrics;
 mod notices;
 mod policy;
+pub mod probe;
 mod provision;
 pub mod service;
 mod sync;
@@ -103,6 +105,11 @@ pub struct ControllerConfig {
     /// Treat forecasts as exact (pessimistic = expected). Only the closed-loop replay sets it:
     /// there the simulated workers run at exactly the expected speed, as the replay's job does.
     pub exact_forecast: bool,
+    /// Default bounds of a cold-start probe (a spec's `[probe]` overrides them).
+    pub probe: probe::ProbeBounds,
+    /// The longest a pass may follow the one before (the service's period, in the clock's
+    /// time): a probe ends at the last pass before its bound.
+    pub pass_gap: Duration,
     pub plan: PlanOptions,
 }
 
@@ -120,6 +127,8 @@ impl ControllerConfig {
             replan: Duration::from_secs(300),
             policy_tick: Duration::from_secs(300),
             exact_forecast: false,
+            probe: probe::ProbeBounds::default(),
+            pass_gap: Duration::from_secs(10),
             plan: PlanOptions {
                 time_limit: Duration::from_secs(2),
                 ..PlanOptions::default()
@@ -165,6 +174,10 @@ struct JobEntry {
     /// `record.planned_cost` was set in memory and not written yet (the next write of the
     /// record carries it; a job that waits writes it then).
     estimate_unsaved: bool,
+    /// The probe ends at this pass, for this reason (set and taken within one pass).
+    ending_probe: Option<probe::Ended>,
+    /// Why a job nobody measured was planned without a probe (for the plan's event).
+    cold_plan: Option<String>,
 }
 
 /// What the controller manages: its jobs, their live instances and the open intents.
@@ -294,6 +307,8 @@ impl JobEntry {
             dirty: true,
             waiting: None,
             estimate_unsaved: false,
+            ending_probe: None,
+            cold_plan: None,
         }
     }
 }
@@ -401,6 +416,12 @@ impl Controller {
         Some(self.shaped(model))
     }
 
+    /// Whether a step of the job was measured (its spec's or its agents'): false for a job
+    /// that starts with a probe.
+    pub fn measured(&self, job: &str) -> bool {
+        !self.unmeasured(job)
+    }
+
     /// The model as this controller uses it ([`ControllerConfig::exact_forecast`]).
     fn shaped(&self, model: Arc<dyn ThroughputModel>) -> Arc<dyn ThroughputModel> {
         if self.config.exact_forecast {
@@ -436,8 +457,12 @@ impl Controller {
             return Ok(Requeue::After(Duration::from_secs(2)));
         }
         let requeue = self.resume_intents(now).await?;
-        self.reconcile_jobs(now).await?;
-        Ok(requeue)
+        let probe = self.reconcile_jobs(now).await?;
+        Ok(match (requeue, probe) {
+            (Requeue::After(a), Some(b)) => Requeue::After(a.min(b)),
+            (Requeue::Periodic, Some(b)) => Requeue::After(b),
+            (r, None) => r,
+        })
     }
 }
 
@@ -493,5 +518,7 @@ pub(crate) fn fmt_workers(spec: &JobSpec) -> String {
 mod flapping_tests;
 #[cfg(test)]
 mod policy_tests;
+#[cfg(test)]
+mod probe_tests;
 #[cfg(test)]
 mod tests;

@@ -25,6 +25,8 @@ struct Triage {
     replace: Vec<String>,
     grow: Vec<String>,
     check_move: Vec<String>,
+    /// Jobs whose probe ends at this pass.
+    probe_end: Vec<String>,
 }
 
 impl Triage {
@@ -32,13 +34,21 @@ impl Triage {
         !(self.place.is_empty()
             && self.replace.is_empty()
             && self.check_move.is_empty()
-            && self.grow.is_empty())
+            && self.grow.is_empty()
+            && self.probe_end.is_empty())
     }
 }
 
 impl Controller {
-    pub(super) async fn reconcile_jobs(&mut self, now: DateTime<Utc>) -> Result<()> {
-        let triage = self.triage(now);
+    /// Returns how soon an open probe needs the next pass, if one does.
+    pub(super) async fn reconcile_jobs(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Result<Option<std::time::Duration>> {
+        let (ending, soonest) = self.due_probes(now)?;
+        let mut triage = self.triage(now);
+        triage.check_move.retain(|n| !ending.contains(n));
+        triage.probe_end = ending;
         for name in &triage.release {
             self.release(name, now).await?;
         }
@@ -54,10 +64,10 @@ impl Controller {
             .offers_at
             .is_none_or(|t| now - t >= delta(OFFERS_MAX_AGE));
         if !(triage.needs_offers() || sample || stale) {
-            return Ok(());
+            return Ok(soonest);
         }
         let Some(offers) = self.offers(now).await else {
-            return Ok(());
+            return Ok(soonest);
         };
         self.observe_pools(&offers, now)?;
         self.record_prices(&offers, now)?;
@@ -71,7 +81,9 @@ impl Controller {
         for name in &triage.grow {
             self.grow(name, &offers, now).await?;
         }
-        self.check_moves(&triage.check_move, &offers, now).await
+        self.settle_probes(&triage.probe_end, &offers, now).await?;
+        self.check_moves(&triage.check_move, &offers, now).await?;
+        Ok(soonest)
     }
 
     /// Sort the jobs by what they need; one walk over the fleet (the pass stays linear).
@@ -115,6 +127,9 @@ impl Controller {
                 due.then_some(&mut t.replace)
             } else if r.target_count < r.planned_count && due {
                 Some(&mut t.grow)
+            } else if r.probe.as_ref().is_some_and(|p| p.is_open()) {
+                // A probe is not moved: it ends (`due_probes`), then the plan decides.
+                None
             } else {
                 e.last_migrate_check
                     .is_none_or(|t| now - t >= delta(self.config.migrate_check))
@@ -253,7 +268,7 @@ impl Controller {
             .await
     }
 
-    fn plan_job(&self, name: &str, now: DateTime<Utc>) -> Option<PlanJob> {
+    pub(super) fn plan_job(&self, name: &str, now: DateTime<Utc>) -> Option<PlanJob> {
         let e = self.fleet.jobs.get(name)?;
         let loaded = e.loaded.as_ref()?;
         let remaining = (e.record.total_samples - e.record.checkpoint_samples).max(0.0);
@@ -278,6 +293,9 @@ impl Controller {
                 e.last_plan = Some(now);
                 e.dirty = false;
             }
+            if self.unmeasured(name) && !self.start_cold(name, offers, now).await? {
+                continue;
+            }
             match self.plan_job(name, now) {
                 Some(j) => jobs.push(j),
                 None => self.mark_unplaceable(
@@ -291,11 +309,38 @@ impl Controller {
             return Ok(());
         }
         let report = solve(jobs, offers.to_vec(), self.config.plan.clone()).await;
-        for jp in report.jobs {
+        for mut jp in report.jobs {
+            if !jp.placed
+                && let Some(best) = self.at_expected_speed(&jp.job, offers, now).await
+            {
+                jp = best;
+            }
             self.take_plan(jp, report.solver_family, offers, now)
                 .await?;
         }
         Ok(())
+    }
+
+    /// A job planned on its hint whose deadline no plan meets at the hint's pessimistic
+    /// bound: the plan at its expected speed instead (the best it can do; the plan's event
+    /// says so). `None` for any other job.
+    async fn at_expected_speed(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Option<JobPlan> {
+        let e = self.fleet.jobs.get_mut(name)?;
+        let why = e.cold_plan.as_mut()?;
+        const AT_EXPECTED: &str = "no plan meets the deadline at that bound, so it is planned at the hint's expected speed";
+        if !why.contains(AT_EXPECTED) {
+            *why = format!("{why}; {AT_EXPECTED}");
+        }
+        let mut job = self.plan_job(name, now)?;
+        job.model = std::sync::Arc::new(super::Exact(job.model));
+        let offers = self.allowed_offers(name, offers).into_owned();
+        let report = solve(vec![job], offers, self.config.plan.clone()).await;
+        report.jobs.into_iter().next().filter(|j| j.placed)
     }
 
     /// Act on the planner's answer for one job: launch it, let it wait for spot, or say why
@@ -372,6 +417,7 @@ impl Controller {
             deadline_h: jp.deadline_h,
             versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),
             policy: why,
+            basis: self.basis_note(&jp.job, &choice.accelerator, choice.workers, choice.nodes),
         };
         self.emit(
             now,
@@ -445,7 +491,11 @@ impl Controller {
 
 /// The MILP runs on a blocking thread: a solve can take seconds, and the async workers serve
 /// the API meanwhile.
-async fn solve(jobs: Vec<PlanJob>, offers: Vec<Offer>, options: PlanOptions) -> PlanReport {
+pub(super) async fn solve(
+    jobs: Vec<PlanJob>,
+    offers: Vec<Offer>,
+    options: PlanOptions,
+) -> PlanReport {
     let run = move || tern_plan::plan(&jobs, &offers, &options);
     match tokio::runtime::Handle::try_current() {
         Ok(_) => match tokio::task::spawn_blocking(run).await {

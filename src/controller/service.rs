@@ -67,8 +67,13 @@ pub struct View {
     pub offers: Arc<Vec<tern_cloud::Offer>>,
 }
 
-fn status_of(j: &JobRecord, mine: &[&InstanceRecord]) -> JobStatus {
+fn status_of(
+    j: &JobRecord,
+    mine: &[&InstanceRecord],
+    forecast: Option<crate::api::wire::JobForecast>,
+) -> JobStatus {
     JobStatus {
+        forecast,
         name: j.name().to_string(),
         team: j.spec.team.clone(),
         state: j.state.as_str().to_string(),
@@ -115,7 +120,7 @@ impl View {
             .map(|j| {
                 let mine = by_job.get(j.name()).map(Vec::as_slice).unwrap_or(&[]);
                 let view = JobView {
-                    status: status_of(j, mine),
+                    status: status_of(j, mine, ctl.forecast(j.name())),
                     drain: j.drain_requested,
                     live: live_of(mine),
                 };
@@ -133,7 +138,11 @@ impl View {
         match request {
             Request::Submitted(a) => {
                 let view = JobView {
-                    status: status_of(&a.record, &[]),
+                    status: status_of(
+                        &a.record,
+                        &[],
+                        super::basis::forecast_of(&a.record, Some(&a.loaded), &[]),
+                    ),
                     drain: false,
                     live: Vec::new(),
                 };

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{CheckpointSpec, InstanceId, InstanceState};
+use tern_cloud::{CheckpointSpec, InstanceId, InstanceState, Observation};
+use tern_plan::ThroughputModel;
 use tern_sim::SimCloud;
 
 use super::{Controller, ControllerError};
@@ -143,10 +144,21 @@ impl Run {
     }
 }
 
+/// Step time of a job the simulated workers have no speed for (nobody measured it, it has no
+/// hint, and the simulation was given no true model): one local batch per GPU every 0.25 s,
+/// scaling linearly. The simulated cloud needs some speed; the probe then measures this one.
+pub const UNMEASURED_STEP_S: f64 = 0.25;
+
+/// Local batch the simulated workers report for a job whose spec names none.
+pub const UNMEASURED_BATCH: u32 = 64;
+
 /// Progress of every job, advanced step by step.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Workload {
     runs: HashMap<String, Run>,
+    /// The speed each job really runs at, where the simulation knows better than the
+    /// controller's forecast (a cold-start job the controller must measure).
+    truth: HashMap<String, Arc<dyn ThroughputModel>>,
     /// Samples thrown away by restarts from a checkpoint, per job (for reports and tests).
     pub lost_samples: HashMap<String, f64>,
     /// The instances' metadata, where the agents see reclaim notices; without it only the
@@ -154,9 +166,47 @@ pub struct Workload {
     metadata: Option<Arc<SimCloud>>,
 }
 
+impl std::fmt::Debug for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workload")
+            .field("runs", &self.runs.len())
+            .field("truth", &self.truth.len())
+            .finish()
+    }
+}
+
 impl Workload {
     pub fn new() -> Workload {
         Workload::default()
+    }
+
+    /// Job `job` really runs at `model`'s expected speed, whatever the controller forecasts.
+    pub fn with_truth(mut self, job: &str, model: Arc<dyn ThroughputModel>) -> Workload {
+        self.truth.insert(job.to_string(), model);
+        self
+    }
+
+    /// Samples/s of `job` on `nodes` × `per_node` accelerators, as the simulated workers run
+    /// it: the true model, else the controller's forecast, else [`UNMEASURED_STEP_S`].
+    fn speed(
+        truth: &HashMap<String, Arc<dyn ThroughputModel>>,
+        ctl: &Controller,
+        job: &JobRecord,
+        acc: &str,
+        per_node: u32,
+        nodes: u32,
+    ) -> f64 {
+        let name = job.name();
+        let known = match truth.get(name) {
+            Some(m) => m.throughput(acc, per_node, nodes),
+            None => ctl
+                .model(name)
+                .and_then(|m| m.throughput(acc, per_node, nodes)),
+        };
+        known.map_or_else(
+            || f64::from(per_node * nodes * batch_of(job)) / UNMEASURED_STEP_S,
+            |t| t.expected,
+        )
     }
 
     /// Workers whose agents watch `cloud`'s instance metadata for reclaim notices.
@@ -205,12 +255,11 @@ impl Workload {
                 *self.lost_samples.entry(name.clone()).or_default() += change.lost;
             }
             let n = run.members.len() as u32;
+            let mut measured = None;
             if n >= job.spec.workers.min.div_ceil(per_node).max(1) && !run.halted {
-                let thr = ctl
-                    .model(&name)
-                    .and_then(|m| m.throughput(&accelerator, per_node, n))
-                    .map_or(0.0, |t| t.expected);
+                let thr = Self::speed(&self.truth, ctl, &job, &accelerator, per_node, n);
                 run.work(&c, thr, job.total_samples, dt.as_secs_f64(), &mut p);
+                measured = (thr > 0.0 && dt.as_secs_f64() > 0.0).then_some(thr);
             }
             if change.save_after {
                 // The agent saw the notice during this step, its node still counted as running:
@@ -220,9 +269,32 @@ impl Workload {
                 run.halted = true;
             }
             ctl.report_progress(&name, p.done, p.checkpoint, p.saved, now)?;
+            // As an agent does, the simulated workers report the step time they ran at; only
+            // while the job is unmeasured or probing (a refit per report is not free, and the
+            // exact speed adds nothing once known).
+            let reports = job.probe.as_ref().is_some_and(|p| p.is_open()) || !ctl.measured(&name);
+            if let Some(thr) = measured.filter(|_| reports) {
+                let batch = batch_of(&job);
+                let gpus = per_node * n;
+                ctl.observe(&Observation {
+                    job: name.clone(),
+                    accelerator: accelerator.clone(),
+                    gpus,
+                    nodes: n,
+                    local_batch: batch,
+                    step_seconds: f64::from(gpus * batch) / thr,
+                    sync_seconds: None,
+                    at: now,
+                })?;
+            }
         }
         Ok(())
     }
+}
+
+/// The local batch the simulated workers run `job` at.
+fn batch_of(job: &JobRecord) -> u32 {
+    job.spec.local_batch.unwrap_or(UNMEASURED_BATCH)
 }
 
 /// Each job's running instances, with the accelerator and its count per node.

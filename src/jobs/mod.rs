@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use tern_cloud::input::{Limit, ReadError, read_text_capped};
 use tern_cloud::{JobSpec, MAX_DEADLINE_S, SpecError, parse_job_spec};
 use tern_plan::{PlanJob, Throughput, ThroughputModel};
-use tern_policies::forecast::{Basis, ForecastError, Forecaster, Shape, speed};
+use tern_policies::forecast::{Basis, ForecastError, Forecaster, Hint, Prediction, Shape, speed};
 
 /// Why a job spec cannot be loaded or forecast; each names the file (or request) it is about.
 #[derive(Debug, thiserror::Error)]
@@ -168,8 +168,9 @@ impl JobError {
 pub struct LoadedJob {
     pub spec: JobSpec,
     pub forecaster: Forecaster,
-    /// Per-accelerator batch the job runs at (from the spec, else the median observed one).
-    pub local_batch: f64,
+    /// Per-accelerator batch the job runs at (from the spec, else the median observed one);
+    /// `None` for a job nobody has measured that names none (its probe reports it).
+    pub local_batch: Option<f64>,
     /// GPUs per node seen in single-node observations, per accelerator.
     node_gpus: Vec<(String, u32)>,
 }
@@ -226,20 +227,19 @@ impl LoadedJob {
                 }
             }
         }
-        let local_batch = match spec.local_batch {
-            Some(b) => f64::from(b),
-            None => {
-                batches.sort_unstable();
-                match batches.get(batches.len() / 2) {
-                    Some(b) => f64::from(*b),
-                    None => {
-                        return Err(JobError::NoBatch {
-                            shown: shown.to_string(),
-                        });
-                    }
-                }
-            }
-        };
+        let local_batch = spec.local_batch.map(f64::from).or_else(|| {
+            batches.sort_unstable();
+            batches.get(batches.len() / 2).map(|b| f64::from(*b))
+        });
+        if let Some(h) = &spec.hint {
+            f.set_hint(
+                &spec.name,
+                Hint {
+                    flops_per_sample: h.flops_per_sample,
+                    params: h.params,
+                },
+            );
+        }
         f.refit().map_err(JobError::forecast(shown))?;
         Ok(LoadedJob {
             spec,
@@ -270,6 +270,56 @@ impl LoadedJob {
             .unwrap_or(8)
     }
 
+    /// The batch, or the error a command that needs one reports.
+    pub fn batch(&self, shown: &str) -> Result<f64, JobError> {
+        self.local_batch.ok_or_else(|| JobError::NoBatch {
+            shown: shown.to_string(),
+        })
+    }
+
+    /// Whether a step of the job was measured anywhere (its spec's observations or profile,
+    /// or its agents' reports): then every accelerator has a forecast from it, and the job
+    /// is planned without a probe.
+    pub fn measured(&self) -> bool {
+        !self.spec.observations.is_empty() || self.spec.profile.is_some()
+    }
+
+    /// Steps reported on `accelerator` (the spec's and the agents').
+    pub fn observations_on(&self, accelerator: &str) -> usize {
+        let profiled = self
+            .spec
+            .profile
+            .as_ref()
+            .is_some_and(|p| p.accelerator == accelerator);
+        self.spec
+            .observations
+            .iter()
+            .filter(|o| o.accelerator == accelerator)
+            .count()
+            + usize::from(profiled)
+    }
+
+    /// What the forecast of `accelerator` at `gpus` on `nodes` stands on, with the prediction
+    /// when there is one.
+    pub fn forecast_at(
+        &self,
+        accelerator: &str,
+        gpus: u32,
+        nodes: u32,
+    ) -> (ForecastBasis, Option<Prediction>) {
+        let Some(batch) = self.local_batch else {
+            return (ForecastBasis::None, None);
+        };
+        let shape = Shape::new(gpus.max(1), nodes.clamp(1, gpus.max(1)), batch);
+        match self
+            .forecaster
+            .predict(&self.spec.name, accelerator, &shape)
+        {
+            Ok(p) => (ForecastBasis::of(&p.basis), Some(p)),
+            Err(_) => (ForecastBasis::None, None),
+        }
+    }
+
     /// The job as the planner sees it, `now` being the planning time and `submitted` the time
     /// relative deadlines count from.
     pub fn plan_job(
@@ -295,7 +345,7 @@ impl LoadedJob {
             model: Arc::new(ForecastModel {
                 job: spec.name.clone(),
                 forecaster: self.forecaster.clone(),
-                local_batch: self.local_batch,
+                local_batch: self.local_batch.unwrap_or(0.0),
             }),
             constraints: spec.constraints.clone(),
         }
@@ -360,6 +410,9 @@ pub struct ForecastModel {
 
 impl ThroughputModel for ForecastModel {
     fn throughput(&self, accelerator: &str, per_node: u32, nodes: u32) -> Option<Throughput> {
+        if self.local_batch <= 0.0 {
+            return None;
+        }
         let shape = Shape::new(per_node * nodes, nodes, self.local_batch);
         let p = self
             .forecaster
@@ -369,8 +422,49 @@ impl ThroughputModel for ForecastModel {
         Some(Throughput {
             expected: batch / p.step_s,
             pessimistic: batch / p.step_high_s,
-            prior: matches!(p.basis, Basis::RelativeSpeed { .. }),
+            prior: matches!(p.basis, Basis::RelativeSpeed { .. } | Basis::Hint),
         })
+    }
+}
+
+/// What a forecast stands on, as `tern status` shows it: the job's own steps on that
+/// accelerator (`measured`), its steps on another one scaled by the single-GPU speed ratio
+/// (`bootstrap`), another accelerator's model scaled by datasheet speed (`prior`), the spec's
+/// `[hint]` alone (`hint`), or nothing (`none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForecastBasis {
+    Measured,
+    Bootstrap,
+    Prior,
+    Hint,
+    None,
+}
+
+impl ForecastBasis {
+    pub fn of(b: &Basis) -> ForecastBasis {
+        match b {
+            Basis::Fitted => ForecastBasis::Measured,
+            Basis::Bootstrap { .. } => ForecastBasis::Bootstrap,
+            Basis::RelativeSpeed { .. } => ForecastBasis::Prior,
+            Basis::Hint => ForecastBasis::Hint,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForecastBasis::Measured => "measured",
+            ForecastBasis::Bootstrap => "bootstrap",
+            ForecastBasis::Prior => "prior",
+            ForecastBasis::Hint => "hint",
+            ForecastBasis::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for ForecastBasis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -415,7 +509,7 @@ mod tests {
         sent.profile = Some(inline);
         let from_text = LoadedJob::from_spec(sent, None, "j", now()).expect("inline");
         assert_eq!(from_disk.local_batch, from_text.local_batch);
-        let shape = Shape::new(4, 2, from_disk.local_batch);
+        let shape = Shape::new(4, 2, from_disk.local_batch.expect("batch"));
         let step = |j: &LoadedJob| {
             j.forecaster
                 .predict("j", "T4", &shape)

@@ -172,6 +172,47 @@ pub struct JobRecord {
     pub finished_at: Option<DateTime<Utc>>,
     /// What the planner expected the job to cost when it first placed it.
     pub planned_cost: Option<f64>,
+    /// The job's latest probe (measuring run), if it had one.
+    pub probe: Option<ProbeRecord>,
+}
+
+/// A probe: the short, bounded run that measures a job nobody had measured. Its window
+/// (`started_at` to `ended_at`) is billed as probe spend in cost reports.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProbeRecord {
+    pub accelerator: String,
+    pub instance_type: String,
+    /// Offer key of what it launched on.
+    pub offer: String,
+    pub nodes: u32,
+    pub price_per_hour: f64,
+    pub max_seconds: f64,
+    pub max_usd: f64,
+    /// When it was launched.
+    pub started_at: DateTime<Utc>,
+    /// When a pass first saw its capacity running: its bounds count from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    /// What the plan did when it ended (kept the probe's shape, moved, measured nothing…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
+
+impl ProbeRecord {
+    /// Whether the probe still runs.
+    pub fn is_open(&self) -> bool {
+        self.ended_at.is_none()
+    }
+
+    /// Seconds its capacity ran as a probe (to `now` while open; 0 before it ran).
+    pub fn seconds(&self, now: DateTime<Utc>) -> f64 {
+        let Some(from) = self.running_at else {
+            return 0.0;
+        };
+        let end = self.ended_at.unwrap_or(now);
+        ((end - from).num_milliseconds() as f64 / 1e3).max(0.0)
+    }
 }
 
 impl JobRecord {
@@ -193,6 +234,7 @@ impl JobRecord {
             last_move_at: None,
             finished_at: None,
             planned_cost: None,
+            probe: None,
         }
     }
 
@@ -558,10 +600,15 @@ impl Store {
     /// cancelled job stays cancelled: the cancel is written by the API and no pass that has not
     /// seen it yet may overwrite it.
     pub fn update_job(&self, job: &JobRecord, now: DateTime<Utc>) -> Result<()> {
+        let probe = job
+            .probe
+            .as_ref()
+            .map(|p| json("job probe", p))
+            .transpose()?;
         let n = self.exec(
             "UPDATE jobs SET state = ?2, reason = ?3, target_offer = ?4, target_count = ?5,
                 last_move_at = ?6, finished_at = ?7, updated_at = ?8, planned_count = ?9,
-                planned_cost = ?10
+                planned_cost = ?10, probe = ?11
              WHERE name = ?1 AND (state <> 'cancelled' OR ?2 = 'cancelled')",
             params![
                 job.name(),
@@ -574,6 +621,7 @@ impl Store {
                 ms(now),
                 job.planned_count,
                 job.planned_cost,
+                probe,
             ],
         )?;
         self.changed_job(n, job.name())
@@ -1061,7 +1109,7 @@ impl Store {
 
 const JOB_SELECT: &str = "SELECT spec, state, reason, submitted_at, deadline_at, total_samples,
     done_samples, checkpoint_samples, checkpoint_at, drain_requested, target_offer, target_count,
-    last_move_at, finished_at, planned_count, planned_cost FROM jobs";
+    last_move_at, finished_at, planned_count, planned_cost, probe FROM jobs";
 
 fn job_from_row(r: &Row) -> Result<JobRecord> {
     Ok(JobRecord {
@@ -1081,6 +1129,10 @@ fn job_from_row(r: &Row) -> Result<JobRecord> {
         finished_at: r.opt_int(13)?.map(time),
         planned_count: r.u32(14)?,
         planned_cost: r.opt_real(15)?,
+        probe: r
+            .opt_text(16)?
+            .map(|t| parse("job probe", &t))
+            .transpose()?,
     })
 }
 

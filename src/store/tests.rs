@@ -46,7 +46,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     };
     {
         let store = open();
-        assert_eq!(store.schema_version().expect("version"), 7);
+        assert_eq!(store.schema_version().expect("version"), 8);
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -354,7 +354,7 @@ fn postgres_store_passes_the_same_checks() {
             .collect()
     });
     for s in &stores {
-        assert_eq!(s.schema_version().expect("version"), 7);
+        assert_eq!(s.schema_version().expect("version"), 8);
     }
     // One database, one identity, however many controllers created it at once.
     assert!(
@@ -404,7 +404,7 @@ fn postgres_store_speaks_tls_and_checks_the_certificate() {
         certs.ca.display()
     ));
     let store = Store::connect(&url).expect("verify-full against the right CA");
-    assert_eq!(store.schema_version().expect("version"), 7);
+    assert_eq!(store.schema_version().expect("version"), 8);
     assert!(pg_ssl_in_use(&store), "the connection is not encrypted");
 
     for query in [

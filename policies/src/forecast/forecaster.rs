@@ -7,6 +7,7 @@ use tern_cloud::{Forecast, Observation};
 
 use super::ForecastError;
 use super::fit::{Fit, FitOptions, Spread, fit};
+use super::hint::{self, Hint};
 use super::model::{Params, Sample, Shape};
 use super::profile::GradientNoise;
 use super::speed;
@@ -28,6 +29,8 @@ pub enum Basis {
     Bootstrap { from: String },
     /// No observation on this accelerator: `from`'s model scaled by datasheet relative speed.
     RelativeSpeed { from: String, ratio: f64 },
+    /// No observation of the job anywhere: the spec's [`Hint`] against datasheet figures.
+    Hint,
 }
 
 /// A step-time prediction with its 90 % interval.
@@ -43,7 +46,7 @@ pub struct Prediction {
 }
 
 impl Prediction {
-    fn new(shape: Shape, step_s: f64, spread: Spread, basis: Basis) -> Self {
+    pub(crate) fn new(shape: Shape, step_s: f64, spread: Spread, basis: Basis) -> Self {
         Self {
             shape,
             step_s,
@@ -73,7 +76,7 @@ impl Prediction {
             runtime_s: work * per_sample(self.step_s),
             low_s: work * per_sample(self.step_low_s),
             high_s: work * per_sample(self.step_high_s),
-            prior_only: matches!(self.basis, Basis::RelativeSpeed { .. }),
+            prior_only: matches!(self.basis, Basis::RelativeSpeed { .. } | Basis::Hint),
         }
     }
 }
@@ -168,6 +171,8 @@ pub struct Forecaster {
     series: BTreeMap<(String, String), Series>,
     /// Override of the interconnect prior (ratio of cross- to intra-node sync) per accelerator.
     cross_ratio: BTreeMap<String, f64>,
+    /// Spec hints per job: the last resort of [`Forecaster::predict`].
+    hints: BTreeMap<String, Hint>,
 }
 
 impl Forecaster {
@@ -178,6 +183,17 @@ impl Forecaster {
     /// Sets the cross-node prior ratio for an accelerator (e.g. a node type with a faster NIC).
     pub fn set_cross_ratio(&mut self, accelerator: &str, ratio: f64) {
         self.cross_ratio.insert(accelerator.to_string(), ratio);
+    }
+
+    /// Sets a job's spec hint, used only while the job has no fitted observation on any
+    /// accelerator: measured data always wins, however few.
+    pub fn set_hint(&mut self, job: &str, hint: Hint) {
+        self.hints.insert(job.to_string(), hint);
+    }
+
+    /// The job's spec hint, if any.
+    pub fn hint(&self, job: &str) -> Option<&Hint> {
+        self.hints.get(job)
     }
 
     fn options(&self, accelerator: &str) -> FitOptions {
@@ -338,9 +354,23 @@ impl Forecaster {
                     },
                 ))
             }
-            _ => Err(ForecastError::NoObservations {
-                job: job.to_string(),
-            }),
+            // Nothing fitted anywhere (observations not yet refitted count as nothing).
+            _ => match self.hints.get(job) {
+                Some(h) => hint::predict(h, accelerator, shape).ok_or_else(|| {
+                    if speed::lookup(accelerator).is_none()
+                        && speed::node_type(accelerator).is_none()
+                    {
+                        ForecastError::UnknownAccelerator(accelerator.into())
+                    } else {
+                        ForecastError::NoObservations {
+                            job: job.to_string(),
+                        }
+                    }
+                }),
+                None => Err(ForecastError::NoObservations {
+                    job: job.to_string(),
+                }),
+            },
         }
     }
 

@@ -12,10 +12,15 @@
 //! * [`evaluate`]: the offline checks behind `tern forecast evaluate` (fit on all rows, on
 //!   single-node rows, on single-node rows plus ≤ 2 chosen probes, or bootstrap).
 //! * [`profile`]: CSV parsers over text (no IO).
+//! * [`hint`]: a wide cold-start prior from the spec's FLOPs per sample, for a job never
+//!   observed anywhere.
 
 pub mod evaluate;
 pub mod fit;
 mod forecaster;
+pub mod hint;
+#[cfg(test)]
+mod hint_tests;
 pub mod model;
 pub mod profile;
 pub mod speed;
@@ -29,6 +34,7 @@ pub use fit::{Fit, FitOptions, Identified};
 pub use forecaster::{
     Basis, Forecaster, Interconnect, Prediction, Query, Z_90, blend, bootstrap, pool, transfer,
 };
+pub use hint::Hint;
 pub use model::{Params, Sample, Shape};
 pub use profile::{GradientNoise, ProfileRow, parse_profile, parse_validation};
 

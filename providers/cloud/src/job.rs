@@ -64,6 +64,37 @@ pub struct Budget {
     pub per_hour_usd: Option<f64>,
 }
 
+/// `[hint]`: the model's training cost per sample, as the user knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ModelHint {
+    /// Training FLOPs per sample (forward + backward, ≈ 3 × forward; ≈ 6 × params × tokens for
+    /// a transformer).
+    pub flops_per_sample: f64,
+    /// Parameter count, for the size of the gradient all-reduce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<f64>,
+}
+
+/// `[probe]`: how long and how dear the measuring run of a job nobody has measured may be.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ProbeSpec {
+    /// Longest probe, seconds of running instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<f64>,
+    /// Most the probe may cost, dollars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usd: Option<f64>,
+    /// `false` plans on the hint (or waits for observations) instead of probing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+impl ProbeSpec {
+    pub fn is_default(&self) -> bool {
+        *self == ProbeSpec::default()
+    }
+}
+
 /// When a job must finish: an absolute time, or a duration after submission (resolved against
 /// the submission time the controller passes in, so parsing never reads the clock).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -156,6 +187,14 @@ pub struct JobSpec {
     /// Measurements that seed the forecaster before the job has run under tern.
     pub observations: Vec<ObservedStep>,
     pub profile: Option<ProfileRef>,
+    /// What the user knows of the model before any step is measured (`[hint]`): seeds a wide
+    /// prior so a job nobody has measured can still be planned for its deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<ModelHint>,
+    /// Bounds of the short measuring run a job nobody has measured starts with (`[probe]`);
+    /// unset fields take the controller's defaults.
+    #[serde(default, skip_serializing_if = "ProbeSpec::is_default")]
+    pub probe: ProbeSpec,
     /// Where it may run (clouds, regions, zones, exclusions, data location, price cap,
     /// capacity type); empty allows everything.
     #[serde(default, skip_serializing_if = "Constraints::is_empty")]

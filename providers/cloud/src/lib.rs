@@ -25,8 +25,8 @@ pub use error::ProviderError;
 pub use instance::{Instance, InstanceId, InstanceState, Interruption, InterruptionKind, Tags};
 pub use intent::{IdempotencyKey, Intent, IntentId, IntentKind, IntentState};
 pub use job::{
-    Allocation, Budget, CheckpointSpec, Deadline, Forecast, JobSpec, Observation, ObservedStep,
-    Plan, ProfileRef, Work, WorkerRange,
+    Allocation, Budget, CheckpointSpec, Deadline, Forecast, JobSpec, ModelHint, Observation,
+    ObservedStep, Plan, ProbeSpec, ProfileRef, Work, WorkerRange,
 };
 pub use location::{Cloud, Region, Zone};
 pub use offer::{Availability, Capacity, InstanceType, Offer, PriceComponent};

@@ -18,6 +18,8 @@
 //! [checkpoint]                 # all optional: interval (duration or s), size_gb, save/restore_seconds
 //! [budget]                     # total_usd and/or per_hour_usd
 //! [[observation]]              # accelerator, gpus, nodes (default 1), local_batch, step_seconds[, sync_seconds]
+//! [hint]                       # flops_per_sample, or params and tokens_per_sample[, params]
+//! [probe]                      # max_duration, max_usd, enabled (a job nobody has measured)
 //! [profile]                    # path (relative to the spec file) or placements/scalability
 //!                              # (the CSV text inline, as `tern submit` sends it), accelerator[, node_type]
 //! ```
@@ -33,7 +35,8 @@ use toml::Value;
 use toml::de::{DeTable, DeValue};
 
 use crate::job::{
-    Budget, CheckpointSpec, Deadline, JobSpec, ObservedStep, ProfileRef, Work, WorkerRange,
+    Budget, CheckpointSpec, Deadline, JobSpec, ModelHint, ObservedStep, ProbeSpec, ProfileRef,
+    Work, WorkerRange,
 };
 use crate::name::{NAME_RULE, check_label, check_name};
 use crate::{CapacityRule, Cloud, Constraints, DataLocation};
@@ -131,6 +134,8 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
         None => None,
         Some(t) => Some(parse_profile(&cx, t)?),
     };
+    let hint = parse_hint(&cx, top.table("hint")?)?;
+    let probe = parse_probe(&cx, top.table("probe")?)?;
     let constraints = parse_constraints(&cx, &mut top)?;
     Ok(JobSpec {
         name,
@@ -146,6 +151,8 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
         local_batch,
         observations,
         profile,
+        hint,
+        probe,
         constraints,
     })
 }
@@ -164,6 +171,8 @@ const TOP_FIELDS: &[&str] = &[
     "local_batch",
     "observation",
     "profile",
+    "hint",
+    "probe",
     "clouds",
     "regions",
     "zones",
@@ -560,6 +569,86 @@ fn parse_checkpoint(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<CheckpointSp
         c.restore_s = x;
     }
     Ok(c)
+}
+
+/// `[hint]`: `flops_per_sample`, or `params` with `tokens_per_sample` (6 · params · tokens,
+/// the usual transformer count); `params` alone sizes the all-reduce.
+fn parse_hint(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<Option<ModelHint>, SpecError> {
+    let Some(t) = t else { return Ok(None) };
+    let mut f = Fields::new(
+        cx,
+        "hint",
+        t,
+        &["flops_per_sample", "params", "tokens_per_sample"],
+    )?;
+    let flops = f.number("flops_per_sample")?;
+    let params = f.number("params")?;
+    let tokens = f.number("tokens_per_sample")?;
+    for (name, v) in [
+        ("hint.flops_per_sample", flops),
+        ("hint.params", params),
+        ("hint.tokens_per_sample", tokens),
+    ] {
+        if v == Some(0.0) {
+            return Err(cx.invalid(name, "a number > 0", "0"));
+        }
+    }
+    let flops_per_sample = match (flops, params, tokens) {
+        (Some(f), _, None) => f,
+        (None, Some(p), Some(t)) => 6.0 * p * t,
+        (Some(_), _, Some(_)) => {
+            return Err(cx.invalid(
+                "hint.tokens_per_sample",
+                "either `flops_per_sample` or `params` with `tokens_per_sample`, not both",
+                "both",
+            ));
+        }
+        (None, _, _) => {
+            return Err(cx.missing(
+                "hint.flops_per_sample",
+                "`flops_per_sample`, or `params` and `tokens_per_sample`",
+            ));
+        }
+    };
+    Ok(Some(ModelHint {
+        flops_per_sample,
+        params,
+    }))
+}
+
+/// `[probe]`: `max_duration` (a duration or seconds), `max_usd`, `enabled`.
+fn parse_probe(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<ProbeSpec, SpecError> {
+    let Some(t) = t else {
+        return Ok(ProbeSpec::default());
+    };
+    let mut f = Fields::new(cx, "probe", t, &["max_duration", "max_usd", "enabled"])?;
+    let max_seconds = match f.get("max_duration") {
+        None => None,
+        Some((p, v)) => Some(match v {
+            Value::String(s) => parse_duration(s)
+                .filter(|s| *s > 0)
+                .ok_or_else(|| cx.invalid(&p, "a duration like \"10m\" or seconds", &describe(v)))?
+                as f64,
+            Value::Integer(i) if *i > 0 => *i as f64,
+            Value::Float(x) if x.is_finite() && *x > 0.0 => *x,
+            other => {
+                return Err(cx.invalid(
+                    &p,
+                    "a duration like \"10m\" or seconds > 0",
+                    &describe(other),
+                ));
+            }
+        }),
+    };
+    let max_usd = f.number("max_usd")?;
+    if max_usd == Some(0.0) {
+        return Err(cx.invalid("probe.max_usd", "an amount > 0", "0"));
+    }
+    Ok(ProbeSpec {
+        max_seconds,
+        max_usd,
+        enabled: f.bool("enabled")?,
+    })
 }
 
 fn parse_budget(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<Budget, SpecError> {

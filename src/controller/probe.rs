@@ -1,0 +1,595 @@
+//! Cold start: a job whose step time nobody has measured runs a short, bounded probe on the
+//! cheapest shape that holds its smallest worker count, the agents' real step times refit its
+//! forecast, and then it is planned like any other job, from the probe's checkpoint.
+//!
+//! The decisions are pure functions ([`probe_offer`], [`verdict`], [`start_choice`]); the
+//! controller carries them out in [`Controller::start_probe`] and [`Controller::settle_probes`].
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tern_cloud::{Availability, Capacity, IntentKind, Offer, ProbeSpec};
+use tern_plan::JobPlan;
+
+use super::events::Event;
+use super::{Controller, Result, fallbacks};
+use crate::store::{InstanceRecord, ProbeRecord};
+use tern_cloud::InstanceState;
+
+/// A probe's bounds: seconds of running capacity and dollars.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbeBounds {
+    pub max_seconds: f64,
+    pub max_usd: f64,
+}
+
+impl Default for ProbeBounds {
+    /// 15 minutes or $10: a few hundred steps of most jobs, and a minute of the agent's reports
+    /// many times over, on capacity that costs $40/h at most before the money bound bites.
+    fn default() -> Self {
+        ProbeBounds {
+            max_seconds: 900.0,
+            max_usd: 10.0,
+        }
+    }
+}
+
+impl ProbeBounds {
+    /// The spec's `[probe]` over the controller's defaults.
+    pub fn of(spec: &ProbeSpec, defaults: ProbeBounds) -> ProbeBounds {
+        ProbeBounds {
+            max_seconds: spec.max_seconds.unwrap_or(defaults.max_seconds),
+            max_usd: spec.max_usd.unwrap_or(defaults.max_usd),
+        }
+    }
+}
+
+/// Reports of a measured step after which a probe has what it came for: the agent reports the
+/// mean step of each interval, so three agree on the step time within their own noise.
+pub const MIN_REPORTS: usize = 3;
+
+/// Whether `offer` carries one of `accelerators` (the planner's matching: the name, any case).
+fn carries(offer: &Offer, accelerators: &[String]) -> bool {
+    offer
+        .accelerator()
+        .is_some_and(|a| accelerators.iter().any(|n| n.eq_ignore_ascii_case(&a.name)))
+}
+
+/// Where a probe runs: the cheapest available offer of an allowed accelerator, on as few nodes
+/// as hold `min_workers` accelerators (one node where any shape holds them), on-demand only
+/// when `on_demand` (a deadline that cannot afford a reclaimed probe). Ties go to the first
+/// offer key, so the choice is deterministic.
+pub fn probe_offer(
+    offers: &[Offer],
+    accelerators: &[String],
+    min_workers: u32,
+    on_demand: bool,
+) -> Option<(Offer, u32)> {
+    offers
+        .iter()
+        .filter(|o| !matches!(o.availability, Availability::Unavailable))
+        .filter(|o| carries(o, accelerators) && o.accelerator_units() > 0)
+        .filter(|o| !on_demand || o.capacity == Capacity::OnDemand)
+        .map(|o| (o, min_workers.max(1).div_ceil(o.accelerator_units())))
+        .min_by(|(a, na), (b, nb)| {
+            (*na > 1)
+                .cmp(&(*nb > 1))
+                .then(
+                    (a.price_per_hour * f64::from(*na))
+                        .total_cmp(&(b.price_per_hour * f64::from(*nb))),
+                )
+                .then_with(|| a.key().cmp(&b.key()))
+        })
+        .map(|(o, n)| (o.clone(), n))
+}
+
+/// Why a probe ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// [`MIN_REPORTS`] measured steps came in.
+    Measured,
+    /// Its time bound (or its money bound, whichever comes first) is reached by the next pass.
+    Bound,
+}
+
+impl Ended {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Measured => "measured",
+            Ended::Bound => "bound reached",
+        }
+    }
+}
+
+/// What a pass does with an open probe.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// Keep probing; look again within this long (before the bound).
+    Continue(Duration),
+    End(Ended),
+}
+
+/// Seconds a probe may run: its time bound, or what its money buys at the probe's rate.
+pub fn limit_seconds(p: &ProbeRecord) -> f64 {
+    let rate = p.price_per_hour * f64::from(p.nodes.max(1));
+    let by_money = if rate > 0.0 {
+        p.max_usd / rate * 3600.0
+    } else {
+        f64::INFINITY
+    };
+    p.max_seconds.min(by_money).max(0.0)
+}
+
+/// Whether an open probe ends at this pass. `reports`: measured steps on the probe's
+/// accelerator so far; `gap_s`: the longest a pass may follow this one. A probe ends at the
+/// last pass before its bound, never after it: it ends now when the next pass could come too
+/// late, and otherwise asks for a pass no later than the bound minus the gap. The bound counts
+/// from when the probe's capacity ran (`running_at`; billing starts there).
+pub fn verdict(p: &ProbeRecord, reports: usize, now: DateTime<Utc>, gap_s: f64) -> Verdict {
+    if reports >= MIN_REPORTS {
+        return Verdict::End(Ended::Measured);
+    }
+    let limit = limit_seconds(p);
+    let ran = p.seconds(now);
+    if ran + gap_s >= limit {
+        return Verdict::End(Ended::Bound);
+    }
+    Verdict::Continue(Duration::from_secs_f64((limit - gap_s - ran).max(0.0)))
+}
+
+/// How a job nobody has measured starts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Start {
+    /// Probe, on-demand only when the deadline cannot afford a reclaimed probe.
+    Probe { on_demand: bool, why: String },
+    /// Plan now on the hint's pessimistic bound (no room for a probe, or probing is off).
+    Plan { why: String },
+    /// Nothing to plan on and probing is off.
+    Refuse(String),
+}
+
+/// The pure choice between probing and planning on the hint. `hinted`: the spec has a hint;
+/// `enabled`: probing is allowed; `deadline`: the job has one; `after_probe`: whether a plan
+/// that starts only after the longest probe (and gives the probe's progress no credit) still
+/// meets the deadline at the hint's pessimistic bound (`None` without a hint or a deadline).
+pub fn start_choice(
+    hinted: bool,
+    enabled: bool,
+    deadline: bool,
+    after_probe: Option<bool>,
+) -> Start {
+    match (enabled, hinted, deadline, after_probe) {
+        (false, true, _, _) => Start::Plan {
+            why: "probing is off for this job: planned on its hint".into(),
+        },
+        (false, false, _, _) => Start::Refuse(
+            "no step time measured, no [hint], and [probe] enabled = false: nothing to plan on"
+                .into(),
+        ),
+        (true, true, true, Some(false)) => Start::Plan {
+            why: "the deadline leaves no room for a probe: planned on the hint's pessimistic bound"
+                .into(),
+        },
+        (true, false, true, _) => Start::Probe {
+            on_demand: true,
+            why: "no step time measured and no hint; on-demand, since the deadline cannot \
+                  afford a reclaimed probe"
+                .into(),
+        },
+        _ => Start::Probe {
+            on_demand: false,
+            why: "no step time measured".into(),
+        },
+    }
+}
+
+impl Controller {
+    /// Whether job `name` starts with a probe rather than a plan: nobody has measured it (or
+    /// its probe ended before a step was measured).
+    pub(super) fn unmeasured(&self, name: &str) -> bool {
+        self.fleet
+            .jobs
+            .get(name)
+            .and_then(|e| e.loaded.as_ref())
+            .is_some_and(|l| !l.measured())
+    }
+
+    /// Place a job nobody has measured: a probe, or a plan on its hint when the deadline
+    /// leaves no room for one (said so in the plan's event). True when the job goes on to the
+    /// planner.
+    pub(super) async fn start_cold(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let Some(e) = self.fleet.jobs.get(name) else {
+            return Ok(false);
+        };
+        let spec = &e.record.spec;
+        let hinted = spec.hint.is_some();
+        let enabled = spec.probe.enabled != Some(false);
+        let deadline = e.record.deadline_at.is_some();
+        let bounds = ProbeBounds::of(&spec.probe, self.config.probe);
+        let after_probe = if hinted && deadline && enabled {
+            Some(self.fits_after(name, offers, bounds.max_seconds, now).await)
+        } else {
+            None
+        };
+        match start_choice(hinted, enabled, deadline, after_probe) {
+            Start::Probe { on_demand, why } => {
+                self.start_probe(name, offers, on_demand, bounds, why, now)
+                    .await?;
+                Ok(false)
+            }
+            Start::Plan { why } => {
+                let Some(e) = self.fleet.jobs.get_mut(name) else {
+                    return Ok(false);
+                };
+                if e.cold_plan.is_none() {
+                    e.cold_plan = Some(why.clone());
+                    self.emit(
+                        now,
+                        Event::ColdStart {
+                            job: name.to_string(),
+                            why,
+                        },
+                    )?;
+                }
+                Ok(true)
+            }
+            Start::Refuse(why) => {
+                self.mark_unplaceable(name, &why, now)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// What a plan's event says of the forecast it stands on, when that is not a measurement.
+    pub(super) fn basis_note(
+        &self,
+        name: &str,
+        accelerator: &str,
+        gpus: u32,
+        nodes: u32,
+    ) -> Option<String> {
+        let e = self.fleet.jobs.get(name)?;
+        let (basis, p) = e.loaded.as_ref()?.forecast_at(accelerator, gpus, nodes);
+        if basis == crate::jobs::ForecastBasis::Measured {
+            return None;
+        }
+        let mut note = match p {
+            Some(p) => format!(
+                "{basis}, {:.3} s/step ({:.3}–{:.3} at 90 %)",
+                p.step_s, p.step_low_s, p.step_high_s
+            ),
+            None => basis.to_string(),
+        };
+        if let Some(why) = &e.cold_plan {
+            note = format!("{note}; {why}");
+        }
+        Some(note)
+    }
+
+    /// Whether the job, started only after a probe of `probe_s` (its progress not counted),
+    /// still has a plan that meets the deadline at the hint's pessimistic bound.
+    async fn fits_after(
+        &self,
+        name: &str,
+        offers: &[Offer],
+        probe_s: f64,
+        now: DateTime<Utc>,
+    ) -> bool {
+        let Some(mut job) = self.plan_job(name, now) else {
+            return false;
+        };
+        let restart_s = self.restart_hours(name) * 3600.0;
+        job.deadline_s = job.deadline_s.map(|d| d - probe_s - restart_s);
+        if job.deadline_s.is_some_and(|d| d <= 0.0) {
+            return false;
+        }
+        let offers = self.allowed_offers(name, offers).into_owned();
+        let report = super::provision::solve(vec![job], offers, self.config.plan.clone()).await;
+        report.jobs.first().is_some_and(|j| j.placed)
+    }
+
+    async fn start_probe(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        on_demand: bool,
+        bounds: ProbeBounds,
+        why: String,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let allowed = self.allowed_offers(name, offers).into_owned();
+        let Some(e) = self.fleet.jobs.get(name) else {
+            return Ok(());
+        };
+        let spec = &e.record.spec;
+        let Some((offer, nodes)) =
+            probe_offer(&allowed, &spec.accelerators, spec.workers.min, on_demand)
+        else {
+            return self.wait(name, super::events::WaitReason::NoCapacity, now);
+        };
+        let probe = ProbeRecord {
+            accelerator: offer
+                .accelerator()
+                .map(|a| a.name.clone())
+                .unwrap_or_default(),
+            instance_type: offer.instance_type.name.clone(),
+            offer: offer.key(),
+            nodes,
+            price_per_hour: offer.price_per_hour,
+            max_seconds: bounds.max_seconds,
+            max_usd: bounds.max_usd,
+            started_at: now,
+            running_at: None,
+            ended_at: None,
+            outcome: None,
+        };
+        let gang = spec.gang;
+        if let Some(e) = self.fleet.jobs.get_mut(name) {
+            e.record.target_offer = Some(offer.key());
+            e.record.target_count = nodes;
+            e.record.planned_count = nodes;
+            e.record.probe = Some(probe);
+            e.waiting = None;
+            e.estimate_unsaved = false;
+            self.store.update_job(&e.record, now)?;
+        }
+        self.emit(
+            now,
+            Event::Probing {
+                job: name.to_string(),
+                nodes,
+                instance_type: offer.instance_type.name.clone(),
+                capacity: offer.capacity,
+                zone: offer.zone.clone(),
+                max_seconds: bounds.max_seconds,
+                max_usd: bounds.max_usd,
+                why,
+            },
+        )?;
+        let mut list = vec![offer.clone()];
+        if !gang {
+            list.extend(fallbacks(&allowed, &offer));
+        }
+        let kind = IntentKind::Launch {
+            offers: list,
+            count: nodes,
+        };
+        self.act(name, kind, now).await
+    }
+
+    /// Open probes whose capacity runs: which end at this pass (they measured enough, or
+    /// the next pass could come after their bound), and how soon the others need a pass.
+    pub(super) fn due_probes(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<String>, Option<Duration>)> {
+        let open: Vec<String> = self
+            .fleet
+            .jobs
+            .iter()
+            .filter(|(_, e)| !e.record.state.is_final())
+            .filter(|(_, e)| e.record.probe.as_ref().is_some_and(ProbeRecord::is_open))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut soonest: Option<Duration> = None;
+        let mut ending = Vec::new();
+        for name in open {
+            let Some(p) = self.running_probe(&name, now)? else {
+                continue;
+            };
+            let reports = self
+                .fleet
+                .jobs
+                .get(&name)
+                .and_then(|e| e.loaded.as_ref())
+                .map_or(0, |l| l.observations_on(&p.accelerator));
+            match verdict(&p, reports, now, self.config.pass_gap.as_secs_f64()) {
+                Verdict::Continue(d) => soonest = Some(soonest.map_or(d, |s| s.min(d))),
+                Verdict::End(why) => {
+                    if let Some(e) = self.fleet.jobs.get_mut(&name) {
+                        e.ending_probe = Some(why);
+                    }
+                    ending.push(name);
+                }
+            }
+        }
+        Ok((ending, soonest))
+    }
+
+    /// End the probes [`Self::due_probes`] found due, and plan their jobs.
+    pub(super) async fn settle_probes(
+        &mut self,
+        names: &[String],
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        for name in names {
+            let Some(e) = self.fleet.jobs.get_mut(name) else {
+                continue;
+            };
+            let (Some(why), Some(p)) = (e.ending_probe.take(), e.record.probe.clone()) else {
+                continue;
+            };
+            self.end_probe(name, p, why, offers, now).await?;
+        }
+        Ok(())
+    }
+
+    /// The job's open probe once its capacity runs, its clock started at the first pass that
+    /// saw it running (written then, so a restart keeps it).
+    fn running_probe(&mut self, name: &str, now: DateTime<Utc>) -> Result<Option<ProbeRecord>> {
+        let running = self
+            .live_of(name)
+            .iter()
+            .any(|i| i.state == InstanceState::Running);
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(None);
+        };
+        let Some(p) = e.record.probe.as_mut().filter(|p| p.is_open()) else {
+            return Ok(None);
+        };
+        if !running {
+            return Ok(None);
+        }
+        if p.running_at.is_none() {
+            // First seen running: the bound counts from here.
+            p.running_at = Some(now);
+            let p = p.clone();
+            self.store.update_job(&e.record, now)?;
+            return Ok(Some(p));
+        }
+        Ok(Some(p.clone()))
+    }
+
+    /// End a probe: record it, then plan the job on what was measured, keeping the probe's
+    /// capacity when the plan chooses it and moving from it otherwise.
+    async fn end_probe(
+        &mut self,
+        name: &str,
+        mut p: ProbeRecord,
+        why: Ended,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let seconds = p.seconds(now);
+        let usd = seconds / 3600.0 * p.price_per_hour * f64::from(p.nodes);
+        let plan = if self.unmeasured(name) {
+            None
+        } else {
+            self.plan_one(name, offers, now).await
+        };
+        let fleet: Vec<InstanceRecord> = self.live_of(name).into_iter().cloned().collect();
+        let outcome = match plan
+            .as_ref()
+            .and_then(|jp| jp.choice.as_ref().filter(|_| jp.placed))
+        {
+            None if self.unmeasured(name) => {
+                "no step was measured: the job keeps running on the probe's capacity".to_string()
+            }
+            None => format!(
+                "no plan meets the job's constraints now ({}); it keeps the probe's capacity",
+                plan.and_then(|jp| jp.reason).unwrap_or_default()
+            ),
+            Some(c) if fleet.first().is_some_and(|i| i.offer.key() == c.offer) => {
+                self.retarget(name, &c.offer, c.nodes, now)?;
+                format!(
+                    "the plan keeps {}× {} (expected ${:.2})",
+                    c.nodes, c.instance_type, c.expected_cost
+                )
+            }
+            Some(c) => {
+                let c = c.clone();
+                self.move_from_probe(name, &fleet, &c, offers, now).await?;
+                format!(
+                    "moving to {}× {} {} (expected ${:.2}) from the probe's checkpoint",
+                    c.nodes, c.instance_type, c.capacity, c.expected_cost
+                )
+            }
+        };
+        p.ended_at = Some(now);
+        p.outcome = Some(outcome.clone());
+        if let Some(e) = self.fleet.jobs.get_mut(name) {
+            e.record.probe = Some(p);
+            e.last_migrate_check = None;
+            self.store.update_job(&e.record, now)?;
+        }
+        self.emit(
+            now,
+            Event::Probed {
+                job: name.to_string(),
+                why: why.as_str().to_string(),
+                seconds,
+                usd,
+                outcome,
+            },
+        )
+    }
+
+    /// The planner's answer for one job alone, on the allowed offers.
+    async fn plan_one(&self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> Option<JobPlan> {
+        let job = self.plan_job(name, now)?;
+        let offers = self.allowed_offers(name, offers).into_owned();
+        let report = super::provision::solve(vec![job], offers, self.config.plan.clone()).await;
+        report.jobs.into_iter().next()
+    }
+
+    /// The job aims at `nodes` of `offer` from now on (the probe's own capacity kept).
+    fn retarget(&mut self, name: &str, offer: &str, nodes: u32, now: DateTime<Utc>) -> Result<()> {
+        if let Some(e) = self.fleet.jobs.get_mut(name) {
+            e.record.target_offer = Some(offer.to_string());
+            e.record.target_count = nodes;
+            e.record.planned_count = nodes;
+            self.store.update_job(&e.record, now)?;
+        }
+        Ok(())
+    }
+
+    /// Move the whole probe fleet onto the plan's choice: the new nodes come up, the job
+    /// checkpoints, the probe's nodes go (a migration; the job is retargeted when it ends).
+    async fn move_from_probe(
+        &mut self,
+        name: &str,
+        fleet: &[InstanceRecord],
+        choice: &tern_plan::Config,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let allowed = self.allowed_offers(name, offers).into_owned();
+        let Some(to) = allowed.iter().find(|o| o.key() == choice.offer).cloned() else {
+            return Ok(());
+        };
+        let gang = self
+            .fleet
+            .jobs
+            .get(name)
+            .is_some_and(|e| e.record.spec.gang);
+        let from_rate: f64 = fleet.iter().map(|i| i.offer.price_per_hour).sum();
+        let lead = fleet.first().map(|i| i.offer.clone());
+        let work_h = self
+            .throughput(name, &to, choice.nodes)
+            .map_or(0.0, |(expected, _)| self.work_hours(name, expected));
+        if let Some(lead) = lead {
+            self.emit(
+                now,
+                Event::Migrating {
+                    job: name.to_string(),
+                    moved: fleet.len() as u32,
+                    of: fleet.len() as u32,
+                    from_capacity: lead.capacity,
+                    from_price: lead.price_per_hour,
+                    from_zone: lead.zone.clone(),
+                    to_capacity: to.capacity,
+                    to_price: to.price_per_hour,
+                    to_zone: to.zone.clone(),
+                    net_saving: 0.0,
+                    work_h,
+                    budget: 1.0,
+                    policy: Some(format!(
+                        "the probe measured the job; the plan wants {}× {} instead of {:.2} $/h",
+                        choice.nodes, choice.instance_type, from_rate
+                    )),
+                },
+            )?;
+        }
+        let mut list = vec![to.clone()];
+        if !gang {
+            list.extend(fallbacks(&allowed, &to));
+        }
+        let kind = IntentKind::Migrate {
+            from: fleet.iter().map(|i| i.id.clone()).collect(),
+            to: list,
+            count: choice.nodes,
+        };
+        self.act(name, kind, now).await
+    }
+}
+
+/// Dollars a probe spent so far.
+pub fn spent(p: &ProbeRecord, now: DateTime<Utc>) -> f64 {
+    p.seconds(now) / 3600.0 * p.price_per_hour * f64::from(p.nodes)
+}

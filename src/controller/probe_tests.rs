@@ -1,0 +1,319 @@
+//! Cold start on the simulated cloud: a job nobody has measured probes, is measured by its
+//! (simulated) workers, and is planned on what they measured; the deadline-tight case; and the
+//! probe's bounds, as a property of [`probe::verdict`] under any pass timing.
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use tern_cloud::{Accelerator, Cloud, InstanceType, parse_job_spec};
+use tern_sim::cloud::SimConfig;
+use tern_sim::{SimCloud, Trace};
+
+use super::probe::{self, Ended, Verdict};
+use super::tests::start;
+use super::workload::Workload;
+use super::*;
+use crate::store::ProbeRecord;
+
+fn trace(zone: &str, spot: f64, on_demand: f64) -> Trace {
+    Trace {
+        source: PathBuf::from(format!("{zone}.json")),
+        cloud: Cloud::Aws,
+        region: "us-west-2".into(),
+        zone: zone.into(),
+        gap_seconds: 300,
+        available: vec![8; 2000],
+        prices: None,
+        spot_price: Some(spot),
+        on_demand_price: Some(on_demand),
+    }
+}
+
+fn v100(name: &str, gpus: u32) -> InstanceType {
+    InstanceType {
+        name: name.into(),
+        vcpus: 8.0 * f64::from(gpus),
+        memory_gib: 61.0 * f64::from(gpus),
+        accelerator: Some(Accelerator::new("V100", gpus)),
+    }
+}
+
+/// One zone selling a 1-GPU and a 4-GPU V100 shape.
+fn two_shapes() -> Arc<SimCloud> {
+    Arc::new(SimCloud::with_types(
+        vec![
+            trace("us-west-2a", 0.9, 3.06),
+            trace("us-west-2a", 3.6, 12.24),
+        ],
+        vec![v100("p3.2xlarge", 1), v100("p3.8xlarge", 4)],
+        SimConfig {
+            start: start(),
+            boot: Duration::from_secs(60),
+            ..SimConfig::default()
+        },
+    ))
+}
+
+/// The spec text of a job; `measured` adds the step its workers really take.
+fn spec_text(name: &str, extra: &str, measured: bool) -> String {
+    let mut s = format!(
+        "name = \"{name}\"\nteam = \"t\"\naccelerators = [\"V100\"]\nlocal_batch = 64\n{extra}\n\
+         [work]\nsamples = 2_000_000\n"
+    );
+    if measured {
+        s.push_str(
+            "[[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n",
+        );
+    }
+    s
+}
+
+/// The true speed of the job: what its measured twin forecasts.
+fn truth(name: &str, extra: &str) -> Arc<dyn tern_plan::ThroughputModel> {
+    let spec = parse_job_spec(&spec_text(name, extra, true), "truth.toml").expect("spec");
+    crate::jobs::LoadedJob::from_spec(spec, None, name, start())
+        .expect("load")
+        .plan_job(start(), start(), 0.0)
+        .model
+}
+
+fn config() -> ControllerConfig {
+    let mut c = ControllerConfig::new("test-owner", vec![Region::new("us-west-2")]);
+    c.pass_gap = Duration::from_secs(60);
+    c
+}
+
+fn kinds(ctl: &Controller, job: &str) -> Vec<(String, String)> {
+    ctl.store()
+        .events(0, Some(job))
+        .expect("events")
+        .into_iter()
+        .map(|e| (e.kind, e.message))
+        .collect()
+}
+
+/// Passes a minute apart with simulated workers, until the job ends or `minutes` pass.
+async fn run(ctl: &mut Controller, sim: &SimCloud, w: &mut Workload, job: &str, minutes: u32) {
+    for _ in 0..minutes {
+        ctl.pass(sim.now()).await.expect("pass");
+        if ctl.job(job).is_some_and(|j| j.state.is_final()) {
+            return;
+        }
+        sim.advance(Duration::from_secs(60));
+        w.step(ctl, Duration::from_secs(60), sim.now())
+            .expect("step");
+    }
+}
+
+#[tokio::test]
+async fn a_job_nobody_measured_probes_is_measured_and_planned() {
+    let sim = two_shapes();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let extra = "workers = { min = 1, max = 4 }";
+    let spec = parse_job_spec(&spec_text("cold", extra, false), "cold.toml").expect("spec");
+    ctl.submit(spec, sim.now())
+        .expect("a job without observations is accepted");
+    let before = ctl.forecast("cold").expect("forecast");
+    assert_eq!(before.basis, "none", "{before:?}");
+    let mut w = Workload::new().with_truth("cold", truth("cold", extra));
+    run(&mut ctl, &sim, &mut w, "cold", 30).await;
+
+    let events = kinds(&ctl, "cold");
+    let has = |k: &str| events.iter().any(|(kind, _)| kind == k);
+    assert!(has("probe") && has("probed") && has("basis"), "{events:#?}");
+    assert!(!has("unplaceable"), "{events:#?}");
+    let probe = ctl
+        .job("cold")
+        .and_then(|j| j.probe.clone())
+        .expect("a probe record");
+    assert!(!probe.is_open(), "{probe:?}");
+    assert_eq!(
+        probe.instance_type, "p3.2xlarge",
+        "the cheapest shape holding 1 GPU"
+    );
+    assert!(probe.seconds(sim.now()) <= probe.max_seconds, "{probe:?}");
+    let after = ctl.forecast("cold").expect("forecast");
+    assert_eq!(after.basis, "measured", "{after:?}");
+    // The simulated workers ran 0.2 s steps of 64 on one V100 at the probe's shape.
+    let f = ctl
+        .fleet
+        .jobs
+        .get("cold")
+        .and_then(|e| e.loaded.clone())
+        .expect("loaded");
+    let (basis, p) = f.forecast_at("V100", 1, 1);
+    let step = p.expect("prediction").step_s;
+    assert_eq!(basis.as_str(), "measured");
+    assert!((step - 0.2).abs() / 0.2 < 0.10, "measured step {step}");
+}
+
+/// Submits a ResNet-50-sized job (2.46e10 FLOPs a sample, 2 M samples) on up to 4 V100s with
+/// only a hint, due in `deadline`, and runs one pass: about half an hour at the hint's
+/// expected speed, 2.1 h at its pessimistic bound.
+async fn hinted(deadline: &str) -> (Controller, Vec<(String, String)>) {
+    let sim = two_shapes();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let extra = format!(
+        "workers = {{ min = 1, max = 4 }}\ndeadline = \"{deadline}\"\n\
+         [hint]\nflops_per_sample = 2.46e10\nparams = 2.56e7"
+    );
+    let spec = parse_job_spec(&spec_text("tight", &extra, false), "t.toml").expect("spec");
+    ctl.submit(spec, sim.now()).expect("submit");
+    assert_eq!(ctl.forecast("tight").expect("forecast").basis, "hint");
+    ctl.pass(sim.now()).await.expect("pass");
+    let events = kinds(&ctl, "tight");
+    assert!(
+        events.iter().all(|(k, _)| k != "probe"),
+        "no probe: {events:#?}"
+    );
+    assert!(ctl.job("tight").is_some_and(|j| j.probe.is_none()));
+    drop(dir);
+    (ctl, events)
+}
+
+#[tokio::test]
+async fn a_deadline_with_no_room_for_a_probe_plans_on_the_hints_pessimistic_bound() {
+    // 140 minutes: the pessimistic 2.1 h fits, but not after a 15-minute probe.
+    let (_, events) = hinted("140m").await;
+    let cold = events.iter().find(|(k, _)| k == "cold-start");
+    assert!(
+        cold.is_some_and(|(_, m)| m.contains("no room for a probe")),
+        "{events:#?}"
+    );
+    // Placed or waiting for spot as the deadline policy decides, never refused.
+    assert!(
+        events.iter().any(|(k, _)| k == "plan" || k == "wait"),
+        "{events:#?}"
+    );
+    assert!(
+        events.iter().all(|(k, _)| k != "unplaceable"),
+        "{events:#?}"
+    );
+    if let Some((_, m)) = events.iter().find(|(k, _)| k == "plan") {
+        assert!(m.contains("forecast: hint"), "{m}");
+        assert!(!m.contains("expected speed"), "{m}");
+    }
+}
+
+#[tokio::test]
+async fn a_deadline_too_tight_even_for_the_pessimistic_bound_is_planned_at_the_hints_speed() {
+    let (_, events) = hinted("70m").await;
+    assert!(
+        events.iter().all(|(k, _)| k != "unplaceable"),
+        "{events:#?}"
+    );
+    let plan = events
+        .iter()
+        .find(|(k, _)| k == "plan")
+        .unwrap_or_else(|| panic!("a plan: {events:#?}"));
+    assert!(plan.1.contains("no room for a probe"), "{plan:?}");
+    assert!(plan.1.contains("expected speed"), "{plan:?}");
+}
+
+fn open_probe(price: f64, nodes: u32, max_seconds: f64, max_usd: f64) -> ProbeRecord {
+    ProbeRecord {
+        accelerator: "V100".into(),
+        instance_type: "p3.2xlarge".into(),
+        offer: "sim/z/p3.2xlarge/spot".into(),
+        nodes,
+        price_per_hour: price,
+        max_seconds,
+        max_usd,
+        started_at: start(),
+        running_at: Some(start()),
+        ended_at: None,
+        outcome: None,
+    }
+}
+
+proptest! {
+    /// Whatever the pass timing (each pass within `gap` of the one before, and no later than
+    /// the one a probe asks for), a probe that measures nothing ends at or before its time
+    /// bound and having spent at most its money bound, once its bound exceeds one gap.
+    #[test]
+    fn a_probe_never_runs_past_its_bounds(
+        price in 0.1f64..100.0,
+        nodes in 1u32..8,
+        max_seconds in 120.0f64..7200.0,
+        max_usd in 0.5f64..50.0,
+        gap in 1.0f64..60.0,
+        jitter in proptest::collection::vec(0.0f64..1.0, 1..4000),
+    ) {
+        let p = open_probe(price, nodes, max_seconds, max_usd);
+        prop_assume!(probe::limit_seconds(&p) > gap);
+        let mut t = 0.0;
+        let mut ended = None;
+        for j in jitter.iter().cycle().take(100_000) {
+            let now = start() + chrono::TimeDelta::milliseconds((t * 1e3) as i64);
+            match probe::verdict(&p, 0, now, gap) {
+                Verdict::End(why) => {
+                    ended = Some((t, why));
+                    break;
+                }
+                // The next pass: within the gap, and no later than the probe asked.
+                Verdict::Continue(d) => t += (gap * j).min(d.as_secs_f64()).max(1e-3),
+            }
+        }
+        let (t, why) = ended.expect("the probe ended");
+        prop_assert_eq!(why, Ended::Bound);
+        prop_assert!(t <= max_seconds + 1e-3, "ran {t} s of {max_seconds}");
+        let usd = t / 3600.0 * price * f64::from(nodes);
+        prop_assert!(usd <= max_usd + 1e-6, "spent {usd} of {max_usd}");
+    }
+}
+
+#[test]
+fn a_probe_ends_as_soon_as_enough_steps_are_measured() {
+    let p = open_probe(1.0, 1, 900.0, 10.0);
+    let now = start() + chrono::TimeDelta::seconds(30);
+    assert!(matches!(
+        probe::verdict(&p, 1, now, 10.0),
+        Verdict::Continue(_)
+    ));
+    assert_eq!(
+        probe::verdict(&p, probe::MIN_REPORTS, now, 10.0),
+        Verdict::End(Ended::Measured)
+    );
+}
+
+#[test]
+fn the_choice_between_probing_and_planning() {
+    use probe::{Start, start_choice};
+    assert!(matches!(
+        start_choice(true, true, true, Some(false)),
+        Start::Plan { .. }
+    ));
+    assert!(matches!(
+        start_choice(true, true, true, Some(true)),
+        Start::Probe {
+            on_demand: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        start_choice(false, true, true, None),
+        Start::Probe {
+            on_demand: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        start_choice(false, true, false, None),
+        Start::Probe {
+            on_demand: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        start_choice(false, false, false, None),
+        Start::Refuse(_)
+    ));
+    assert!(matches!(
+        start_choice(true, false, true, None),
+        Start::Plan { .. }
+    ));
+}
