@@ -155,6 +155,11 @@ impl Drop for Cluster {
 impl Cluster {
     /// `before`: 5-s ticks of two spot instances before one is reclaimed.
     fn start(job: &str, samples: u64, before: usize) -> Cluster {
+        Cluster::start_with(job, before, |dir| job_spec(dir, job, samples))
+    }
+
+    /// As [`Cluster::start`], submitting the spec `spec` writes into the cluster's folder.
+    fn start_with(job: &str, before: usize, spec: impl FnOnce(&Path) -> PathBuf) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let addr = format!("127.0.0.1:{}", free_port());
         let trace = trace(dir.path(), 5, before);
@@ -179,7 +184,7 @@ impl Cluster {
             dir,
             job: job.to_string(),
         };
-        let spec = job_spec(c.dir.path(), job, samples);
+        let spec = spec(c.dir.path());
         let out = c.tern(&["submit", spec.to_str().expect("utf-8")]);
         assert!(
             out.status.success(),
@@ -831,4 +836,126 @@ fn the_python_helper_and_its_lightning_callback_pass_their_tests() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("\nOK"), "{text}");
     assert!(!text.contains("skipped"), "Lightning must be there: {text}");
+}
+
+/// A job nobody has measured: no observation, no profile, no hint.
+fn cold_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
+    let text = format!(
+        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+         local_batch = 16\n[work]\nsamples = {samples}\n\
+         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
+         [probe]\nmax_duration = \"3m\"\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("spec");
+    path
+}
+
+/// The controller's events of the cluster's job, as (kind, message).
+fn job_events(c: &Cluster) -> Vec<(String, String)> {
+    let (rt, client) = api(c);
+    rt.block_on(client.events(0, Some(&c.job)))
+        .expect("events")
+        .into_iter()
+        .map(|e| (e.kind, e.message))
+        .collect()
+}
+
+#[test]
+fn a_cold_start_job_probes_is_measured_by_its_real_steps_and_planned() {
+    let _one = serial();
+    let job = "cold";
+    let c = Cluster::start_with(job, 5000, |dir| cold_spec(dir, job, 6000));
+    let id = c.instances(1)[0].clone();
+    assert!(
+        job_events(&c).iter().any(|(k, _)| k == "probe"),
+        "{:?}",
+        job_events(&c)
+    );
+    let before = c.status()["forecast"].clone();
+    assert_eq!(before["basis"], "none", "{before}");
+
+    let work = c.dir.path().to_path_buf();
+    let progress = work.join("progress.json");
+    let steps = work.join("steps.jsonl");
+    let ckpt = work.join("ckpt.pt");
+    let train = format!("{REPO}/tests/training/train_ddp.py");
+    let p = progress.to_str().expect("utf-8");
+    let mut agent = c.agent(
+        &id,
+        &work,
+        &["--progress-file", p, "--nproc-per-node", "1"],
+        &[
+            &train,
+            "--ckpt",
+            ckpt.to_str().expect("utf-8"),
+            "--total-samples",
+            "6000",
+            "--step-sleep",
+            "0.05",
+            "--log-file",
+            steps.to_str().expect("utf-8"),
+            "--log-steps",
+        ],
+    );
+    // Measured within a minute of real steps.
+    let until = Instant::now() + Duration::from_secs(90);
+    let measured = loop {
+        let f = c.status()["forecast"].clone();
+        if f["basis"] == "measured" {
+            break f;
+        }
+        assert!(
+            Instant::now() < until,
+            "never measured: {f}\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // Within 10 % of the mean of the steps it ran (the first two warm up, untimed by the
+    // helper too).
+    let ran: Vec<f64> = events(&steps)
+        .iter()
+        .filter(|e| e["event"] == "step")
+        .filter_map(|e| e["seconds"].as_f64())
+        .skip(2)
+        .collect();
+    assert!(!ran.is_empty(), "no steps logged");
+    let mean = ran.iter().sum::<f64>() / ran.len() as f64;
+    let step = measured["step_seconds"].as_f64().expect("step_seconds");
+    eprintln!(
+        "cold start: forecast {step:.4} s/step on {} after {} report(s); the {} steps so far \
+         averaged {mean:.4} s",
+        measured["accelerator"],
+        measured["observations"],
+        ran.len()
+    );
+    assert!(
+        (step - mean).abs() / mean <= 0.10,
+        "forecast {step} s vs mean {mean} s"
+    );
+    // The probe ends and the plan takes over on what was measured.
+    let until = Instant::now() + Duration::from_secs(60);
+    while !job_events(&c).iter().any(|(k, _)| k == "probed") {
+        assert!(Instant::now() < until, "{:?}", job_events(&c));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let ev = job_events(&c);
+    let probed = ev.iter().find(|(k, _)| k == "probed").expect("probed");
+    assert!(probed.1.contains("measured"), "{probed:?}");
+    assert!(
+        ev.iter()
+            .any(|(k, m)| k == "basis" && m.contains("none → measured")),
+        "{ev:?}"
+    );
+    assert!(
+        agent.wait(Duration::from_secs(120)).success(),
+        "{}",
+        agent.log()
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    while c.status()["state"] != "finished" {
+        assert!(Instant::now() < until, "{}", c.status());
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }

@@ -13,6 +13,7 @@ use chrono::Utc;
 use tern::api::{ApiState, router};
 use tern::controller::lease::{Leadership, default_holder, lock_state_file};
 use tern::controller::metrics::Metrics;
+use tern::controller::probe::ProbeBounds;
 use tern::controller::service::{Clock, Service, ServiceConfig, Shared, WallClock};
 use tern::controller::{Controller, ControllerConfig};
 use tern::sim::RemoteSim;
@@ -149,6 +150,13 @@ pub struct Args {
     /// Log one JSON object per line on stderr instead of human-readable lines.
     #[arg(long)]
     log_json: bool,
+    /// Longest cold-start probe of a job nobody has measured (seconds, or `15m`); a spec's
+    /// `[probe] max_duration` overrides it.
+    #[arg(long, default_value = "15m", value_parser = super::number::duration)]
+    probe_max_duration: f64,
+    /// Most a cold-start probe may cost, dollars; a spec's `[probe] max_usd` overrides it.
+    #[arg(long, default_value_t = 10.0, value_parser = super::number::positive, allow_negative_numbers = true)]
+    probe_max_usd: f64,
     /// Seconds between periodic reconcile passes (wall time).
     #[arg(long, default_value_t = 1.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     period: f64,
@@ -376,6 +384,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         provider,
         ControllerConfig {
             adopt_foreign: args.adopt,
+            probe: ProbeBounds {
+                max_seconds: args.probe_max_duration,
+                max_usd: args.probe_max_usd,
+            },
+            // A pass follows the last within the period, in the clock's time (virtual for an
+            // in-process simulated cloud).
+            pass_gap: Duration::from_secs_f64(
+                args.period.max(0.05)
+                    * if args.provider == ProviderKind::Sim && args.sim_endpoint.is_none() {
+                        args.speed
+                    } else {
+                        1.0
+                    },
+            ),
             ..ControllerConfig::new(args.owner.clone(), regions)
         },
     )?;

@@ -18,6 +18,17 @@ pub fn positive(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A duration > 0: seconds, or with a unit as in job specs (`90s`, `15m`, `2h`).
+pub fn duration(text: &str) -> Result<f64, String> {
+    if let Ok(x) = positive(text) {
+        return Ok(x);
+    }
+    tern_cloud::parse_duration(text.trim())
+        .filter(|s| *s > 0)
+        .map(|s| s as f64)
+        .ok_or_else(|| format!("expected a duration like \"15m\" or seconds > 0, found {text:?}"))
+}
+
 /// A fraction from 0 to 1 (fault rates).
 pub fn fraction(text: &str) -> Result<f64, String> {
     match non_negative(text) {

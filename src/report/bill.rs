@@ -76,6 +76,22 @@ fn on_demand_price(usage: &Usage, paid: f64) -> f64 {
     }
 }
 
+/// Dollars of `pieces` inside `[from, to)`: each piece cut at the window's edges and billed at
+/// its own price, so a window's share follows the same price steps as the whole.
+pub fn dollars_within(pieces: &[Billed], (from, to): (DateTime<Utc>, DateTime<Utc>)) -> f64 {
+    pieces
+        .iter()
+        .map(|b| {
+            Piece {
+                from: b.piece.from.max(from),
+                to: b.piece.to.min(to),
+                price_per_hour: b.piece.price_per_hour,
+            }
+            .dollars()
+        })
+        .sum()
+}
+
 /// `pieces` cut at UTC midnights, keyed by day (`YYYY-MM-DD`).
 pub fn by_day(pieces: &[Billed]) -> BTreeMap<String, Vec<Billed>> {
     let mut out: BTreeMap<String, Vec<Billed>> = BTreeMap::new();

@@ -54,6 +54,8 @@ pub fn page(report: &CostReport) -> Result<String, ChartError> {
          <h1>tern cost report</h1><p>{}; by {}; generated {}</p>\n\
          <div class=\"summary\">\
          <div>spent<b id=\"total-cost\">{}</b></div>\
+         <div>probes<b id=\"total-probe\">{}</b></div>\
+         <div>besides probes<b id=\"total-rest\">{}</b></div>\
          <div>on demand<b id=\"total-on-demand\">{}</b></div>\
          <div>saved<b id=\"total-savings\">{} ({:.0}%)</b></div>\
          <div>spot share<b>{:.0}%</b></div>\
@@ -62,6 +64,8 @@ pub fn page(report: &CostReport) -> Result<String, ChartError> {
         report.by.as_str(),
         report.generated_at.to_rfc3339(),
         dollars(t.cost),
+        dollars(t.probe_usd),
+        dollars(t.rest_usd()),
         dollars(t.on_demand_cost),
         dollars(t.savings),
         t.savings_pct,
@@ -84,6 +88,7 @@ pub fn page(report: &CostReport) -> Result<String, ChartError> {
         "instances",
         "inst-h",
         "cost",
+        "probe",
         "on demand",
         "saved",
         "saved",

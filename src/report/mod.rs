@@ -19,6 +19,7 @@ use tern_cloud::{Budget, Capacity, Offer};
 pub use crate::api::wire::costs::{
     CostQuery, CostReport, CostRow, DayCost, GroupBy, Segment, TeamBudget,
 };
+use bill::dollars_within;
 pub use bill::{Billed, bill, by_day, cloud_of};
 
 use crate::store::{JobRecord, JobState, PriceLog, Store, StoreError, Usage};
@@ -99,20 +100,28 @@ struct Acc {
     spot_hours: f64,
     cost: f64,
     on_demand: f64,
+    probe: f64,
 }
 
+/// A stretch of time, `[from, to)`.
+type Window = (DateTime<Utc>, DateTime<Utc>);
+
 impl Acc {
-    fn add(&mut self, job: &str, instance: &str, capacity: Capacity, pieces: &[Billed]) {
-        self.jobs.insert(job.to_string());
-        self.instances.insert(instance.to_string());
+    /// `pieces` of `u`; the part inside `probe` (its job's probe window) is also probe spend.
+    fn add(&mut self, u: &Usage, pieces: &[Billed], probe: Option<Window>) {
+        self.jobs.insert(u.job.clone());
+        self.instances.insert(u.instance.clone());
         for b in pieces {
             let h = b.piece.hours();
             self.hours += h;
-            if capacity == Capacity::Spot {
+            if u.capacity == Capacity::Spot {
                 self.spot_hours += h;
             }
             self.cost += b.piece.dollars();
             self.on_demand += b.on_demand_dollars();
+        }
+        if let Some(w) = probe {
+            self.probe += dollars_within(pieces, w);
         }
     }
 
@@ -127,6 +136,7 @@ impl Acc {
             instance_hours: self.hours,
             spot_hours: self.spot_hours,
             cost: self.cost,
+            probe_usd: self.probe,
             on_demand_cost: self.on_demand,
             savings: self.on_demand - self.cost,
             savings_pct: 100.0 * ratio(self.on_demand - self.cost, self.on_demand),
@@ -154,11 +164,16 @@ pub fn build(
     // may reach past now); open intervals run until now.
     let end = query.until.unwrap_or(DateTime::<Utc>::MAX_UTC);
     let billed = bill_all(ledger, &jobs, (query.since, end), now);
+    let probes: BTreeMap<&str, Window> = jobs
+        .iter()
+        .filter_map(|(name, j)| probe_window(j, now).map(|w| (*name, w)))
+        .collect();
     let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
     let mut total = Acc::default();
     let mut days: BTreeMap<String, DayCost> = BTreeMap::new();
     for (u, offer, pieces) in &billed {
-        total.add(&u.job, &u.instance, u.capacity, pieces);
+        let probe = probes.get(u.job.as_str()).copied();
+        total.add(u, pieces, probe);
         for (day, p) in by_day(pieces) {
             let d = days.entry(day.clone()).or_default();
             let dollars: f64 = p.iter().map(|b| b.piece.dollars()).sum();
@@ -167,18 +182,12 @@ pub fn build(
                 _ => d.on_demand += dollars,
             }
             if query.by == GroupBy::Day {
-                groups
-                    .entry(day)
-                    .or_default()
-                    .add(&u.job, &u.instance, u.capacity, &p);
+                groups.entry(day).or_default().add(u, &p, probe);
             }
         }
         if query.by != GroupBy::Day {
             let key = group_key(query.by, u, offer.as_ref(), &jobs);
-            groups
-                .entry(key)
-                .or_default()
-                .add(&u.job, &u.instance, u.capacity, pieces);
+            groups.entry(key).or_default().add(u, pieces, probe);
         }
     }
     let mut rows: Vec<CostRow> = match query.by {
@@ -212,6 +221,16 @@ pub fn build(
             .collect(),
         budgets: budgets(ledger, &jobs, until, now),
     })
+}
+
+/// A job's probe window: from when the probe's capacity ran to its end (`now` while open).
+/// None without a probe, before it ran, or when it ended before it ran. Its instances are the
+/// job's own, and may run on after it, so the window, not the instance, marks probe spend.
+fn probe_window(job: &JobRecord, now: DateTime<Utc>) -> Option<Window> {
+    let p = job.probe.as_ref()?;
+    let from = p.running_at?;
+    let to = p.ended_at.unwrap_or(now);
+    (to > from).then_some((from, to))
 }
 
 /// The jobs in scope, by name; an unknown `--job` or `--team` is an error naming the known ones.

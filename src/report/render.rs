@@ -6,7 +6,7 @@ use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
 use super::{CostReport, CostRow, GroupBy};
 
 /// CSV columns, in order (README "Cost reports" documents each).
-pub const CSV_COLUMNS: [&str; 16] = [
+pub const CSV_COLUMNS: [&str; 17] = [
     "row",
     "by",
     "key",
@@ -17,6 +17,7 @@ pub const CSV_COLUMNS: [&str; 16] = [
     "instance_hours",
     "spot_hours",
     "cost",
+    "probe_usd",
     "on_demand_cost",
     "savings",
     "savings_pct",
@@ -61,13 +62,15 @@ fn opt_dollars(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), dollars)
 }
 
-/// The numbers of a row, in table order; money with `currency` before it ("" or "$").
-pub(super) fn number_cells(r: &CostRow, currency: &str) -> [String; 9] {
+/// The numbers of a row, in table order; money with `currency` before it ("" or "$"). Probe
+/// spend sits next to the cost it is part of.
+pub(super) fn number_cells(r: &CostRow, currency: &str) -> [String; 10] {
     let money = |v: f64| format!("{currency}{v:.2}");
     [
         r.instances.to_string(),
         format!("{:.1}", r.instance_hours),
         money(r.cost),
+        money(r.probe_usd),
         money(r.on_demand_cost),
         money(r.savings),
         format!("{:.0}%", r.savings_pct),
@@ -98,6 +101,7 @@ pub fn table_text(report: &CostReport) -> String {
             "instances",
             "inst-h",
             "cost $",
+            "probe $",
             "on-demand $",
             "saved $",
             "saved",
@@ -193,6 +197,7 @@ fn csv_record(kind: &str, by: GroupBy, r: &CostRow) -> Vec<String> {
         format!("{:.6}", r.instance_hours),
         format!("{:.6}", r.spot_hours),
         format!("{:.6}", r.cost),
+        format!("{:.6}", r.probe_usd),
         format!("{:.6}", r.on_demand_cost),
         format!("{:.6}", r.savings),
         format!("{:.4}", r.savings_pct),

@@ -2,6 +2,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tern_cloud::{Capacity, JobSpec};
 
 use super::*;
+use crate::store::ProbeRecord;
 
 fn t(h: f64) -> DateTime<Utc> {
     // 2023-11-15T00:00:00Z plus `h` hours.
@@ -210,6 +211,112 @@ fn a_team_is_measured_against_its_budget() {
     assert_eq!(nlp.projected_at_deadline.map(|x| x.round()), Some(45.0));
 }
 
+/// A probe that ran `[from, to)` hours (`to` None: still open). Its recorded price is far off
+/// the usage's, so a test fails if the report bills the record instead of the usage.
+fn probe(from: f64, to: Option<f64>) -> ProbeRecord {
+    ProbeRecord {
+        accelerator: "V100".into(),
+        instance_type: "p3.2xlarge".into(),
+        offer: "aws/use1-az1/p3.2xlarge/spot".into(),
+        nodes: 1,
+        price_per_hour: 99.0,
+        max_seconds: 3600.0,
+        max_usd: 100.0,
+        started_at: t(from - 0.1),
+        running_at: Some(t(from)),
+        ended_at: to.map(t),
+        outcome: None,
+    }
+}
+
+/// `ledger()` plus job p: one spot instance at $2.40/h from 1 h to 4 h, probing 1.5–2.25 h
+/// and then kept as the job's capacity.
+fn ledger_with_probe() -> Ledger {
+    let mut l = ledger();
+    let mut p = job("p", "nlp", JobState::Running);
+    p.probe = Some(probe(1.5, Some(2.25)));
+    l.jobs.push(p);
+    l.usage
+        .push((usage("p", "i-7", Capacity::Spot, 2.4, 1.0, Some(4.0)), None));
+    l
+}
+
+fn cents(v: f64) -> i64 {
+    (v * 100.0).round() as i64
+}
+
+#[test]
+fn a_probe_inside_one_interval_bills_only_its_window_as_probe_spend() {
+    let r = build(&ledger_with_probe(), &CostQuery::default(), t(10.0)).expect("report");
+    let p = r.rows.iter().find(|x| x.key == "p").expect("row p");
+    // By hand: 0.75 h × $2.40 = $1.80 of probe; the whole 3 h × $2.40 = $7.20 is the cost.
+    assert_eq!(cents(p.probe_usd), 180, "{}", p.probe_usd);
+    assert_eq!(cents(p.cost), 720, "{}", p.cost);
+    assert_eq!(cents(p.rest_usd()), 540);
+}
+
+#[test]
+fn an_open_probe_runs_until_now_and_a_price_step_splits_it() {
+    let mut l = ledger_with_probe();
+    let p = l.jobs.iter_mut().find(|j| j.name() == "p").expect("p");
+    p.probe = Some(probe(3.0, None));
+    let i7 = l.usage.iter_mut().find(|(u, _)| u.instance == "i-7");
+    i7.expect("i-7").0.ended_at = None;
+    // The spot price moves to $1.20/h at 3.5 h; the report runs to 4.5 h (now, and job a's
+    // last end). By hand: 0.5 h × 2.40 + 1 h × 1.20 = $2.40.
+    l.prices
+        .insert("aws/use1-az1/p3.2xlarge/spot".into(), vec![(t(3.5), 1.2)]);
+    let r = build(&l, &CostQuery::default(), t(4.5)).expect("report");
+    let row = r.rows.iter().find(|x| x.key == "p").expect("row p");
+    assert_eq!(cents(row.probe_usd), 240, "{}", row.probe_usd);
+}
+
+#[test]
+fn a_job_without_a_probe_shows_no_probe_spend() {
+    let r = build(&ledger_with_probe(), &CostQuery::default(), t(10.0)).expect("report");
+    for key in ["a", "b"] {
+        let row = r.rows.iter().find(|x| x.key == key).expect("row");
+        assert_eq!(row.probe_usd, 0.0, "{key}");
+        assert_eq!(row.rest_usd(), row.cost, "{key}");
+    }
+}
+
+#[test]
+fn probe_spend_sums_into_the_total_in_every_grouping() {
+    let mut l = ledger_with_probe();
+    // A second probed job: $1/h from 5 h, probing 5–5.5 h: $0.50.
+    let mut q = job("q", "vision", JobState::Running);
+    q.probe = Some(probe(5.0, Some(5.5)));
+    l.jobs.push(q);
+    l.usage
+        .push((usage("q", "i-8", Capacity::Spot, 1.0, 5.0, Some(6.0)), None));
+    for by in GroupBy::ALL {
+        let query = CostQuery {
+            by,
+            ..CostQuery::default()
+        };
+        let r = build(&l, &query, t(10.0)).expect("report");
+        let sum: f64 = r.rows.iter().map(|x| x.probe_usd).sum();
+        assert_eq!(cents(r.total.probe_usd), 230, "{by:?}");
+        assert!((sum - r.total.probe_usd).abs() < 1e-9, "{by:?}: {sum}");
+    }
+}
+
+#[test]
+fn a_report_from_a_server_without_probe_spend_still_parses() {
+    let r = build(&ledger(), &CostQuery::default(), t(10.0)).expect("report");
+    let mut json = serde_json::to_value(&r).expect("json");
+    for row in json["rows"].as_array_mut().expect("rows") {
+        row.as_object_mut().expect("row").remove("probe_usd");
+    }
+    json["total"]
+        .as_object_mut()
+        .expect("total")
+        .remove("probe_usd");
+    let back: CostReport = serde_json::from_value(json).expect("older JSON");
+    assert_eq!(back, r);
+}
+
 #[test]
 fn every_format_renders_the_same_totals() {
     let q = CostQuery {
@@ -236,10 +343,14 @@ fn every_format_renders_the_same_totals() {
     ] {
         assert!(svg.starts_with("<svg") && svg.contains("<rect"), "{svg}");
     }
+    assert!(table.contains("probe $"), "{table}");
     let html = html::page(&r).expect("html");
     assert!(
         html.contains("id=\"total-cost\">$4.50<"),
         "total in the page"
+    );
+    assert!(
+        html.contains("id=\"total-probe\">$0.00<") && html.contains("id=\"total-rest\">$4.50<")
     );
     assert_eq!(html.matches("<svg").count(), 3);
 }

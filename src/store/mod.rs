@@ -177,7 +177,7 @@ pub struct JobRecord {
 }
 
 /// A probe: the short, bounded run that measures a job nobody had measured. Its window
-/// (`started_at` to `ended_at`) is billed as probe spend in cost reports.
+/// (`running_at` to `ended_at`, or now while open) is billed as probe spend in cost reports.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProbeRecord {
     pub accelerator: String,

@@ -57,6 +57,7 @@ def parse_args(argv=None):
     # --log-line-prefix-template and --logs-specs.  "--log" is kept as an alias
     # for runs without torchrun.
     p.add_argument("--log-file", "--log", dest="log", default=None, help="append JSON event lines to this file")
+    p.add_argument("--log-steps", action="store_true", help="also log each step's wall time (event \"step\")")
     args = p.parse_args(argv)
     if args.batch < 1 or args.checkpoint_every < 1 or args.total_samples < 0 or args.step_sleep < 0:
         p.error("--batch and --checkpoint-every must be >= 1, --total-samples and --step-sleep >= 0")
@@ -158,6 +159,7 @@ def main(argv=None):
 
     outcome = "done"
     while run.samples < args.total_samples:
+        began = time.monotonic()
         with run.step():
             x, y = batch_for(step, rank, args.batch, device)
             loss = F.mse_loss(net(x), y)
@@ -167,6 +169,8 @@ def main(argv=None):
             if args.step_sleep:
                 time.sleep(args.step_sleep)
         step += 1
+        if args.log_steps:
+            log("step", seconds=time.monotonic() - began, step=step)
         stop = run.should_stop()  # collective: reached by every rank at every step
         if stop or step % args.checkpoint_every == 0 or run.samples >= args.total_samples:
             checkpoint()

@@ -85,6 +85,11 @@ pub struct CostRow {
     pub spot_hours: f64,
     /// Dollars billed, at the prices that held.
     pub cost: f64,
+    /// Of `cost`, the dollars billed inside the jobs' probe windows (from when a probe's
+    /// capacity ran to its end, or now while open): what measuring cold jobs cost. Part of
+    /// `cost`, not added to it; 0 for jobs without a probe. Defaulted: older servers omit it.
+    #[serde(default)]
+    pub probe_usd: f64,
     /// The same instance-hours at the on-demand price of the same type and zone.
     pub on_demand_cost: f64,
     /// `on_demand_cost - cost`.
@@ -97,6 +102,13 @@ pub struct CostRow {
     pub planned_cost: Option<f64>,
     /// `cost - planned_cost`: the forecast error in dollars.
     pub plan_error: Option<f64>,
+}
+
+impl CostRow {
+    /// `cost − probe_usd`: what the row cost besides probing.
+    pub fn rest_usd(&self) -> f64 {
+        self.cost - self.probe_usd
+    }
 }
 
 /// One instance of a job: a segment of its run between interruptions, moves and resizes.
