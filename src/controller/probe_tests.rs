@@ -149,6 +149,52 @@ async fn a_job_nobody_measured_probes_is_measured_and_planned() {
     assert!((step - 0.2).abs() / 0.2 < 0.10, "measured step {step}");
 }
 
+#[tokio::test]
+async fn after_its_probe_a_job_moves_to_the_shape_its_deadline_needs_from_the_probes_checkpoint() {
+    let sim = two_shapes();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    // 2 M samples at 0.2 s per 64 on one V100 is 1.7 h; due in 1.5 h, it needs the 4-GPU node.
+    let extra = "workers = { min = 1, max = 4 }\ndeadline = \"90m\"\n\
+                 [checkpoint]\ninterval = \"5m\"\nsave_seconds = 10\nrestore_seconds = 10";
+    let spec = parse_job_spec(&spec_text("moves", extra, false), "m.toml").expect("spec");
+    ctl.submit(spec, sim.now()).expect("submit");
+    let mut w = Workload::new().with_truth("moves", truth("moves", extra));
+    run(&mut ctl, &sim, &mut w, "moves", 120).await;
+
+    let events = kinds(&ctl, "moves");
+    let probe = ctl
+        .job("moves")
+        .and_then(|j| j.probe.clone())
+        .expect("probe");
+    assert_eq!(probe.instance_type, "p3.2xlarge", "{probe:?}");
+    let probed = events.iter().find(|(k, _)| k == "probed").expect("probed");
+    assert!(
+        probed.1.contains("moving to") && probed.1.contains("p3.8xlarge"),
+        "{events:#?}"
+    );
+    assert!(events.iter().any(|(k, _)| k == "migrated"), "{events:#?}");
+    let j = ctl.job("moves").expect("job");
+    assert_eq!(j.state, crate::store::JobState::Finished, "{events:#?}");
+    assert!(
+        j.reason.is_none(),
+        "finished by its deadline: {:?}",
+        j.reason
+    );
+    assert!(
+        j.target_offer
+            .as_deref()
+            .is_some_and(|o| o.contains("p3.8xlarge")),
+        "{j:?}"
+    );
+    // The new node started from the checkpoint the drain took: what the simulated workers
+    // did between that checkpoint and the probe node's release (one pass: at most a minute at
+    // the 4-GPU node's 1,280 samples/s) is all that is lost, not the probe's work.
+    let lost = w.lost_samples.get("moves").copied().unwrap_or(0.0);
+    assert!(lost <= 1280.0 * 60.0, "lost {lost} samples");
+}
+
 /// Submits a ResNet-50-sized job (2.46e10 FLOPs a sample, 2 M samples) on up to 4 V100s with
 /// only a hint, due in `deadline`, and runs one pass: about half an hour at the hint's
 /// expected speed, 2.1 h at its pessimistic bound.
