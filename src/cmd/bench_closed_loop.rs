@@ -52,6 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         nodes: 1,
         min_nodes: 1,
         checkpoint_gb: 0.0,
+        cold_start: false,
     };
     let t1 = Instant::now();
     let windows = setup.replay(&|| ())?;

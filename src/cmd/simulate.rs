@@ -92,6 +92,10 @@ pub struct Args {
     /// Print one JSON object, keyed by policy, as the last line.
     #[arg(long)]
     pub json: bool,
+    /// With `--policy controller`: submit the closed loop's job without its measured step
+    /// time, so the controller probes it first (a cold start); same work, same traces.
+    #[arg(long)]
+    pub cold_start: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -150,6 +154,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|p| p.parse::<PolicyKind>())
         .collect::<Result<Vec<_>, _>>()?;
     anyhow::ensure!(!policies.is_empty(), "--policy names no policy");
+    anyhow::ensure!(
+        !args.cold_start || policies.contains(&PolicyKind::Controller),
+        "--cold-start applies to the closed loop only: add `controller` to --policy"
+    );
     let traces = args
         .traces
         .iter()
@@ -230,6 +238,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 nodes: args.nodes,
                 min_nodes,
                 checkpoint_gb: args.checkpoint_gb,
+                cold_start: args.cold_start,
             };
             let windows = setup.replay(&tick).context("closed-loop replay")?;
             Some(p.summarise(PolicyKind::Controller, windows.into_iter()))
@@ -319,6 +328,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "note: without --min-nodes below --nodes the job is a gang; the scaling curve is unused"
             );
         }
+        setup
+    };
+    let setup = if args.cold_start {
+        format!(
+            "{setup}\ncold start: the closed loop's job has no measured step time; the controller \
+             probes it first"
+        )
+    } else {
         setup
     };
     eprintln!("{setup}");

@@ -178,6 +178,8 @@ struct JobEntry {
     ending_probe: Option<probe::Ended>,
     /// Why a job nobody measured was planned without a probe (for the plan's event).
     cold_plan: Option<String>,
+    /// Whether a probe of a second accelerator was weighed for this job (once per process).
+    second_probe_weighed: bool,
 }
 
 /// What the controller manages: its jobs, their live instances and the open intents.
@@ -309,6 +311,7 @@ impl JobEntry {
             estimate_unsaved: false,
             ending_probe: None,
             cold_plan: None,
+            second_probe_weighed: false,
         }
     }
 }

@@ -195,6 +195,92 @@ async fn after_its_probe_a_job_moves_to_the_shape_its_deadline_needs_from_the_pr
     assert!(lost <= 1280.0 * 60.0, "lost {lost} samples");
 }
 
+/// One zone selling a 1-GPU V100 shape and a slower 1-GPU L4 shape at `l4_spot` $/h.
+fn two_accelerators(l4_spot: f64) -> Arc<SimCloud> {
+    let l4 = InstanceType {
+        name: "g6.xlarge".into(),
+        vcpus: 4.0,
+        memory_gib: 16.0,
+        accelerator: Some(Accelerator::new("L4", 1)),
+    };
+    Arc::new(SimCloud::with_types(
+        vec![
+            trace("us-west-2a", 0.9, 3.06),
+            trace("us-west-2a", l4_spot, 0.80),
+        ],
+        vec![v100("p3.2xlarge", 1), l4],
+        SimConfig {
+            start: start(),
+            boot: Duration::from_secs(60),
+            ..SimConfig::default()
+        },
+    ))
+}
+
+#[tokio::test]
+async fn a_second_accelerator_is_probed_when_its_prior_costs_money_and_the_job_moves_there() {
+    let sim = two_accelerators(0.35);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    // Measured on a V100 (0.2 s per 64), allowed an L4 nobody measured. 30 M samples: 26 h
+    // on the V100; on the L4, 46 h at the datasheet prior's expected speed (cheaper per
+    // sample) but 110 h at that prior's pessimistic bound, past the 64 h deadline. Until the
+    // L4 is measured only the V100 plan is safe; measured, the L4's plan fits.
+    let text = "name = \"two\"\nteam = \"t\"\naccelerators = [\"V100\", \"L4\"]\n\
+                local_batch = 64\nworkers = 1\ndeadline = \"64h\"\n[work]\nsamples = 30_000_000\n\
+                [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n";
+    let spec = parse_job_spec(text, "two.toml").expect("spec");
+    ctl.submit(spec, sim.now()).expect("submit");
+    // The L4 really runs at its prior's expected speed.
+    let model = ctl.model("two").expect("model");
+    let mut w = Workload::new().with_truth("two", model);
+    run(&mut ctl, &sim, &mut w, "two", 40).await;
+
+    let events = kinds(&ctl, "two");
+    let probes: Vec<&String> = events
+        .iter()
+        .filter(|(k, _)| k == "probe")
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(probes.len(), 1, "{events:#?}");
+    assert!(
+        probes[0].contains("g6.xlarge") && probes[0].contains("expected $"),
+        "{probes:?}"
+    );
+    let j = ctl.job("two").expect("job");
+    let p = j.probe.clone().expect("probe");
+    assert_eq!(p.accelerator, "L4");
+    assert!(!p.is_open(), "{p:?}\n{events:#?}");
+    assert!(
+        j.target_offer
+            .as_deref()
+            .is_some_and(|o| o.contains("g6.xlarge")),
+        "{j:?}\n{events:#?}"
+    );
+    assert_eq!(ctl.forecast("two").expect("forecast").basis, "measured");
+}
+
+#[tokio::test]
+async fn no_second_probe_when_what_it_could_find_would_not_change_the_plan() {
+    // The L4 at $0.10/h: even at the slowest speed its prior allows it is the cheaper choice.
+    let sim = two_accelerators(0.10);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    // As above with a deadline loose enough for the L4's pessimistic bound: the plan takes
+    // the L4 on its prior, and knowing its speed better would not change what it buys.
+    let text = "name = \"loose\"\nteam = \"t\"\naccelerators = [\"V100\", \"L4\"]\n\
+                local_batch = 64\nworkers = 1\ndeadline = \"300h\"\n[work]\nsamples = 30_000_000\n\
+                [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n";
+    ctl.submit(parse_job_spec(text, "l.toml").expect("spec"), sim.now())
+        .expect("submit");
+    ctl.pass(sim.now()).await.expect("pass");
+    let events = kinds(&ctl, "loose");
+    assert!(events.iter().all(|(k, _)| k != "probe"), "{events:#?}");
+    assert!(ctl.job("loose").is_some_and(|j| j.probe.is_none()));
+}
+
 /// Submits a ResNet-50-sized job (2.46e10 FLOPs a sample, 2 M samples) on up to 4 V100s with
 /// only a hint, due in `deadline`, and runs one pass: about half an hour at the hint's
 /// expected speed, 2.1 h at its pessimistic bound.
@@ -271,6 +357,7 @@ fn open_probe(price: f64, nodes: u32, max_seconds: f64, max_usd: f64) -> ProbeRe
         max_usd,
         started_at: start(),
         running_at: Some(start()),
+        probing_since: None,
         ended_at: None,
         outcome: None,
     }

@@ -296,6 +296,9 @@ impl Controller {
             if self.unmeasured(name) && !self.start_cold(name, offers, now).await? {
                 continue;
             }
+            if self.probe_if_it_pays(name, offers, now).await? {
+                continue;
+            }
             match self.plan_job(name, now) {
                 Some(j) => jobs.push(j),
                 None => self.mark_unplaceable(

@@ -228,7 +228,7 @@ pub fn build(
 /// job's own, and may run on after it, so the window, not the instance, marks probe spend.
 fn probe_window(job: &JobRecord, now: DateTime<Utc>) -> Option<Window> {
     let p = job.probe.as_ref()?;
-    let from = p.running_at?;
+    let from = p.probing_since.or(p.running_at)?;
     let to = p.ended_at.unwrap_or(now);
     (to > from).then_some((from, to))
 }

@@ -224,6 +224,7 @@ fn probe(from: f64, to: Option<f64>) -> ProbeRecord {
         max_usd: 100.0,
         started_at: t(from - 0.1),
         running_at: Some(t(from)),
+        probing_since: None,
         ended_at: to.map(t),
         outcome: None,
     }

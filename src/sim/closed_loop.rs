@@ -10,6 +10,10 @@
 //! starts, with a restart of d hours (all of it provisioning, see `window`). Before the
 //! window the store is given the lookback of each zone's trace as pool samples, as a
 //! controller that had been running would have them; the replay's `tern` sees the same past.
+//!
+//! With [`LoopSetup::cold_start`] the submitted spec has no `[[observation]]`: the controller
+//! must probe the job before it plans it, and the simulated workers run at the speed the
+//! observation would have given (the same samples, so costs compare with the warm job's).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +24,9 @@ use tern_cloud::{Capacity, parse_job_spec};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{Prepared, SimCloud, Trace, WindowResult};
 
+use tern_plan::ThroughputModel;
+
+use crate::controller::probe::ProbeBounds;
 use crate::controller::workload::Workload;
 use crate::controller::{Controller, ControllerConfig, ControllerError};
 use crate::jobs::LoadedJob;
@@ -74,6 +81,20 @@ pub struct LoopSetup<'a> {
     pub nodes: u32,
     pub min_nodes: u32,
     pub checkpoint_gb: f64,
+    /// Cold start: the spec omits its `[[observation]]` (the controller probes the job, the
+    /// simulated workers report the true step time), the rest of the job is the same.
+    pub cold_start: bool,
+}
+
+/// What a window left behind, for tests: its result, the controller that ran it and its
+/// store (in `_dir`).
+#[cfg_attr(not(test), allow(dead_code))]
+struct Ran {
+    result: WindowResult,
+    ctl: Controller,
+    store: Arc<Store>,
+    deadline: DateTime<Utc>,
+    _dir: TempDir,
 }
 
 impl LoopSetup<'_> {
@@ -184,7 +205,9 @@ impl LoopSetup<'_> {
         out
     }
 
-    fn spec_text(&self, samples: f64) -> String {
+    /// The job's spec; `observed`: with its `[[observation]]` (the warm job), else without
+    /// (a cold start).
+    fn spec_text(&self, samples: f64, observed: bool) -> String {
         let workers = if self.min_nodes < self.nodes {
             format!("{{ min = {}, max = {} }}", self.min_nodes, self.nodes)
         } else {
@@ -195,8 +218,7 @@ impl LoopSetup<'_> {
              gang = {gang}\ndeadline = \"{deadline}s\"\nlocal_batch = {LOCAL_BATCH}\n\
              [work]\nsamples = {samples}\n\
              [checkpoint]\ninterval = \"{gap}s\"\nsize_gb = {gb}\nsave_seconds = 0\nrestore_seconds = 0\n\
-             [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = {LOCAL_BATCH}\n\
-             step_seconds = {STEP_SECONDS}\n",
+             {observation}",
             gang = self.min_nodes >= self.nodes && self.nodes > 1,
             deadline = (self.deadline_hours * 3600.0).floor() as u64,
             // Down, not up: one sample over C hours is a tick more of work to the policy,
@@ -207,25 +229,57 @@ impl LoopSetup<'_> {
             // all progress on a reclaim); one pass per tick sees a notice and its reclaim
             // together, too late for the controller's drain to checkpoint.
             gap = self.gap(),
+            observation = if observed {
+                format!(
+                    "[[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = {LOCAL_BATCH}\n\
+                     step_seconds = {STEP_SECONDS}\n"
+                )
+            } else {
+                String::new()
+            },
         )
     }
 
-    /// The job's samples: C hours at the forecast's expected speed on K nodes.
-    fn samples(&self, at: DateTime<Utc>) -> Result<f64, LoopError> {
-        let probe = parse_job_spec(&self.spec_text(1.0), "replay.toml")
+    /// The job's true speed: the forecast of the spec with its observation (what the warm
+    /// job is planned on, and what a cold start's probe measures).
+    fn truth(&self, at: DateTime<Utc>) -> Result<Arc<dyn ThroughputModel>, LoopError> {
+        let spec = parse_job_spec(&self.spec_text(1.0, true), "replay.toml")
             .map_err(|e| LoopError::Job(e.to_string()))?;
-        let loaded = LoadedJob::from_spec(probe, None, "replay", at)
+        let loaded = LoadedJob::from_spec(spec, None, "replay", at)
             .map_err(|e| LoopError::Job(e.to_string()))?;
-        let t = loaded
-            .plan_job(at, at, 0.0)
-            .model
+        Ok(loaded.plan_job(at, at, 0.0).model)
+    }
+
+    /// The job's samples: C hours at `truth`'s expected speed on K nodes.
+    fn samples(&self, truth: &dyn ThroughputModel) -> Result<f64, LoopError> {
+        let t = truth
             .throughput("V100", 1, self.nodes)
             .ok_or_else(|| LoopError::Job("no forecast for V100".into()))?;
         Ok(self.work_hours * 3600.0 * t.expected)
     }
 
+    /// Bounds of a cold start's probe at this loop's pass cadence. The controller passes once
+    /// per trace tick (`pass_gap` = the tick) and ends a probe at the last pass before its time
+    /// bound, counted from the pass that first sees the probe running; the workers report a
+    /// step after each pass that finds them running. A bound of one tick or less would end the
+    /// probe at that first pass, with no step reported; two ticks or more (here the default
+    /// 900 s, or 2 ticks where that is longer) let it end within its bound with at least one
+    /// (all three it wants, where the bound is over three ticks).
+    fn probe_bounds(&self) -> ProbeBounds {
+        let defaults = ProbeBounds::default();
+        ProbeBounds {
+            max_seconds: defaults.max_seconds.max(2.0 * f64::from(self.gap())),
+            ..defaults
+        }
+    }
+
     /// One window, starting at trace tick `start`.
     pub async fn window(&self, start: usize) -> Result<WindowResult, LoopError> {
+        Ok(self.run(start).await?.result)
+    }
+
+    /// One window, and the controller that ran it.
+    async fn run(&self, start: usize) -> Result<Ran, LoopError> {
         let gap = self.gap();
         let epoch = self.epoch();
         let restart_s = (self.restart_hours * 3600.0).max(1.0);
@@ -255,13 +309,23 @@ impl LoopSetup<'_> {
         cfg.launch_timeout = Duration::from_secs_f64(2.0 * restart_s + 300.0);
         // The simulated workers run at exactly the expected speed: the forecast is exact here,
         // as the replay's job speed is.
+        // A cold start's job, once measured, is forecast at the true speed: exact too.
         cfg.exact_forecast = true;
+        // One pass per tick, and probe bounds that let a probe end within them at that cadence
+        // ([`Self::probe_bounds`]); a warm job never probes.
+        cfg.pass_gap = tick;
+        cfg.probe = self.probe_bounds();
         let mut ctl = Controller::open(store.clone(), sim.clone(), cfg)?;
-        let spec = parse_job_spec(&self.spec_text(self.samples(epoch)?), "replay.toml")
+        let truth = self.truth(epoch)?;
+        let samples = self.samples(truth.as_ref())?;
+        let spec = parse_job_spec(&self.spec_text(samples, !self.cold_start), "replay.toml")
             .map_err(|e| LoopError::Job(e.to_string()))?;
         ctl.submit(spec, epoch)?;
         let deadline = epoch + TimeDelta::seconds((self.deadline_hours * 3600.0).floor() as i64);
         let mut workload = Workload::watching(sim.clone());
+        if self.cold_start {
+            workload = workload.with_truth("job", truth);
+        }
         let mut now = epoch;
         loop {
             ctl.pass(now).await?;
@@ -273,7 +337,14 @@ impl LoopSetup<'_> {
             now = sim.now();
             workload.step(&mut ctl, tick, now)?;
         }
-        Ok(self.result(&ctl, &store, now, deadline)?)
+        let result = self.result(&ctl, &store, now, deadline)?;
+        Ok(Ran {
+            result,
+            ctl,
+            store,
+            deadline,
+            _dir: dir,
+        })
     }
 
     fn result(
@@ -335,5 +406,162 @@ mod tests {
             distinct_zones(&traces),
             ["us-west-2a", "us-west-2b", "us-west-2a-2", "us-west-2a-3"]
         );
+    }
+
+    /// A cold start on a small synthetic set (two zones of 600 s ticks, 8 h, spot out now and
+    /// then): the job without its observation is probed, the probe ends (its record says when
+    /// and how), and the job is done by its deadline, as the warm job is on the same windows.
+    #[test]
+    fn a_cold_start_probes_then_finishes_by_the_deadline() {
+        let mut a = trace("us-west-2a");
+        a.available = (0..48).map(|i| u32::from(i % 12 >= 3)).collect();
+        let mut b = trace("us-west-2b");
+        b.available = (0..48).map(|i| u32::from(i % 16 < 10)).collect();
+        let traces = vec![a, b];
+        let prepared = tern_sim::Scenario {
+            traces: traces.clone(),
+            work_hours: 2.0,
+            deadline_hours: 4.0,
+            restart_hours: 0.2,
+            on_demand_price: None,
+            spot_price: None,
+            stride_hours: 2.0,
+            egress_cost: 0.0,
+            nodes: 1,
+        }
+        .prepare()
+        .expect("prepared");
+        let setup = |cold_start| LoopSetup {
+            traces: &traces,
+            prepared: &prepared,
+            work_hours: 2.0,
+            deadline_hours: 4.0,
+            restart_hours: 0.2,
+            nodes: 1,
+            min_nodes: 1,
+            checkpoint_gb: 0.0,
+            cold_start,
+        };
+        let (cold, warm) = (setup(true), setup(false));
+        assert_eq!(cold.probe_bounds().max_seconds, 1200.0, "two 600 s ticks");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        assert!(prepared.starts.len() >= 2);
+        for &start in &prepared.starts[..2] {
+            let ran = runtime.block_on(cold.run(start)).expect("cold window");
+            let job = ran.ctl.job("job").expect("the job");
+            assert!(
+                ran.result.finished,
+                "window {start}: cold job not done by its deadline"
+            );
+            assert!(job.finished_at.is_some_and(|f| f <= ran.deadline));
+            let probe = job.probe.as_ref().expect("a cold start probes");
+            assert!(
+                probe.running_at.is_some() && probe.ended_at.is_some(),
+                "window {start}: probe ran and ended: {probe:?}"
+            );
+            assert!(probe.seconds(probe.ended_at.unwrap()) <= probe.max_seconds);
+            assert!(probe.outcome.is_some());
+            assert!(ran.ctl.measured("job"));
+
+            let warm = runtime.block_on(warm.run(start)).expect("warm window");
+            assert!(warm.result.finished);
+            assert!(warm.ctl.job("job").is_some_and(|j| j.probe.is_none()));
+        }
+    }
+
+    #[test]
+    #[ignore]
+    fn debug_cold() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/catalog/aws/spot-traces/availability/1-node/aws-02-15-2023");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let traces: Vec<Trace> = files.iter().map(|f| Trace::load(f).unwrap()).collect();
+        let prepared = tern_sim::Scenario {
+            traces: traces.clone(),
+            work_hours: 48.0,
+            deadline_hours: 52.0,
+            restart_hours: 0.2,
+            on_demand_price: None,
+            spot_price: None,
+            stride_hours: 6.0,
+            egress_cost: 0.0,
+            nodes: 1,
+        }
+        .prepare()
+        .unwrap();
+        let setup = |cold_start| LoopSetup {
+            traces: &traces,
+            prepared: &prepared,
+            work_hours: 48.0,
+            deadline_hours: 52.0,
+            restart_hours: 0.2,
+            nodes: 1,
+            min_nodes: 1,
+            checkpoint_gb: 0.0,
+            cold_start,
+        };
+        let (cold, warm) = (setup(true), setup(false));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut worst = (0.0, 0);
+        let mut tot = (0.0, 0.0);
+        let n: usize = std::env::var("N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20);
+        for &start in prepared.starts.iter().take(n) {
+            let c = rt.block_on(cold.run(start)).unwrap();
+            let w = rt.block_on(warm.run(start)).unwrap();
+            let tc = c
+                .ctl
+                .model("job")
+                .unwrap()
+                .throughput("V100", 1, 1)
+                .unwrap();
+            let tw = w
+                .ctl
+                .model("job")
+                .unwrap()
+                .throughput("V100", 1, 1)
+                .unwrap();
+            println!(
+                "start {start}: cold {:.2} warm {:.2} diff {:.2}; od ticks {} vs {}; thr cold {:?} warm {:?}",
+                c.result.cost,
+                w.result.cost,
+                c.result.cost - w.result.cost,
+                c.result.on_demand_ticks,
+                w.result.on_demand_ticks,
+                tc,
+                tw
+            );
+            tot.0 += c.result.cost;
+            tot.1 += w.result.cost;
+            if c.result.cost - w.result.cost > worst.0 {
+                worst = (c.result.cost - w.result.cost, start);
+            }
+        }
+        println!(
+            "total cold {:.2} warm {:.2} ratio {:.4}; worst {:?}",
+            tot.0,
+            tot.1,
+            tot.0 / tot.1,
+            worst
+        );
+        for (label, s) in [("cold", &cold), ("warm", &warm)] {
+            let r = rt.block_on(s.run(worst.1)).unwrap();
+            println!("=== {label} window {}", worst.1);
+            for e in r.store.events(0, None).unwrap().iter().take(60) {
+                println!("{} {} {}", e.at, e.kind, e.message);
+            }
+        }
     }
 }

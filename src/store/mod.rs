@@ -177,7 +177,8 @@ pub struct JobRecord {
 }
 
 /// A probe: the short, bounded run that measures a job nobody had measured. Its window
-/// (`running_at` to `ended_at`, or now while open) is billed as probe spend in cost reports.
+/// (`probing_since` or `running_at`, to `ended_at` or now while open) is billed as probe spend
+/// in cost reports.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProbeRecord {
     pub accelerator: String,
@@ -193,6 +194,10 @@ pub struct ProbeRecord {
     /// When a pass first saw its capacity running: its bounds count from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running_at: Option<DateTime<Utc>>,
+    /// For a second probe (another accelerator, when it pays): when the first began, so
+    /// the job's whole probing is one window of probe spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probing_since: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
     /// What the plan did when it ended (kept the probe's shape, moved, measured nothing…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
