@@ -245,7 +245,7 @@ async fn a_second_accelerator_is_probed_when_its_prior_costs_money_and_the_job_m
         .collect();
     assert_eq!(probes.len(), 1, "{events:#?}");
     assert!(
-        probes[0].contains("g6.xlarge") && probes[0].contains("expected $"),
+        probes[0].contains("g6.xlarge") && probes[0].contains("expected to pay"),
         "{probes:?}"
     );
     let j = ctl.job("two").expect("job");
