@@ -682,11 +682,35 @@ impl Controller {
     }
 
     /// The planner's answer for one job alone, on the allowed offers.
+    /// Where no plan meets the deadline at the pessimistic bound, the plan at the expected
+    /// speed (the best the job can do; its reason says so).
     async fn plan_one(&self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> Option<JobPlan> {
         let job = self.plan_job(name, now)?;
         let offers = self.allowed_offers(name, offers).into_owned();
-        let report = super::provision::solve(vec![job], offers, self.config.plan.clone()).await;
-        report.jobs.into_iter().next()
+        let opts = self.config.plan.clone();
+        let first = super::provision::solve(vec![job.clone()], offers.clone(), opts.clone())
+            .await
+            .jobs
+            .into_iter()
+            .next()?;
+        if first.placed {
+            return Some(first);
+        }
+        let mut exact = job;
+        exact.model = Arc::new(super::Exact(exact.model));
+        let best = super::provision::solve(vec![exact], offers, opts)
+            .await
+            .jobs
+            .into_iter()
+            .next()
+            .filter(|j| j.placed)?;
+        Some(JobPlan {
+            reason: Some(format!(
+                "no plan meets the deadline at the pessimistic bound ({}); planned at the expected speed",
+                first.reason.unwrap_or_default()
+            )),
+            ..best
+        })
     }
 
     /// The job aims at `nodes` of `offer` from now on (the probe's own capacity kept).
