@@ -288,6 +288,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return print_json_line(&report);
     }
     print_report(&report, &args.catalog.describe());
+    for j in loaded.iter().filter(|j| !j.measured()) {
+        let on = if j.spec.hint.is_some() {
+            "its [hint] (a wide prior)"
+        } else {
+            "nothing: add a [hint] to price it here"
+        };
+        println!(
+            "note: nobody has measured {}: this plan stands on {on}; `tern controller` starts \
+             it with a bounded probe and plans it on the steps it measures",
+            j.spec.name
+        );
+    }
     Ok(())
 }
 
