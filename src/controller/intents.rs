@@ -184,6 +184,9 @@ impl Controller {
             // The new nodes came and went (reclaimed before the move finished): the move is
             // off. Launching again would get the same, gone, instances back (same key).
             if self.store.instances_of_intent(intent.id)? > 0 {
+                // The nodes it was leaving stay the job's: no longer draining, so they count
+                // again and nothing replaces them beside themselves.
+                self.undrain(&intent.job, from, now)?;
                 self.close_intent(
                     intent.id,
                     IntentState::Cancelled,
@@ -271,6 +274,29 @@ impl Controller {
             }
         }
         Ok(true)
+    }
+
+    /// A move is off: the nodes it drained are the job's again, and a drain it asked for
+    /// and nobody answered is withdrawn.
+    fn undrain(&mut self, job: &str, from: &[InstanceId], now: DateTime<Utc>) -> Result<()> {
+        let mut any = false;
+        for id in from {
+            if let Some(i) = self.fleet.instances.get_mut(id)
+                && i.draining
+            {
+                i.draining = false;
+                any = true;
+                self.store.set_instance_state(id, i.state, false)?;
+            }
+        }
+        if any
+            && let Some(e) = self.fleet.jobs.get_mut(job)
+            && e.record.drain_requested
+        {
+            e.record.drain_requested = false;
+            self.store.set_drain(job, false, now)?;
+        }
+        Ok(())
     }
 
     /// Terminate every tracked instance of `ids`; false when the cloud refused some.

@@ -852,6 +852,41 @@ async fn a_move_whose_new_capacity_is_reclaimed_is_called_off_not_relaunched() {
 }
 
 #[tokio::test]
+async fn a_move_called_off_after_its_drain_gives_the_job_back_the_nodes_it_was_leaving() {
+    // As above, but zone b empties at tick 20, after the new nodes came up and the old ones
+    // were marked draining (no agent answers the drain here, so the move waits on it). The
+    // old nodes must count again: left draining they would be replaced beside themselves
+    // and billed until the job ends.
+    let (sim, store, mut ctl) = price_rise([vec![8; 20], vec![0; 280]].concat());
+    let mut drained = false;
+    for _ in 0..110 {
+        sim.advance(Duration::from_secs(60));
+        ctl.pass(sim.now()).await.expect("pass");
+        drained |= ctl
+            .instances()
+            .any(|i| i.offer.zone.as_str() == "us-west-2a" && i.draining);
+    }
+    assert!(
+        drained,
+        "the move drained zone a's nodes before zone b emptied"
+    );
+    let events = store.events(0, Some("mover")).expect("events");
+    assert_eq!(ctl.open_intents(), 0, "the move is closed: {events:?}");
+    let a: Vec<_> = ctl
+        .instances()
+        .filter(|i| i.offer.zone.as_str() == "us-west-2a")
+        .collect();
+    assert!(!a.is_empty() && a.iter().all(|i| !i.draining), "{a:?}");
+    let j = ctl.job("mover").expect("job");
+    assert!(!j.drain_requested, "the drain is withdrawn");
+    assert!(
+        ctl.instances().count() <= j.target_count as usize,
+        "nothing runs beside the nodes the job kept: {:?}",
+        ctl.instances().collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
 async fn an_elastic_job_is_resized_to_its_survivors_and_grows_back() {
     // Zone a: 4 spot nodes, then 2 from tick 6 (30 min); zone b: nothing until tick 14
     // (70 min), then plenty.

@@ -465,103 +465,23 @@ mod tests {
             assert!(probe.seconds(probe.ended_at.unwrap()) <= probe.max_seconds);
             assert!(probe.outcome.is_some());
             assert!(ran.ctl.measured("job"));
+            let kinds: Vec<String> = ran
+                .store
+                .events(0, Some("job"))
+                .expect("events")
+                .into_iter()
+                .map(|e| e.kind)
+                .collect();
+            for kind in ["probe", "probed", "basis"] {
+                assert!(
+                    kinds.iter().any(|k| k == kind),
+                    "no {kind} event: {kinds:?}"
+                );
+            }
 
             let warm = runtime.block_on(warm.run(start)).expect("warm window");
             assert!(warm.result.finished);
             assert!(warm.ctl.job("job").is_some_and(|j| j.probe.is_none()));
-        }
-    }
-
-    #[test]
-    #[ignore]
-    fn debug_cold() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/data/catalog/aws/spot-traces/availability/1-node/aws-02-15-2023");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        let traces: Vec<Trace> = files.iter().map(|f| Trace::load(f).unwrap()).collect();
-        let prepared = tern_sim::Scenario {
-            traces: traces.clone(),
-            work_hours: 48.0,
-            deadline_hours: 52.0,
-            restart_hours: 0.2,
-            on_demand_price: None,
-            spot_price: None,
-            stride_hours: 6.0,
-            egress_cost: 0.0,
-            nodes: 1,
-        }
-        .prepare()
-        .unwrap();
-        let setup = |cold_start| LoopSetup {
-            traces: &traces,
-            prepared: &prepared,
-            work_hours: 48.0,
-            deadline_hours: 52.0,
-            restart_hours: 0.2,
-            nodes: 1,
-            min_nodes: 1,
-            checkpoint_gb: 0.0,
-            cold_start,
-        };
-        let (cold, warm) = (setup(true), setup(false));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut worst = (0.0, 0);
-        let mut tot = (0.0, 0.0);
-        let n: usize = std::env::var("N")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20);
-        for &start in prepared.starts.iter().take(n) {
-            let c = rt.block_on(cold.run(start)).unwrap();
-            let w = rt.block_on(warm.run(start)).unwrap();
-            let tc = c
-                .ctl
-                .model("job")
-                .unwrap()
-                .throughput("V100", 1, 1)
-                .unwrap();
-            let tw = w
-                .ctl
-                .model("job")
-                .unwrap()
-                .throughput("V100", 1, 1)
-                .unwrap();
-            println!(
-                "start {start}: cold {:.2} warm {:.2} diff {:.2}; od ticks {} vs {}; thr cold {:?} warm {:?}",
-                c.result.cost,
-                w.result.cost,
-                c.result.cost - w.result.cost,
-                c.result.on_demand_ticks,
-                w.result.on_demand_ticks,
-                tc,
-                tw
-            );
-            tot.0 += c.result.cost;
-            tot.1 += w.result.cost;
-            if c.result.cost - w.result.cost > worst.0 {
-                worst = (c.result.cost - w.result.cost, start);
-            }
-        }
-        println!(
-            "total cold {:.2} warm {:.2} ratio {:.4}; worst {:?}",
-            tot.0,
-            tot.1,
-            tot.0 / tot.1,
-            worst
-        );
-        for (label, s) in [("cold", &cold), ("warm", &warm)] {
-            let r = rt.block_on(s.run(worst.1)).unwrap();
-            println!("=== {label} window {}", worst.1);
-            for e in r.store.events(0, None).unwrap().iter().take(60) {
-                println!("{} {} {}", e.at, e.kind, e.message);
-            }
         }
     }
 }

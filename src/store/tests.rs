@@ -60,7 +60,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let store = open();
     assert_eq!(
         store.schema_version().expect("no migration applied twice"),
-        7
+        8
     );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
