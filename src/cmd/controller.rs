@@ -388,15 +388,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 max_seconds: args.probe_max_duration,
                 max_usd: args.probe_max_usd,
             },
-            // A pass follows the last within the period, in the clock's time (virtual for an
-            // in-process simulated cloud).
+            // A pass follows the last within the period plus the pass's own time, in the
+            // clock's time (virtual for an in-process simulated cloud): a second of work
+            // there, ten against a real cloud's API and a full MILP.
             pass_gap: Duration::from_secs_f64(
-                args.period.max(0.05)
-                    * if args.provider == ProviderKind::Sim && args.sim_endpoint.is_none() {
-                        args.speed
-                    } else {
-                        1.0
-                    },
+                if args.provider == ProviderKind::Sim && args.sim_endpoint.is_none() {
+                    (args.period.max(0.05) + 1.0) * args.speed
+                } else {
+                    args.period.max(0.05) + 10.0
+                },
             ),
             ..ControllerConfig::new(args.owner.clone(), regions)
         },

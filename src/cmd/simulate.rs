@@ -92,10 +92,6 @@ pub struct Args {
     /// Print one JSON object, keyed by policy, as the last line.
     #[arg(long)]
     pub json: bool,
-    /// With `--policy controller`: submit the closed loop's job without its measured step
-    /// time, so the controller probes it first (a cold start); same work, same traces.
-    #[arg(long)]
-    pub cold_start: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -154,10 +150,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|p| p.parse::<PolicyKind>())
         .collect::<Result<Vec<_>, _>>()?;
     anyhow::ensure!(!policies.is_empty(), "--policy names no policy");
-    anyhow::ensure!(
-        !args.cold_start || policies.contains(&PolicyKind::Controller),
-        "--cold-start applies to the closed loop only: add `controller` to --policy"
-    );
     let traces = args
         .traces
         .iter()
@@ -206,9 +198,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         p.check_memory(&policies)
             .context("cannot replay these traces")?;
     }
-    let closed_loop = policies.contains(&PolicyKind::Controller);
-    let replayed = policies.iter().any(|p| *p != PolicyKind::Controller);
-    let passes = usize::from(closed_loop) + usize::from(replayed);
+    let loops: Vec<PolicyKind> = policies
+        .iter()
+        .copied()
+        .filter(|p| p.is_closed_loop())
+        .collect();
+    let replayed = policies.iter().any(|p| !p.is_closed_loop());
+    let passes = loops.len() + usize::from(replayed);
     let total: usize = prepared.iter().map(|p| p.windows()).sum::<usize>() * passes;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(total as u64);
@@ -228,7 +224,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut results: Vec<Vec<Summary>> = Vec::new();
     for (p, g) in prepared.iter().zip(&groups) {
         let mut replayed = p.replay(&policies, &tick).into_iter();
-        let controller = if closed_loop {
+        // The closed loops, warm and cold, on the same windows: one run gives both.
+        let mut closed = Vec::new();
+        for &kind in &loops {
             let setup = LoopSetup {
                 traces: g,
                 prepared: p,
@@ -238,19 +236,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 nodes: args.nodes,
                 min_nodes,
                 checkpoint_gb: args.checkpoint_gb,
-                cold_start: args.cold_start,
+                cold_start: kind == PolicyKind::ControllerCold,
             };
             let windows = setup.replay(&tick).context("closed-loop replay")?;
-            Some(p.summarise(PolicyKind::Controller, windows.into_iter()))
-        } else {
-            None
-        };
-        let mut controller = controller.into_iter();
+            closed.push(p.summarise(kind, windows.into_iter()));
+        }
+        let mut closed = closed.into_iter();
         let row = policies
             .iter()
             .filter_map(|&k| {
-                if k == PolicyKind::Controller {
-                    controller.next()
+                if k.is_closed_loop() {
+                    closed.next()
                 } else {
                     replayed.next()
                 }
@@ -330,10 +326,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         setup
     };
-    let setup = if args.cold_start {
+    let setup = if policies.contains(&PolicyKind::ControllerCold) {
         format!(
-            "{setup}\ncold start: the closed loop's job has no measured step time; the controller \
-             probes it first"
+            "{setup}\ncontroller-cold: the closed loop's job has no measured step time; the \
+             controller probes it first"
         )
     } else {
         setup

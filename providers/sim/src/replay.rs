@@ -25,6 +25,9 @@ pub enum PolicyKind {
     /// replayed here but by the `tern` crate, which owns the controller; its windows are
     /// summarised by [`Prepared::summarise`] like the others.
     Controller,
+    /// The same closed loop with a job nobody has measured (`controller-cold`): the
+    /// controller probes it first and plans on what its simulated workers measure.
+    ControllerCold,
 }
 
 impl PolicyKind {
@@ -44,7 +47,13 @@ impl PolicyKind {
             PolicyKind::Optimal => "optimal",
             PolicyKind::Tern => "tern",
             PolicyKind::Controller => "controller",
+            PolicyKind::ControllerCold => "controller-cold",
         }
+    }
+
+    /// Whether the `tern` crate runs it as the closed loop (not replayed here).
+    pub fn is_closed_loop(self) -> bool {
+        matches!(self, PolicyKind::Controller | PolicyKind::ControllerCold)
     }
 
     fn online(self) -> Option<Box<dyn DeadlinePolicy>> {
@@ -53,7 +62,7 @@ impl PolicyKind {
             PolicyKind::Greedy => Some(Box::new(Greedy)),
             PolicyKind::UniformProgress => Some(Box::new(UniformProgress)),
             PolicyKind::Tern => Some(Box::new(Tern::new())),
-            PolicyKind::Optimal | PolicyKind::Controller => None,
+            PolicyKind::Optimal | PolicyKind::Controller | PolicyKind::ControllerCold => None,
         }
     }
 }
@@ -63,11 +72,12 @@ impl std::str::FromStr for PolicyKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         PolicyKind::ALL
             .into_iter()
-            .chain([PolicyKind::Controller])
+            .chain([PolicyKind::Controller, PolicyKind::ControllerCold])
             .find(|p| p.name() == s.trim().to_ascii_lowercase())
             .ok_or_else(|| SimError::Invalid {
                 reason: format!(
-                    "unknown policy '{s}' (expected od, greedy, up, optimal, tern or controller)"
+                    "unknown policy '{s}' (expected od, greedy, up, optimal, tern, controller or \
+                     controller-cold)"
                 ),
             })
     }
@@ -630,7 +640,7 @@ impl Prepared {
         let policies: Vec<PolicyKind> = policies
             .iter()
             .copied()
-            .filter(|p| *p != PolicyKind::Controller)
+            .filter(|p| !p.is_closed_loop())
             .collect();
         let policies = policies.as_slice();
         let n = self.starts.len();
