@@ -543,21 +543,7 @@ fn parse_checkpoint(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<CheckpointSp
         &["interval", "size_gb", "save_seconds", "restore_seconds"],
     )?;
     if let Some((p, v)) = f.get("interval") {
-        c.interval_s = match v {
-            Value::String(s) => parse_duration(s)
-                .filter(|s| *s > 0)
-                .ok_or_else(|| cx.invalid(&p, "a duration like \"30m\" or seconds", &describe(v)))?
-                as f64,
-            Value::Integer(i) if *i > 0 => *i as f64,
-            Value::Float(x) if x.is_finite() && *x > 0.0 => *x,
-            other => {
-                return Err(cx.invalid(
-                    &p,
-                    "a duration like \"30m\" or seconds > 0",
-                    &describe(other),
-                ));
-            }
-        };
+        c.interval_s = positive_seconds(cx, &p, v, "30m")?;
     }
     if let Some(x) = f.number("size_gb")? {
         c.size_gb = x;
@@ -624,21 +610,7 @@ fn parse_probe(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<ProbeSpec, SpecEr
     let mut f = Fields::new(cx, "probe", t, &["max_duration", "max_usd", "enabled"])?;
     let max_seconds = match f.get("max_duration") {
         None => None,
-        Some((p, v)) => Some(match v {
-            Value::String(s) => parse_duration(s)
-                .filter(|s| *s > 0)
-                .ok_or_else(|| cx.invalid(&p, "a duration like \"10m\" or seconds", &describe(v)))?
-                as f64,
-            Value::Integer(i) if *i > 0 => *i as f64,
-            Value::Float(x) if x.is_finite() && *x > 0.0 => *x,
-            other => {
-                return Err(cx.invalid(
-                    &p,
-                    "a duration like \"10m\" or seconds > 0",
-                    &describe(other),
-                ));
-            }
-        }),
+        Some((p, v)) => Some(positive_seconds(cx, &p, v, "10m")?),
     };
     let max_usd = f.number("max_usd")?;
     if max_usd == Some(0.0) {
@@ -649,6 +621,20 @@ fn parse_probe(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<ProbeSpec, SpecEr
         max_usd,
         enabled: f.bool("enabled")?,
     })
+}
+
+/// A duration > 0 in seconds: a string like `example` (`"30m"`, `"1h 30m"`) or a number.
+fn positive_seconds(cx: &Cx<'_>, p: &str, v: &Value, example: &str) -> Result<f64, SpecError> {
+    let expected = |what: &str| format!("a duration like \"{example}\" or seconds{what}");
+    match v {
+        Value::String(s) => parse_duration(s)
+            .filter(|s| *s > 0)
+            .map(|s| s as f64)
+            .ok_or_else(|| cx.invalid(p, &expected(""), &describe(v))),
+        Value::Integer(i) if *i > 0 => Ok(*i as f64),
+        Value::Float(x) if x.is_finite() && *x > 0.0 => Ok(*x),
+        other => Err(cx.invalid(p, &expected(" > 0"), &describe(other))),
+    }
 }
 
 fn parse_budget(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<Budget, SpecError> {
@@ -1173,5 +1159,61 @@ step_seconds = 0.21
             .to_string();
         let last = bad.lines().count() - 1;
         assert!(e.contains(&format!("big.toml:{last}")), "{e}");
+    }
+
+    #[test]
+    fn a_hint_and_probe_bounds_parse_and_bad_ones_name_their_field() {
+        let base = "name = \"cold\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+                    [work]\nsamples = 100\n";
+        let ok = format!(
+            "{base}[hint]\nparams = 1.24e8\ntokens_per_sample = 1024\n\
+             [probe]\nmax_duration = \"10m\"\nmax_usd = 3\n"
+        );
+        let s = parse_job_spec(&ok, "cold.toml").expect("valid");
+        let h = s.hint.expect("hint");
+        assert!((h.flops_per_sample - 6.0 * 1.24e8 * 1024.0).abs() < 1.0);
+        assert_eq!(h.params, Some(1.24e8));
+        assert_eq!(s.probe.max_seconds, Some(600.0));
+        assert_eq!(s.probe.max_usd, Some(3.0));
+        assert!(s.observations.is_empty() && s.local_batch.is_none());
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "[hint]\nparams = 1e8\n",
+                &["cold.toml:7", "hint.flops_per_sample"],
+            ),
+            (
+                "[hint]\nflops_per_sample = 0\n",
+                &["hint.flops_per_sample", "> 0"],
+            ),
+            (
+                "[hint]\nflops_per_sample = 1e9\ntokens_per_sample = 8\n",
+                &["hint.tokens_per_sample", "not both"],
+            ),
+            (
+                "[hint]\nflop = 1e9\n",
+                &["cold.toml:8", "unknown field `hint.flop`"],
+            ),
+            (
+                "[probe]\nmax_duration = \"soon\"\n",
+                &["cold.toml:8", "probe.max_duration"],
+            ),
+            (
+                "[probe]\nmax_duration = -5\n",
+                &["probe.max_duration", "> 0"],
+            ),
+            ("[probe]\nmax_usd = 0\n", &["probe.max_usd", "> 0"]),
+            (
+                "[probe]\nenabled = \"no\"\n",
+                &["probe.enabled", "true or false"],
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = parse_job_spec(&format!("{base}{extra}"), "cold.toml")
+                .expect_err(extra)
+                .to_string();
+            for w in *want {
+                assert!(e.contains(w), "{extra:?}: {e} lacks {w:?}");
+            }
+        }
     }
 }
