@@ -233,6 +233,20 @@ async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
         .expect("a good report after bad ones");
     assert!(ok.clamped.is_empty(), "{:?}", ok.clamped);
     assert_eq!(unchanged(&store), (1_000.0, 800.0, 1));
+    // A step the script labelled itself is filed under what the instance has (the sim's
+    // V100), where the planner looks for it.
+    let mut named = observation("a", 2);
+    named.accelerator = "NVIDIA Tesla V100-SXM2-16GB".into();
+    c.progress("a", &report(1_000.0, 800.0, Some(named), by))
+        .await
+        .expect("a step labelled by the script");
+    let filed: Vec<String> = store
+        .observations("a")
+        .expect("obs")
+        .into_iter()
+        .map(|o| o.accelerator)
+        .collect();
+    assert_eq!(filed, ["V100", "V100"]);
     // Below the last checkpoint: raised to it, and the answer says so.
     let ok = c
         .progress("a", &report(10.0, 10.0, None, by))
@@ -240,7 +254,7 @@ async fn a_bad_report_is_refused_whole_and_never_blocks_the_good_ones() {
         .expect("clamped");
     assert_eq!(ok.clamped.len(), 1, "{:?}", ok.clamped);
     assert!(ok.clamped[0].contains("below the last checkpoint"));
-    assert_eq!(unchanged(&store), (800.0, 800.0, 1));
+    assert_eq!(unchanged(&store), (800.0, 800.0, 2));
     tokio::task::spawn_blocking(move || running.stop())
         .await
         .expect("join")

@@ -111,6 +111,22 @@ pub(super) async fn start(
     }
 }
 
+/// A measured step is filed under the accelerator of the instance that reported it, as the
+/// cloud sold it: a script that names its device itself (`NVIDIA A100-SXM4-80GB`, as
+/// `torch.cuda.get_device_name()` says) would otherwise start a series under a name the
+/// planner never asks about.
+fn on_what_it_ran(mut p: Progress, live: &[Live]) -> Progress {
+    let sold = p
+        .instance
+        .as_deref()
+        .and_then(|id| live.iter().find(|l| l.id == id))
+        .and_then(|l| l.accelerator.clone());
+    if let (Some(o), Some(a)) = (p.observation.as_mut(), sold) {
+        o.accelerator = a;
+    }
+    p
+}
+
 /// Why a progress report is malformed, if it is (answered 400).
 fn invalid_progress(p: &Progress, name: &str) -> Option<&'static str> {
     if !(p.done_samples.is_finite()
@@ -153,6 +169,7 @@ pub(super) async fn progress(
         return error(StatusCode::BAD_REQUEST, why);
     }
     let live = live_of(&state, &name);
+    let p = on_what_it_ran(p, &live);
     let now = state.clock.last();
     let (store, shared) = (state.store.clone(), state.shared.clone());
     let reply = blocking(move || {
