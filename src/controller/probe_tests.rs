@@ -150,6 +150,34 @@ async fn a_job_nobody_measured_probes_is_measured_and_planned() {
 }
 
 #[tokio::test]
+async fn a_probe_whose_capacity_is_lost_ends_and_the_job_probes_again() {
+    let sim = two_shapes();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let extra = "workers = 1";
+    let spec = parse_job_spec(&spec_text("lost", extra, false), "l.toml").expect("spec");
+    ctl.submit(spec, sim.now()).expect("submit");
+    ctl.pass(sim.now()).await.expect("pass");
+    // The cloud loses the probe's instance before a step is measured.
+    let ids: Vec<InstanceId> = ctl.instances().map(|i| i.id.clone()).collect();
+    assert_eq!(ids.len(), 1, "the probe launched");
+    sim.terminate(&ids[0]).await.expect("gone");
+    let mut w = Workload::new().with_truth("lost", truth("lost", extra));
+    run(&mut ctl, &sim, &mut w, "lost", 30).await;
+    let events = kinds(&ctl, "lost");
+    let probes = events.iter().filter(|(k, _)| k == "probe").count();
+    assert_eq!(probes, 2, "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|(k, m)| k == "probed" && m.contains("its capacity was lost")),
+        "{events:#?}"
+    );
+    assert_eq!(ctl.forecast("lost").expect("forecast").basis, "measured");
+}
+
+#[tokio::test]
 async fn after_its_probe_a_job_moves_to_the_shape_its_deadline_needs_from_the_probes_checkpoint() {
     let sim = two_shapes();
     let dir = tempfile::tempdir().expect("tempdir");

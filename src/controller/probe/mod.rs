@@ -91,6 +91,8 @@ pub enum Ended {
     Measured,
     /// Its time bound (or its money bound, whichever comes first) is reached by the next pass.
     Bound,
+    /// Its capacity went before it measured (reclaimed, or never launched).
+    Lost,
 }
 
 impl Ended {
@@ -98,6 +100,7 @@ impl Ended {
         match self {
             Ended::Measured => "measured",
             Ended::Bound => "bound reached",
+            Ended::Lost => "its capacity was lost",
         }
     }
 }
@@ -424,6 +427,19 @@ impl Controller {
         let mut soonest: Option<Duration> = None;
         let mut ending = Vec::new();
         for name in open {
+            // A launch or move of the job in flight: its capacity is on the way.
+            if self.fleet.intents.values().any(|i| i.job == name) {
+                continue;
+            }
+            if !self.holds_probe_shape(&name) {
+                // Its capacity is gone (reclaimed, or never launched: a crash between
+                // recording a probe and its intent). End it; the plan takes over.
+                if let Some(e) = self.fleet.jobs.get_mut(&name) {
+                    e.ending_probe = Some(Ended::Lost);
+                }
+                ending.push(name);
+                continue;
+            }
             let Some(p) = self.running_probe(&name, now)? else {
                 continue;
             };
@@ -463,6 +479,23 @@ impl Controller {
             self.end_probe(name, p, why, offers, now).await?;
         }
         Ok(())
+    }
+
+    /// Whether the job holds an instance (in any state) of its probe's shape.
+    fn holds_probe_shape(&self, name: &str) -> bool {
+        let Some(shape) = self
+            .fleet
+            .jobs
+            .get(name)
+            .and_then(|e| e.record.probe.as_ref())
+            .map(|p| p.instance_type.as_str())
+        else {
+            return false;
+        };
+        self.fleet
+            .instances
+            .of_job(name)
+            .any(|i| i.offer.instance_type.name == shape)
     }
 
     /// The job's open probe once its capacity runs, its clock started at the first pass that
@@ -527,16 +560,22 @@ impl Controller {
             self.plan_one(name, offers, now).await
         };
         let fleet: Vec<InstanceRecord> = self.live_of(name).into_iter().cloned().collect();
+        let mut moving = None;
         let outcome = match plan
             .as_ref()
             .and_then(|jp| jp.choice.as_ref().filter(|_| jp.placed))
         {
+            None if self.unmeasured(name) && fleet.is_empty() => {
+                "no step was measured and its capacity is gone: the job is placed again".to_string()
+            }
             None if self.unmeasured(name) => {
                 "no step was measured: the job keeps running on the probe's capacity".to_string()
             }
             None => format!(
                 "no plan meets the job's constraints now ({}); it keeps the probe's capacity",
-                plan.and_then(|jp| jp.reason).unwrap_or_default()
+                plan.as_ref()
+                    .and_then(|jp| jp.reason.clone())
+                    .unwrap_or_default()
             ),
             Some(c) if fleet.first().is_some_and(|i| i.offer.key() == c.offer) => {
                 self.retarget(name, &c.offer, c.nodes, now)?;
@@ -545,9 +584,12 @@ impl Controller {
                     c.nodes, c.instance_type, c.expected_cost
                 )
             }
+            Some(c) if fleet.is_empty() => format!(
+                "the plan wants {}× {} (expected ${:.2}); placed like any job",
+                c.nodes, c.instance_type, c.expected_cost
+            ),
             Some(c) => {
-                let c = c.clone();
-                self.move_from_probe(name, &fleet, &c, offers, now).await?;
+                moving = Some(c.clone());
                 format!(
                     "moving to {}× {} {} (expected ${:.2}) from the probe's checkpoint",
                     c.nodes, c.instance_type, c.capacity, c.expected_cost
@@ -570,7 +612,13 @@ impl Controller {
                 usd,
                 outcome,
             },
-        )
+        )?;
+        // Acted on only once the probe's end is written: a crash in between leaves the job
+        // running on the probe's capacity, planned again like any running job.
+        match moving {
+            Some(c) => self.move_from_probe(name, &fleet, &c, offers, now).await,
+            None => Ok(()),
+        }
     }
 
     /// Where no plan meets the deadline at the pessimistic bound, the plan at the expected
