@@ -50,10 +50,8 @@ fn running_owned(endpoint: &str) -> usize {
     .expect("count")
 }
 
-#[test]
-fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut reaper = Reaper(Vec::new());
+/// moto's EC2 server and `tern controller --provider aws` on it; the controller's URL.
+fn moto_and_controller(dir: &std::path::Path, reaper: &mut Reaper) -> (String, String) {
     let moto_port = free_port();
     reaper.0.push(
         Command::new("moto_server")
@@ -98,8 +96,8 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
                 "0.2",
             ])
             .arg("--state")
-            .arg(dir.path().join("state.db"))
-            .env("TERN_DB", dir.path().join("prices.db"))
+            .arg(dir.join("state.db"))
+            .env("TERN_DB", dir.join("prices.db"))
             .env("TERN_TOKEN", TOKEN)
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
@@ -110,7 +108,14 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
             .expect("controller"),
     );
     wait_for(&addr);
+    (moto, server)
+}
 
+#[test]
+fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut reaper = Reaper(Vec::new());
+    let (moto, server) = moto_and_controller(dir.path(), &mut reaper);
     submit_t4_small(dir.path(), &server, TOKEN);
 
     // The controller plans on moto's offers and launches through CreateFleet.
@@ -171,4 +176,48 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
         history.to_string().contains("g4dn.xlarge"),
         "no spot readings recorded: {history}"
     );
+}
+
+#[test]
+fn a_job_nobody_measured_probes_on_aws_and_is_planned_on_its_reported_steps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut reaper = Reaper(Vec::new());
+    let (moto, server) = moto_and_controller(dir.path(), &mut reaper);
+    let spec = dir.path().join("cold.toml");
+    std::fs::write(
+        &spec,
+        "name = \"cold\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
+         local_batch = 32\n[work]\nsamples = 100000\n",
+    )
+    .expect("spec");
+    common::submit(&spec, &server, TOKEN);
+    let t0 = Instant::now();
+    let status = loop {
+        let v = tern_json(&["status", "cold", "--json", "--server", &server], TOKEN);
+        if v["jobs"][0]["instances"].as_u64() > Some(0) && running_owned(&moto) > 0 {
+            break v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no probe launched: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(status["jobs"][0]["forecast"]["basis"], "none", "{status}");
+    // The script reports its steps as the `tern_train` helper does.
+    common::train_reporting_steps(dir.path(), "cold", 100_000, 0.25, &server, TOKEN);
+    let job = wait_finished_and_released(&server, TOKEN, || running_owned(&moto));
+    assert_eq!(job["progress"], 1.0, "{job}");
+    let events = tern_json(&["status", "--json", "--server", &server], TOKEN);
+    let log = common::events_of(&server, TOKEN, "cold");
+    for (kind, text) in [
+        ("probe", "no step time measured"),
+        ("basis", "none → measured (0.2500 s/step)"),
+        ("probed", "probe ended (measured)"),
+    ] {
+        assert!(
+            log.iter().any(|(k, m)| k == kind && m.contains(text)),
+            "no {kind} event with {text:?}: {log:#?}\n{events}"
+        );
+    }
 }

@@ -185,6 +185,58 @@ pub fn start_sim(seed: u64) -> (Reaper, String) {
 /// checkpoint, then all of them) and exits. The cloud's VMs do not train in these tests, so
 /// the agent runs here for them. Panics if the agent fails.
 pub fn train_with_agent(dir: &Path, job: &str, samples: u64, server: &str, token: &str) {
+    let p = dir.join("progress.json").display().to_string();
+    let script = format!(
+        "echo '{{\"samples\": {half}, \"checkpoint_samples\": {ckpt}}}' > {p}; sleep 1; \
+         echo '{{\"samples\": {samples}, \"checkpoint_samples\": {samples}}}' > {p}",
+        half = samples / 2,
+        ckpt = samples * 2 / 5,
+    );
+    agent_running(dir, job, &script, server, token);
+}
+
+/// As [`train_with_agent`], the script also reporting a measured step (`step_seconds`, its
+/// accelerator and local batch, as the `tern_train` helper writes them) over a few reports.
+pub fn train_reporting_steps(
+    dir: &Path,
+    job: &str,
+    samples: u64,
+    step_s: f64,
+    server: &str,
+    token: &str,
+) {
+    let p = dir.join("progress.json").display().to_string();
+    let line = |done: u64| {
+        format!(
+            "echo '{{\"samples\": {done}, \"checkpoint_samples\": {done}, \"step_seconds\": \
+             {step_s}, \"accelerator\": \"T4\", \"local_batch\": 32}}' > {p}"
+        )
+    };
+    let script = (1..=8)
+        .map(|i| line(samples * i / 8))
+        .collect::<Vec<_>>()
+        .join("; sleep 0.5; ");
+    agent_running(dir, job, &script, server, token);
+}
+
+/// The controller's events of `job`, as (kind, message).
+pub fn events_of(server: &str, token: &str, job: &str) -> Vec<(String, String)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let http = tern::http::client().expect("http");
+    let client = tern::api::client::Client::new(server, Some(token.into()), http).expect("client");
+    rt.block_on(client.events(0, Some(job)))
+        .expect("events")
+        .into_iter()
+        .map(|e| (e.kind, e.message))
+        .collect()
+}
+
+/// `tern agent` for `job`'s first instance running `sh -c script` under a stand-in torchrun,
+/// until it exits (successfully).
+fn agent_running(dir: &Path, job: &str, script: &str, server: &str, token: &str) {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
     let torchrun = bin.join("torchrun");
@@ -199,13 +251,6 @@ pub fn train_with_agent(dir: &Path, job: &str, samples: u64, server: &str, token
         .status()
         .expect("chmod");
     let progress = dir.join("progress.json");
-    let script = format!(
-        "echo '{{\"samples\": {half}, \"checkpoint_samples\": {ckpt}}}' > {p}; sleep 1; \
-         echo '{{\"samples\": {samples}, \"checkpoint_samples\": {samples}}}' > {p}",
-        half = samples / 2,
-        ckpt = samples * 2 / 5,
-        p = progress.display()
-    );
     let path = format!(
         "{}:{}",
         bin.display(),
@@ -229,7 +274,7 @@ pub fn train_with_agent(dir: &Path, job: &str, samples: u64, server: &str, token
         ])
         .arg("--progress-file")
         .arg(&progress)
-        .args(["--", "sh", "-c", &script])
+        .args(["--", "sh", "-c", script])
         .env("TERN_TOKEN", token)
         .env("PATH", path)
         .output()
