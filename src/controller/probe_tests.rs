@@ -309,6 +309,30 @@ async fn no_second_probe_when_what_it_could_find_would_not_change_the_plan() {
     assert!(ctl.job("loose").is_some_and(|j| j.probe.is_none()));
 }
 
+#[tokio::test]
+async fn a_probed_job_no_plan_fits_at_the_pessimistic_bound_goes_on_at_the_expected_speed() {
+    let sim = two_shapes();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    // 2 M samples in 45 minutes: the 4-GPU node's expected half hour fits, the bound of a
+    // forecast measured on one GPU does not.
+    let extra = "workers = { min = 1, max = 4 }\ndeadline = \"45m\"";
+    let spec = parse_job_spec(&spec_text("late", extra, false), "l.toml").expect("spec");
+    ctl.submit(spec, sim.now()).expect("submit");
+    let mut w = Workload::new().with_truth("late", truth("late", extra));
+    run(&mut ctl, &sim, &mut w, "late", 10).await;
+    let events = kinds(&ctl, "late");
+    let probed = events
+        .iter()
+        .find(|(k, _)| k == "probed")
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(
+        probed.1.contains("p3.8xlarge") && probed.1.contains("planned at the expected speed"),
+        "{probed:?}"
+    );
+}
+
 /// Submits a ResNet-50-sized job (2.46e10 FLOPs a sample, 2 M samples) on up to 4 V100s with
 /// only a hint, due in `deadline`, and runs one pass: about half an hour at the hint's
 /// expected speed, 2.1 h at its pessimistic bound.

@@ -560,42 +560,7 @@ impl Controller {
             self.plan_one(name, offers, now).await
         };
         let fleet: Vec<InstanceRecord> = self.live_of(name).into_iter().cloned().collect();
-        let mut moving = None;
-        let outcome = match plan
-            .as_ref()
-            .and_then(|jp| jp.choice.as_ref().filter(|_| jp.placed))
-        {
-            None if self.unmeasured(name) && fleet.is_empty() => {
-                "no step was measured and its capacity is gone: the job is placed again".to_string()
-            }
-            None if self.unmeasured(name) => {
-                "no step was measured: the job keeps running on the probe's capacity".to_string()
-            }
-            None => format!(
-                "no plan meets the job's constraints now ({}); it keeps the probe's capacity",
-                plan.as_ref()
-                    .and_then(|jp| jp.reason.clone())
-                    .unwrap_or_default()
-            ),
-            Some(c) if fleet.first().is_some_and(|i| i.offer.key() == c.offer) => {
-                self.retarget(name, &c.offer, c.nodes, now)?;
-                format!(
-                    "the plan keeps {}× {} (expected ${:.2})",
-                    c.nodes, c.instance_type, c.expected_cost
-                )
-            }
-            Some(c) if fleet.is_empty() => format!(
-                "the plan wants {}× {} (expected ${:.2}); placed like any job",
-                c.nodes, c.instance_type, c.expected_cost
-            ),
-            Some(c) => {
-                moving = Some(c.clone());
-                format!(
-                    "moving to {}× {} {} (expected ${:.2}) from the probe's checkpoint",
-                    c.nodes, c.instance_type, c.capacity, c.expected_cost
-                )
-            }
-        };
+        let (outcome, moving) = self.after_probe(name, plan.as_ref(), &fleet, now)?;
         p.ended_at = Some(now);
         p.outcome = Some(outcome.clone());
         if let Some(e) = self.fleet.jobs.get_mut(name) {
@@ -619,6 +584,55 @@ impl Controller {
             Some(c) => self.move_from_probe(name, &fleet, &c, offers, now).await,
             None => Ok(()),
         }
+    }
+
+    /// What a probe's end leads to: the outcome its event reports, and the plan's choice when
+    /// the job moves from the probe's capacity (acted on once the end is written). A plan
+    /// that keeps the probe's capacity retargets the job here.
+    fn after_probe(
+        &mut self,
+        name: &str,
+        plan: Option<&JobPlan>,
+        fleet: &[InstanceRecord],
+        now: DateTime<Utc>,
+    ) -> Result<(String, Option<tern_plan::Config>)> {
+        let mut moving = None;
+        let outcome = match plan.and_then(|jp| jp.choice.as_ref().filter(|_| jp.placed)) {
+            None if self.unmeasured(name) && fleet.is_empty() => {
+                "no step was measured and its capacity is gone: the job is placed again".to_string()
+            }
+            None if self.unmeasured(name) => {
+                "no step was measured: the job keeps running on the probe's capacity".to_string()
+            }
+            None => format!(
+                "no plan meets the job's constraints now ({}); it keeps the probe's capacity",
+                plan.and_then(|jp| jp.reason.clone()).unwrap_or_default()
+            ),
+            Some(c) if fleet.first().is_some_and(|i| i.offer.key() == c.offer) => {
+                self.retarget(name, &c.offer, c.nodes, now)?;
+                format!(
+                    "the plan keeps {}× {} (expected ${:.2})",
+                    c.nodes, c.instance_type, c.expected_cost
+                )
+            }
+            Some(c) if fleet.is_empty() => format!(
+                "the plan wants {}× {} (expected ${:.2}); placed like any job",
+                c.nodes, c.instance_type, c.expected_cost
+            ),
+            Some(c) => {
+                moving = Some(c.clone());
+                format!(
+                    "moving to {}× {} {} (expected ${:.2}) from the probe's checkpoint",
+                    c.nodes, c.instance_type, c.capacity, c.expected_cost
+                )
+            }
+        };
+        // A plan made at the expected speed says so in its reason.
+        let outcome = match plan.and_then(|jp| jp.reason.as_ref().filter(|_| jp.placed)) {
+            Some(r) => format!("{outcome}; {r}"),
+            None => outcome,
+        };
+        Ok((outcome, moving))
     }
 
     /// Where no plan meets the deadline at the pessimistic bound, the plan at the expected

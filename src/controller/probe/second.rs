@@ -157,6 +157,47 @@ impl SecondProbe {
 }
 
 impl Controller {
+    /// Over each equally likely speed a probe of `b` could find (its prior `p`'s quintiles):
+    /// the mean cost of the plan made now (`job`, costing `now_usd` on `now_on`) run at that
+    /// speed, where slower work on `b` costs more hours, and the mean cost of the plan made
+    /// knowing it, which never costs more than going on with the plan now.
+    async fn weigh(
+        &self,
+        (job, now_usd, now_on): (&tern_plan::PlanJob, f64, &str),
+        allowed: &[Offer],
+        b: &str,
+        p: &tern_policies::forecast::Prediction,
+        narrow: f64,
+    ) -> (f64, f64) {
+        // The plan names its accelerator as `NAME:COUNT`.
+        let on_b = now_on
+            .split(':')
+            .next()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b));
+        let (mut now_mean, mut after_mean) = (0.0, 0.0);
+        let n = QUINTILES.len() as f64;
+        for z in QUINTILES {
+            // A slower step (z > 0) is a lower throughput.
+            let sd = if z > 0.0 { p.spread.up } else { p.spread.down };
+            let factor = (-z * sd).exp();
+            let now_cost = if on_b { now_usd / factor } else { now_usd };
+            let mut j = job.clone();
+            j.model = Arc::new(AsMeasured {
+                inner: job.model.clone(),
+                accelerator: b.to_string(),
+                factor,
+                narrow,
+            });
+            let after = self
+                .plan_cost(&j, allowed)
+                .await
+                .map_or(now_cost, |(c, _)| c.min(now_cost));
+            now_mean += now_cost / n;
+            after_mean += after / n;
+        }
+        (now_mean, after_mean)
+    }
+
     /// Expected cost of `job`'s plan and the accelerator it chooses; where no plan meets its
     /// deadline at the pessimistic bound, of the plan at its expected speed (what the
     /// controller would then run). `None` when neither places it.
@@ -233,35 +274,8 @@ impl Controller {
             let bounds = ProbeBounds::of(&e.record.spec.probe, self.config.probe);
             let probe_usd = (offer.price_per_hour * f64::from(nodes) * bounds.max_seconds / 3600.0)
                 .min(bounds.max_usd);
-            // Each equally likely speed the probe could find: what the plan made now costs
-            // at that speed (slower work on `b` costs more hours), against the plan made
-            // knowing it, which never costs more than going on with the plan now.
-            let (mut now_mean, mut after_mean) = (0.0, 0.0);
-            let n = QUINTILES.len() as f64;
-            for z in QUINTILES {
-                // A slower step (z > 0) is a lower throughput.
-                let sd = if z > 0.0 { p.spread.up } else { p.spread.down };
-                let factor = (-z * sd).exp();
-                // The plan names its accelerator as `NAME:COUNT`.
-                let on_b = now_on
-                    .split(':')
-                    .next()
-                    .is_some_and(|a| a.eq_ignore_ascii_case(b));
-                let now_cost = if on_b { now_usd / factor } else { now_usd };
-                let mut j = job.clone();
-                j.model = Arc::new(AsMeasured {
-                    inner: job.model.clone(),
-                    accelerator: b.clone(),
-                    factor,
-                    narrow,
-                });
-                let after = self
-                    .plan_cost(&j, &allowed)
-                    .await
-                    .map_or(now_cost, |(c, _)| c.min(now_cost));
-                now_mean += now_cost / n;
-                after_mean += after / n;
-            }
+            let now_plan = (&job, now_usd, now_on.as_str());
+            let (now_mean, after_mean) = self.weigh(now_plan, &allowed, b, &p, narrow).await;
             let value = SecondProbe {
                 accelerator: b.clone(),
                 now_usd: now_mean,
