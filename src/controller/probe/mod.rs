@@ -539,13 +539,11 @@ impl Controller {
     async fn end_probe(
         &mut self,
         name: &str,
-        mut p: ProbeRecord,
+        p: ProbeRecord,
         why: Ended,
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let seconds = p.seconds(now);
-        let usd = seconds / 3600.0 * p.price_per_hour * f64::from(p.nodes);
         if p.probing_since.is_none()
             && !self.unmeasured(name)
             && let Some(next) = self
@@ -561,6 +559,25 @@ impl Controller {
         };
         let fleet: Vec<InstanceRecord> = self.live_of(name).into_iter().cloned().collect();
         let (outcome, moving) = self.after_probe(name, plan.as_ref(), &fleet, now)?;
+        self.close_probe(name, p, why, outcome, now)?;
+        // Acted on only once the probe's end is written: a crash in between leaves the job
+        // running on the probe's capacity, planned again like any running job.
+        match moving {
+            Some(c) => self.move_from_probe(name, &fleet, &c, offers, now).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Write probe `p` ended at `now` with `outcome`, and report it.
+    pub(super) fn close_probe(
+        &mut self,
+        name: &str,
+        mut p: ProbeRecord,
+        why: Ended,
+        outcome: String,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let (seconds, usd) = (p.seconds(now), spent(&p, now));
         p.ended_at = Some(now);
         p.outcome = Some(outcome.clone());
         if let Some(e) = self.fleet.jobs.get_mut(name) {
@@ -577,13 +594,7 @@ impl Controller {
                 usd,
                 outcome,
             },
-        )?;
-        // Acted on only once the probe's end is written: a crash in between leaves the job
-        // running on the probe's capacity, planned again like any running job.
-        match moving {
-            Some(c) => self.move_from_probe(name, &fleet, &c, offers, now).await,
-            None => Ok(()),
-        }
+        )
     }
 
     /// What a probe's end leads to: the outcome its event reports, and the plan's choice when

@@ -7,8 +7,7 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{InstanceId, IntentKind, Offer};
 use tern_plan::{Throughput, ThroughputModel};
 
-use super::{Ended, ProbeBounds, probe_offer, spent};
-use crate::controller::events::Event;
+use super::{Ended, ProbeBounds, probe_offer};
 use crate::controller::{Controller, Result};
 use crate::store::ProbeRecord;
 
@@ -61,35 +60,22 @@ impl Controller {
     pub(super) async fn probe_next(
         &mut self,
         name: &str,
-        mut p: ProbeRecord,
+        p: ProbeRecord,
         why: Ended,
         (value, offer, nodes): (SecondProbe, Offer, u32),
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let seconds = p.seconds(now);
-        let usd = spent(&p, now);
         let outcome = format!(
             "probing {} next: expected ${:.2} with it (${:.2} of probe) against ${:.2} without",
             value.accelerator, value.after_usd, value.probe_usd, value.now_usd
         );
         let since = p.probing_since.or(p.running_at).unwrap_or(now);
-        p.ended_at = Some(now);
-        p.outcome = Some(outcome.clone());
-        self.emit(
-            now,
-            Event::Probed {
-                job: name.to_string(),
-                why: why.as_str().to_string(),
-                seconds,
-                usd,
-                outcome,
-            },
-        )?;
         let bounds = ProbeBounds {
             max_seconds: p.max_seconds,
             max_usd: p.max_usd,
         };
+        self.close_probe(name, p, why, outcome, now)?;
         let why = format!(
             "{} is still a prior, and measuring it is expected to pay: ${:.2} with a probe \
              against ${:.2} without",
