@@ -63,6 +63,12 @@ impl Controller {
         forecast_of(&e.record, e.loaded.as_deref(), &mine)
     }
 
+    /// The job's forecaster-backed model, as loaded (for [`forecast_of`] where the caller has
+    /// the job's instances at hand).
+    pub(super) fn loaded(&self, name: &str) -> Option<&LoadedJob> {
+        self.fleet.jobs.get(name)?.loaded.as_deref()
+    }
+
     /// Report a change of what the job's forecast stands on, at the shape users see, when a
     /// refit (`new`) changes it.
     pub(super) fn basis_changed(

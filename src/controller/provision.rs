@@ -339,11 +339,9 @@ impl Controller {
         if !why.contains(AT_EXPECTED) {
             *why = format!("{why}; {AT_EXPECTED}");
         }
-        let mut job = self.plan_job(name, now)?;
-        job.model = std::sync::Arc::new(super::Exact(job.model));
+        let job = self.plan_job(name, now)?;
         let offers = self.allowed_offers(name, offers).into_owned();
-        let report = solve(vec![job], offers, self.config.plan.clone()).await;
-        report.jobs.into_iter().next().filter(|j| j.placed)
+        solve_at_expected(job, offers, self.config.plan.clone()).await
     }
 
     /// Act on the planner's answer for one job: launch it, let it wait for spot, or say why
@@ -507,4 +505,48 @@ pub(super) async fn solve(
         },
         Err(_) => run(),
     }
+}
+
+/// `job`'s plan alone at its expected speed (pessimistic = expected), if that places it: the
+/// best a job can do when no plan meets its deadline at its pessimistic bound.
+pub(super) async fn solve_at_expected(
+    mut job: PlanJob,
+    offers: Vec<Offer>,
+    options: PlanOptions,
+) -> Option<JobPlan> {
+    job.model = std::sync::Arc::new(super::Exact(job.model));
+    solve(vec![job], offers, options)
+        .await
+        .jobs
+        .into_iter()
+        .next()
+        .filter(|j| j.placed)
+}
+
+/// `job`'s plan alone; where no plan meets its deadline at the pessimistic bound, the plan at
+/// its expected speed ([`solve_at_expected`]), its reason saying so; where neither places it,
+/// the planner's answer with its reason.
+pub(super) async fn solve_alone(
+    job: PlanJob,
+    offers: Vec<Offer>,
+    options: PlanOptions,
+) -> Option<JobPlan> {
+    let first = solve(vec![job.clone()], offers.clone(), options.clone())
+        .await
+        .jobs
+        .into_iter()
+        .next()?;
+    if first.placed {
+        return Some(first);
+    }
+    let Some(best) = solve_at_expected(job, offers, options).await else {
+        return Some(first);
+    };
+    Some(JobPlan {
+        reason: Some(format!(
+            "no plan meets the deadline at the pessimistic bound ({}); planned at the expected speed",
+            first.reason.unwrap_or_default()
+        )),
+        ..best
+    })
 }

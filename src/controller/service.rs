@@ -120,7 +120,11 @@ impl View {
             .map(|j| {
                 let mine = by_job.get(j.name()).map(Vec::as_slice).unwrap_or(&[]);
                 let view = JobView {
-                    status: status_of(j, mine, ctl.forecast(j.name())),
+                    status: status_of(
+                        j,
+                        mine,
+                        super::basis::forecast_of(j, ctl.loaded(j.name()), mine),
+                    ),
                     drain: j.drain_requested,
                     live: live_of(mine),
                 };

@@ -3,19 +3,18 @@
 //! forecast, and then it is planned like any other job, from the probe's checkpoint.
 //!
 //! The decisions are pure functions ([`probe_offer`], [`verdict`], [`start_choice`]); the
-//! controller carries them out in [`Controller::start_probe`] and [`Controller::settle_probes`].
+//! controller carries them out in [`Controller::start_cold`], [`Controller::due_probes`] and
+//! [`Controller::settle_probes`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{Availability, Capacity, IntentKind, Offer, ProbeSpec};
+use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer, ProbeSpec};
 use tern_plan::JobPlan;
 
 use super::events::Event;
 use super::{Controller, Result, fallbacks};
 use crate::store::{InstanceRecord, ProbeRecord};
-use tern_cloud::InstanceState;
 
 /// A probe's bounds: seconds of running capacity and dollars.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,7 +114,7 @@ pub enum Verdict {
 
 /// Seconds a probe may run: its time bound, or what its money buys at the probe's rate.
 pub fn limit_seconds(p: &ProbeRecord) -> f64 {
-    let rate = p.price_per_hour * f64::from(p.nodes.max(1));
+    let rate = rate(p);
     let by_money = if rate > 0.0 {
         p.max_usd / rate * 3600.0
     } else {
@@ -646,35 +645,11 @@ impl Controller {
         Ok((outcome, moving))
     }
 
-    /// Where no plan meets the deadline at the pessimistic bound, the plan at the expected
-    /// speed (the best the job can do; its reason says so).
+    /// The job's plan alone on its allowed offers ([`super::provision::solve_alone`]).
     async fn plan_one(&self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> Option<JobPlan> {
         let job = self.plan_job(name, now)?;
         let offers = self.allowed_offers(name, offers).into_owned();
-        let opts = self.config.plan.clone();
-        let first = super::provision::solve(vec![job.clone()], offers.clone(), opts.clone())
-            .await
-            .jobs
-            .into_iter()
-            .next()?;
-        if first.placed {
-            return Some(first);
-        }
-        let mut exact = job;
-        exact.model = Arc::new(super::Exact(exact.model));
-        let best = super::provision::solve(vec![exact], offers, opts)
-            .await
-            .jobs
-            .into_iter()
-            .next()
-            .filter(|j| j.placed)?;
-        Some(JobPlan {
-            reason: Some(format!(
-                "no plan meets the deadline at the pessimistic bound ({}); planned at the expected speed",
-                first.reason.unwrap_or_default()
-            )),
-            ..best
-        })
+        super::provision::solve_alone(job, offers, self.config.plan.clone()).await
     }
 
     /// The job aims at `nodes` of `offer` from now on (the probe's own capacity kept).
@@ -741,7 +716,12 @@ impl Controller {
 
 /// Dollars a probe spent so far.
 pub fn spent(p: &ProbeRecord, now: DateTime<Utc>) -> f64 {
-    p.seconds(now) / 3600.0 * p.price_per_hour * f64::from(p.nodes)
+    p.seconds(now) / 3600.0 * rate(p)
+}
+
+/// $/h of a probe's capacity, all its nodes.
+fn rate(p: &ProbeRecord) -> f64 {
+    p.price_per_hour * f64::from(p.nodes.max(1))
 }
 
 mod second;

@@ -188,23 +188,15 @@ impl Controller {
     /// deadline at the pessimistic bound, of the plan at its expected speed (what the
     /// controller would then run). `None` when neither places it.
     async fn plan_cost(&self, job: &tern_plan::PlanJob, offers: &[Offer]) -> Option<(f64, String)> {
-        let placed = |r: tern_plan::PlanReport| {
-            r.jobs
-                .into_iter()
-                .next()
-                .and_then(|j| j.choice.filter(|_| j.placed))
-                .map(|c| (c.expected_cost, c.accelerator))
-        };
-        let opts = self.config.plan.clone();
-        let r =
-            crate::controller::provision::solve(vec![job.clone()], offers.to_vec(), opts.clone())
-                .await;
-        if let Some(c) = placed(r) {
-            return Some(c);
-        }
-        let mut exact = job.clone();
-        exact.model = Arc::new(crate::controller::Exact(job.model.clone()));
-        placed(crate::controller::provision::solve(vec![exact], offers.to_vec(), opts).await)
+        let plan = crate::controller::provision::solve_alone(
+            job.clone(),
+            offers.to_vec(),
+            self.config.plan.clone(),
+        )
+        .await?;
+        plan.choice
+            .filter(|_| plan.placed)
+            .map(|c| (c.expected_cost, c.accelerator))
     }
 
     /// Whether a probe of another allowed accelerator, whose speed is still a prior, is
