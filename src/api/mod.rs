@@ -192,6 +192,7 @@ async fn events(State(state): State<ApiState>, Query(q): Query<EventQuery>) -> R
                     job: e.job,
                     kind: e.kind,
                     message: e.message,
+                    fields: e.fields,
                 })
                 .collect();
             axum::Json(out).into_response()

@@ -130,6 +130,10 @@ pub struct EventView {
     pub job: Option<String>,
     pub kind: String,
     pub message: String,
+    /// The event's typed fields (`event` = `kind`), absent for events from before they were
+    /// stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<serde_json::Value>,
 }
 
 /// The body of every error answer: `{"error": "..."}`.

@@ -396,6 +396,7 @@ mod tests {
             job: Some("j".into()),
             kind: kind.into(),
             message: format!("{kind} {id}"),
+            fields: None,
         }
     }
 

@@ -175,7 +175,7 @@ impl Controller {
         let shape = first.instance_type.name.as_str();
         let planned = e.record.planned_count.max(target);
         if let Some(call) = self.ask_policy(name, &first, planned, now) {
-            let wait = WaitReason::Policy(call.why());
+            let wait = WaitReason::Policy { why: call.why() };
             let (list, on_demand) = match call.step.placement {
                 Policy::Idle => {
                     return self

@@ -6,12 +6,14 @@ use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{Capacity, InstanceId, Zone};
+use serde::{Deserialize, Serialize};
+use tern_cloud::{Capacity, InstanceId, IntentId, Zone};
 
 use super::{Controller, Result};
 
 /// Why a job waits for spot instead of paying for on-demand.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum WaitReason {
     /// No deadline: tern never pays on-demand for such a job.
     NoDeadline,
@@ -30,7 +32,7 @@ pub enum WaitReason {
     /// No offer of the job's shape, spot or on-demand.
     NoCapacity,
     /// The deadline policy expects waiting to cost least ([`tern_policies::deadline::Why`]).
-    Policy(String),
+    Policy { why: String },
     /// The job launched its hour's budget of instances
     /// ([`tern_policies::capacity::launch_budget`]).
     LaunchBudget { launched: u32, budget: u32 },
@@ -56,7 +58,7 @@ impl fmt::Display for WaitReason {
                 write!(f, "{why}; running on {survivors} survivor(s)")
             }
             WaitReason::NoCapacity => write!(f, "no capacity of the job's shape anywhere"),
-            WaitReason::Policy(why) => write!(f, "the deadline policy waits: {why}"),
+            WaitReason::Policy { why } => write!(f, "the deadline policy waits: {why}"),
             WaitReason::LaunchBudget { launched, budget } => write!(
                 f,
                 "launched {launched} instance(s) in the last hour, at its budget of {budget}; \
@@ -67,7 +69,8 @@ impl fmt::Display for WaitReason {
 }
 
 /// Why an elastic job changes size.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "why", content = "wait", rename_all = "kebab-case")]
 pub enum ResizeWhy {
     /// Down to the survivors while spot is out.
     SpotOut(WaitReason),
@@ -76,7 +79,7 @@ pub enum ResizeWhy {
 }
 
 /// The planner's choice for a job, as the event log explains it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Placement {
     pub solver: String,
     pub nodes: u32,
@@ -95,9 +98,12 @@ pub struct Placement {
     pub basis: Option<String>,
 }
 
-/// One decision or observation of the controller.
-#[derive(Debug, Clone, PartialEq)]
+/// One decision or observation of the controller. Stored with its fields as JSON (tagged by
+/// `event`, the same name as [`Event::kind`]), so tests and tools read the typed value back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event")]
 pub enum Event {
+    #[serde(rename = "submit")]
     Submitted {
         job: String,
         samples: f64,
@@ -105,15 +111,13 @@ pub enum Event {
         accelerators: Vec<String>,
         due_in_h: Option<f64>,
     },
-    Cancelled {
-        job: String,
-    },
+    #[serde(rename = "cancel")]
+    Cancelled { job: String },
     /// The job's training failed for good on a worker (its agent's restarts ran out).
-    Failed {
-        job: String,
-        reason: String,
-    },
+    #[serde(rename = "failed")]
+    Failed { job: String, reason: String },
     /// An agent started the job's workers on an instance, as an incarnation.
+    #[serde(rename = "workers")]
     WorkersStarted {
         job: String,
         instance: String,
@@ -122,26 +126,33 @@ pub enum Event {
         opened: bool,
     },
     /// Nodes of one pool will be reclaimed (spot notice or maintenance).
+    #[serde(rename = "notice")]
     Notice {
         job: String,
         pool: String,
         ids: Vec<String>,
         lead_s: Option<i64>,
     },
-    Preempted {
-        job: String,
-        ids: Vec<String>,
-    },
-    LeakCollected {
+    #[serde(rename = "preempted")]
+    Preempted { job: String, ids: Vec<String> },
+    #[serde(rename = "leak")]
+    LeakCollected { job: Option<String>, id: InstanceId },
+    /// Instances the cloud confirmed terminated, by the `terminate` or `migrate` intent that
+    /// asked (every termination is one: ARCHITECTURE.md, invariant 1).
+    #[serde(rename = "terminated")]
+    Terminated {
         job: Option<String>,
-        id: InstanceId,
+        ids: Vec<InstanceId>,
+        intent: IntentId,
     },
     /// Tagged with our owner but launched by another state store (`cluster`: its id, if any).
+    #[serde(rename = "foreign")]
     ForeignInstance {
         job: Option<String>,
         id: InstanceId,
         cluster: Option<String>,
     },
+    #[serde(rename = "timeout")]
     LaunchTimedOut {
         job: String,
         id: InstanceId,
@@ -151,23 +162,19 @@ pub enum Event {
         avoided: Duration,
     },
     /// A queued spot request cancelled: the deadline needs on-demand now.
+    #[serde(rename = "queue-cancelled")]
     QueueCancelled {
         job: String,
         id: InstanceId,
         offer: String,
     },
-    Planned {
-        job: String,
-        placement: Placement,
-    },
-    Unplaceable {
-        job: String,
-        reason: String,
-    },
-    Waiting {
-        job: String,
-        reason: WaitReason,
-    },
+    #[serde(rename = "plan")]
+    Planned { job: String, placement: Placement },
+    #[serde(rename = "unplaceable")]
+    Unplaceable { job: String, reason: String },
+    #[serde(rename = "wait")]
+    Waiting { job: String, reason: WaitReason },
+    #[serde(rename = "launched")]
     Launched {
         job: String,
         count: usize,
@@ -176,10 +183,9 @@ pub enum Event {
         zone: Zone,
         price: f64,
     },
-    LaunchFailed {
-        job: String,
-        error: String,
-    },
+    #[serde(rename = "launch-failed")]
+    LaunchFailed { job: String, error: String },
+    #[serde(rename = "capacity")]
     CapacityError {
         job: String,
         offer: String,
@@ -187,22 +193,26 @@ pub enum Event {
         /// How long the offer is avoided now.
         avoided: Duration,
     },
+    #[serde(rename = "replace")]
     Replacing {
         job: String,
         missing: u32,
         on_demand: bool,
     },
+    #[serde(rename = "regroup")]
     Regrouped {
         job: String,
         zone: Zone,
         released: usize,
     },
+    #[serde(rename = "resize")]
     Resized {
         job: String,
         from: u32,
         to: u32,
         why: ResizeWhy,
     },
+    #[serde(rename = "migrate")]
     Migrating {
         job: String,
         moved: u32,
@@ -219,10 +229,9 @@ pub enum Event {
         /// The deadline policy's reasons (jobs with a deadline).
         policy: Option<String>,
     },
-    Migrated {
-        job: String,
-        released: usize,
-    },
+    #[serde(rename = "migrated")]
+    Migrated { job: String, released: usize },
+    #[serde(rename = "finished")]
     Finished {
         job: String,
         /// Hours after the deadline, when it finished late.
@@ -230,6 +239,7 @@ pub enum Event {
         took_h: f64,
     },
     /// A job nobody has measured starts its probe (`controller::probe`).
+    #[serde(rename = "probe")]
     Probing {
         job: String,
         nodes: u32,
@@ -242,6 +252,7 @@ pub enum Event {
         why: String,
     },
     /// The probe ended: what it measured, what it cost and what the plan did next.
+    #[serde(rename = "probed")]
     Probed {
         job: String,
         why: String,
@@ -250,11 +261,10 @@ pub enum Event {
         outcome: String,
     },
     /// A job nobody has measured is planned without a probe, and why.
-    ColdStart {
-        job: String,
-        why: String,
-    },
+    #[serde(rename = "cold-start")]
+    ColdStart { job: String, why: String },
     /// What the job's forecast stands on changed (a first measured step replaced the hint).
+    #[serde(rename = "basis")]
     Basis {
         job: String,
         accelerator: String,
@@ -275,6 +285,7 @@ impl Event {
             Event::Notice { .. } => "notice",
             Event::Preempted { .. } => "preempted",
             Event::LeakCollected { .. } => "leak",
+            Event::Terminated { .. } => "terminated",
             Event::ForeignInstance { .. } => "foreign",
             Event::LaunchTimedOut { .. } => "timeout",
             Event::QueueCancelled { .. } => "queue-cancelled",
@@ -305,7 +316,9 @@ impl Event {
 
     pub fn job(&self) -> Option<&str> {
         match self {
-            Event::LeakCollected { job, .. } | Event::ForeignInstance { job, .. } => job.as_deref(),
+            Event::LeakCollected { job, .. }
+            | Event::ForeignInstance { job, .. }
+            | Event::Terminated { job, .. } => job.as_deref(),
             Event::Submitted { job, .. }
             | Event::Cancelled { job }
             | Event::Failed { job, .. }
@@ -421,6 +434,15 @@ impl fmt::Display for Event {
                 f,
                 "terminated {id}: tagged as ours but owned by no open intent or live job"
             ),
+            Event::Terminated { ids, intent, .. } => {
+                let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+                write!(
+                    f,
+                    "terminated {} instance(s) by intent {intent}: {}",
+                    ids.len(),
+                    ids.join(", ")
+                )
+            }
             Event::ForeignInstance { id, cluster, .. } => write!(
                 f,
                 "{id} carries our owner tag but {}; left running (restore that store, or \
@@ -571,32 +593,72 @@ impl fmt::Display for Event {
     }
 }
 
+/// The counts [`Stats`](super::Stats) shows, derived from events as they are emitted, so the
+/// event log, `/metrics`, the benchmark and the closed-loop figures cannot disagree.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tally {
+    pub by_kind: std::collections::BTreeMap<&'static str, u64>,
+    pub notices: u64,
+    pub launches: u64,
+    pub terminations: u64,
+    pub leaks_collected: u64,
+    pub migrations: u64,
+}
+
+impl Tally {
+    fn count(&mut self, event: &Event) {
+        *self.by_kind.entry(event.kind()).or_default() += 1;
+        match event {
+            Event::Notice { ids, .. } => self.notices += ids.len() as u64,
+            Event::Launched { count, .. } => self.launches += *count as u64,
+            Event::Terminated { ids, .. } => self.terminations += ids.len() as u64,
+            Event::LeakCollected { .. } => self.leaks_collected += 1,
+            Event::Migrated { .. } => self.migrations += 1,
+            _ => {}
+        }
+    }
+}
+
 impl Controller {
-    /// Record a decision: event log, structured log line and per-kind count, in one place.
+    /// Record a decision: event log (kind, rendered message and typed fields), structured log
+    /// line and counts, in one place.
     pub(super) fn emit(&self, at: DateTime<Utc>, event: Event) -> Result<()> {
         let kind = event.kind();
         let job = event.job();
         let message = event.to_string();
-        let id = self.store.add_event(at, job, kind, &message)?;
+        let fields = serde_json::to_string(&event).ok();
+        let id = self
+            .store
+            .add_event(at, job, kind, &message, fields.as_deref())?;
         if event.needs_attention() {
             tracing::warn!(event = id, at = %at, job = job.unwrap_or("-"), kind, "{message}");
         } else {
             tracing::info!(event = id, at = %at, job = job.unwrap_or("-"), kind, "{message}");
         }
-        *self
-            .event_counts
+        self.tally
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(kind)
-            .or_default() += 1;
+            .count(&event);
         Ok(())
+    }
+
+    /// The typed events of `job` (or all) stored so far, oldest first: what tests assert and
+    /// tools read, rather than the rendered messages.
+    pub fn typed_events(&self, job: Option<&str>) -> Result<Vec<Event>> {
+        Ok(self
+            .store
+            .events(0, job)?
+            .into_iter()
+            .filter_map(|e| serde_json::from_value(e.fields?).ok())
+            .collect())
     }
 
     /// Events emitted so far by kind (for `/metrics`).
     pub fn event_counts(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        self.event_counts
+        self.tally
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .by_kind
             .clone()
     }
 }
@@ -639,5 +701,53 @@ mod tests {
             f.to_string(),
             "all work done; finished 1.5 h after its deadline"
         );
+    }
+
+    /// An event is stored as a value: its JSON tag is its kind, and it reads back equal.
+    #[test]
+    fn events_round_trip_as_typed_values_tagged_by_kind() {
+        let events = [
+            Event::Waiting {
+                job: "j".into(),
+                reason: WaitReason::OnSurvivors {
+                    why: Box::new(WaitReason::Slack {
+                        slack_h: 3.0,
+                        left_h: 9.0,
+                        work_h: 6.0,
+                        reserve_h: 1.5,
+                    }),
+                    survivors: 2,
+                },
+            },
+            Event::Resized {
+                job: "j".into(),
+                from: 4,
+                to: 2,
+                why: ResizeWhy::SpotOut(WaitReason::Policy { why: "p".into() }),
+            },
+            Event::Resized {
+                job: "j".into(),
+                from: 2,
+                to: 4,
+                why: ResizeWhy::SpotBack,
+            },
+            Event::LaunchTimedOut {
+                job: "j".into(),
+                id: "i-1".into(),
+                after: Duration::from_secs(600),
+                offer: "o".into(),
+                avoided: Duration::from_millis(1500),
+            },
+            Event::Terminated {
+                job: None,
+                ids: vec!["i-2".into()],
+                intent: IntentId::from_uuid(uuid::Uuid::nil()),
+            },
+        ];
+        for e in events {
+            let v = serde_json::to_value(&e).expect("serialise");
+            assert_eq!(v["event"], e.kind(), "{v}");
+            assert_eq!(serde_json::from_value::<Event>(v).expect("read back"), e);
+        }
     }
 }

@@ -144,7 +144,7 @@ impl Controller {
                 self.migrate(&intent, &from, to, count, now).await
             }
             IntentKind::Terminate { instances } => {
-                let done = self.terminate_all(&instances, now).await?;
+                let done = self.terminate_all(&intent, &instances, now).await?;
                 if done {
                     self.close_intent(intent.id, IntentState::Done, None, now)?;
                 }
@@ -232,11 +232,10 @@ impl Controller {
             entry.record.planned_count = count;
         }
         self.store.update_job(&entry.record, now)?;
-        if !self.terminate_all(from, now).await? {
+        if !self.terminate_all(intent, from, now).await? {
             return Ok(false);
         }
         self.close_intent(intent.id, IntentState::Done, None, now)?;
-        self.stats.migrations += 1;
         self.emit(
             now,
             Event::Migrated {
@@ -299,34 +298,72 @@ impl Controller {
         Ok(())
     }
 
-    /// Terminate every tracked instance of `ids`; false when the cloud refused some.
+    /// Terminate the instances of `ids` this store accounts for: tracked ones, and leaks the
+    /// collector listed this process (an untracked id resumed after a restart is skipped; the
+    /// collector lists it again and writes a new intent). False when the cloud refused some.
+    /// Every call is on behalf of an open intent, written before this is called.
     pub(super) async fn terminate_all(
         &mut self,
+        intent: &Intent,
         ids: &[InstanceId],
         now: DateTime<Utc>,
     ) -> Result<bool> {
         let mut all = true;
+        let mut ended = Vec::new();
         for id in ids {
-            if !self.fleet.instances.contains_key(id) {
+            let tracked = self.fleet.instances.contains_key(id);
+            if !tracked && !self.cloud.unaccounted.contains_key(id) {
                 continue;
             }
             match self.provider.terminate(id).await {
-                Ok(()) => {
-                    self.store.end_instance(id, now)?;
-                    self.fleet.instances.remove(id);
-                    self.stats.terminations += 1;
-                }
-                Err(e) if e.is_not_found() => {
-                    self.store.end_instance(id, now)?;
-                    self.fleet.instances.remove(id);
-                }
+                Ok(()) => ended.push(id.clone()),
+                Err(e) if e.is_not_found() => {}
                 Err(e) => {
                     self.cloud_error(&e);
                     all = false;
+                    continue;
                 }
             }
+            self.cloud.unaccounted.remove(id);
+            if tracked {
+                self.store.end_instance(id, now)?;
+                self.fleet.instances.remove(id);
+            }
+        }
+        if !ended.is_empty() {
+            let job = Some(intent.job.clone()).filter(|j| !j.is_empty());
+            self.emit(
+                now,
+                Event::Terminated {
+                    job,
+                    ids: ended,
+                    intent: intent.id,
+                },
+            )?;
         }
         Ok(all)
+    }
+
+    /// Write a `terminate` intent for `ids` and carry it out at once (the collector, launch
+    /// timeouts and late queues end instances this way, like every other termination).
+    /// Whether the cloud ended them all; if not, the intent stays open and is resumed.
+    pub(super) async fn terminate_now(
+        &mut self,
+        job: &str,
+        ids: Vec<InstanceId>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let intent = self.new_intent(job, IntentKind::Terminate { instances: ids }, now)?;
+        self.execute(intent, now).await
+    }
+
+    /// Whether an open intent already asks to terminate `id` (so a pass does not write a
+    /// second one while the first waits on the cloud).
+    pub(super) fn terminating(&self, id: &InstanceId) -> bool {
+        self.fleet.intents.values().any(|i| match &i.kind {
+            IntentKind::Terminate { instances } => instances.contains(id),
+            _ => false,
+        })
     }
 
     fn tags(&self, intent: IntentId, job: &str) -> Tags {
@@ -438,7 +475,6 @@ impl Controller {
         if close {
             self.fleet.intents.remove(&intent.id);
         }
-        self.stats.launches += instances.len() as u64;
         let first = instances[0].offer.clone();
         self.emit(
             now,

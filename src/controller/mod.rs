@@ -137,7 +137,9 @@ impl ControllerConfig {
     }
 }
 
-/// Counters the metrics endpoint and the benchmark read.
+/// Counters the metrics endpoint, the benchmark and the closed-loop replay read. The decision
+/// counts are derived from the events emitted ([`events::Tally`]); passes, the last pass's
+/// time and cloud API errors are the loop's own measures.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
     pub passes: u64,
@@ -230,8 +232,9 @@ pub struct Controller {
     fleet: Fleet,
     cloud: CloudMemory,
     ids: IntentIds,
+    /// Passes, the last pass's time and cloud errors (the rest of [`Stats`] is the tally).
     stats: Stats,
-    event_counts: Mutex<BTreeMap<&'static str, u64>>,
+    tally: Mutex<events::Tally>,
     /// Spot availability per pool and tick, what the deadline policy learns from.
     pools: policy::Pools,
     /// Offer key → the last price persisted for it (`prices` table): only changes are written.
@@ -361,7 +364,7 @@ impl Controller {
             cloud: CloudMemory::default(),
             ids: IntentIds { salt, seq: 0 },
             stats: Stats::default(),
-            event_counts: Mutex::new(BTreeMap::new()),
+            tally: Mutex::new(events::Tally::default()),
             pools,
             prices,
             sampled: None,
@@ -369,8 +372,16 @@ impl Controller {
         })
     }
 
-    pub fn stats(&self) -> &Stats {
-        &self.stats
+    pub fn stats(&self) -> Stats {
+        let tally = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+        Stats {
+            notices: tally.notices,
+            launches: tally.launches,
+            terminations: tally.terminations,
+            leaks_collected: tally.leaks_collected,
+            migrations: tally.migrations,
+            ..self.stats.clone()
+        }
     }
 
     pub fn store(&self) -> &Arc<Store> {

@@ -70,7 +70,6 @@ impl Controller {
         }
         inst.draining = true;
         self.store.set_instance_state(&inst.id, inst.state, true)?;
-        self.stats.notices += 1;
         let job = inst.job.clone();
         let pool = inst.offer.key();
         let shown = format!("{} {}", inst.offer.capacity, inst.offer.zone);

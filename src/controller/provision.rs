@@ -370,7 +370,7 @@ impl Controller {
                 let shape = offer.instance_type.name.clone();
                 let to = match call.step.placement {
                     Policy::Idle => {
-                        return self.wait(&jp.job, WaitReason::Policy(call.why()), now);
+                        return self.wait(&jp.job, WaitReason::Policy { why: call.why() }, now);
                     }
                     Policy::OnDemand => pool(offers, &shape, Capacity::OnDemand, None),
                     p => pool(offers, &shape, Capacity::Spot, call.zone(p)),
@@ -473,7 +473,7 @@ impl Controller {
         }
         // The policy's reasons carry costs that move every pass: one event while it waits.
         let shown = match &reason {
-            WaitReason::Policy(_) => "policy".to_string(),
+            WaitReason::Policy { .. } => "policy".to_string(),
             r => r.to_string(),
         };
         if e.waiting.as_deref() == Some(shown.as_str()) {

@@ -117,24 +117,21 @@ impl Controller {
         if now - first < delta(self.config.leak_grace) {
             return Ok(());
         }
-        match self.provider.terminate(&inst.id).await {
-            Ok(()) => {
-                self.cloud.unaccounted.remove(&inst.id);
-                self.stats.leaks_collected += 1;
-                self.stats.terminations += 1;
-                self.emit(
-                    now,
-                    Event::LeakCollected {
-                        job: inst.job().map(String::from),
-                        id: inst.id,
-                    },
-                )
-            }
-            Err(e) => {
-                self.cloud_error(&e);
-                Ok(())
-            }
+        if self.terminating(&inst.id) {
+            return Ok(());
         }
+        let job = inst.job().map(String::from);
+        let ended = self
+            .terminate_now(
+                job.as_deref().unwrap_or_default(),
+                vec![inst.id.clone()],
+                now,
+            )
+            .await?;
+        if !ended {
+            return Ok(());
+        }
+        self.emit(now, Event::LeakCollected { job, id: inst.id })
     }
 
     /// Tracked instances the cloud no longer lists are gone (preempted, terminated).
@@ -155,7 +152,8 @@ impl Controller {
         Ok(())
     }
 
-    /// Launches not running after the timeout are terminated and their offer avoided.
+    /// Launches not running after the timeout are terminated (by intent) and their offer
+    /// avoided.
     async fn time_out_launches(&mut self, now: DateTime<Utc>) -> Result<()> {
         let timeout = delta(self.config.launch_timeout);
         let mut stuck: Vec<InstanceRecord> = self
@@ -167,12 +165,12 @@ impl Controller {
             .collect();
         stuck.sort_by(|a, b| a.id.cmp(&b.id));
         for i in stuck {
-            if let Err(e) = self.provider.terminate(&i.id).await {
-                self.cloud_error(&e);
+            if self.terminating(&i.id) {
                 continue;
             }
-            self.store.end_instance(&i.id, now)?;
-            self.fleet.instances.remove(&i.id);
+            // Decided once: the intent is resumed until the cloud ends it, and the offer is
+            // avoided from now.
+            self.terminate_now(&i.job, vec![i.id.clone()], now).await?;
             let avoided = self.avoid(i.offer.key(), now);
             self.emit(
                 now,
@@ -219,15 +217,10 @@ impl Controller {
                     self.spot_wait(&i.job, work_h, now).is_none()
                 }
             };
-            if !on_demand_now {
+            if !on_demand_now || self.terminating(&i.id) {
                 continue;
             }
-            if let Err(e) = self.provider.terminate(&i.id).await {
-                self.cloud_error(&e);
-                continue;
-            }
-            self.store.end_instance(&i.id, now)?;
-            self.fleet.instances.remove(&i.id);
+            self.terminate_now(&i.job, vec![i.id.clone()], now).await?;
             self.emit(
                 now,
                 Event::QueueCancelled {

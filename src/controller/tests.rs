@@ -4,13 +4,10 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use async_trait::async_trait;
 use chrono::TimeZone;
-use tern_cloud::{
-    Cloud, IdempotencyKey, Instance, InstanceState, Interruption, LaunchOutcome, parse_job_spec,
-};
+use tern_cloud::{Cloud, IdempotencyKey, Instance, InstanceState, parse_job_spec};
 use tern_sim::cloud::SimConfig;
-use tern_sim::{SimCloud, Trace};
+use tern_sim::{Asked, Intercepted, SimCloud, Trace, Verdict};
 
 use super::*;
 use crate::store::JobState;
@@ -60,47 +57,68 @@ fn config() -> ControllerConfig {
     ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
 }
 
-/// A provider that forwards to the sim but can "lose" the answer of the next launch, as if the
-/// controller died right after the cloud acted and before it wrote the outcome down.
-#[derive(Debug)]
-struct Forgetful {
-    inner: Arc<SimCloud>,
-    lose_next_launch: Mutex<bool>,
-    keys: Mutex<Vec<IdempotencyKey>>,
+/// The sim behind a hook that records every launch's key and loses the answer of the first
+/// launch, as if the controller died right after the cloud acted and before it wrote the
+/// outcome down.
+fn forgetful(inner: Arc<SimCloud>) -> (Arc<Intercepted>, Arc<Mutex<Vec<IdempotencyKey>>>) {
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let lose = Mutex::new(true);
+    let seen = keys.clone();
+    let provider = Intercepted::new(inner).on_call(move |asked| match asked {
+        Asked::Launch(request) => {
+            seen.lock().expect("lock").push(request.key);
+            if std::mem::take(&mut *lose.lock().expect("lock")) {
+                Verdict::Lose(ProviderError::Transient {
+                    message: "connection reset after the request was sent".into(),
+                })
+            } else {
+                Verdict::Forward
+            }
+        }
+        _ => Verdict::Forward,
+    });
+    (Arc::new(provider), keys)
 }
 
-#[async_trait]
-impl Provider for Forgetful {
-    fn cloud(&self) -> Cloud {
-        Cloud::Sim
-    }
-    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
-        self.inner.offers(region).await
-    }
-    async fn launch(
-        &self,
-        request: &LaunchRequest,
-    ) -> std::result::Result<LaunchOutcome, ProviderError> {
-        self.keys.lock().expect("lock").push(request.key);
-        let out = self.inner.launch(request).await?;
-        let mut lose = self.lose_next_launch.lock().expect("lock");
-        if *lose {
-            *lose = false;
-            return Err(ProviderError::Transient {
-                message: "connection reset after the request was sent".into(),
-            });
+/// Terminate calls seen by [`intent_checked`]: how many an open intent asked for, and the ids
+/// of those none did.
+#[derive(Debug, Default)]
+struct Terminations {
+    by_intent: usize,
+    without: Vec<InstanceId>,
+}
+
+/// `inner` with every terminate call checked against `store` as the cloud is called: an open
+/// `terminate` or `migrate` intent must already list the instance (ARCHITECTURE.md, invariant
+/// 1: every termination is an intent written before the provider is called).
+fn intent_checked(
+    inner: Arc<dyn Provider>,
+    store: Arc<Store>,
+) -> (Arc<Intercepted>, Arc<Mutex<Terminations>>) {
+    let seen = Arc::new(Mutex::new(Terminations::default()));
+    let record = seen.clone();
+    let provider = Intercepted::new(inner).on_call(move |asked| {
+        let Asked::Terminate(id) = asked else {
+            return Verdict::Forward;
+        };
+        let open = store.load().expect("load").intents;
+        let asked_for = open.iter().any(|i| {
+            i.state == IntentState::Pending
+                && match &i.kind {
+                    IntentKind::Terminate { instances } => instances.contains(id),
+                    IntentKind::Migrate { from, .. } => from.contains(id),
+                    _ => false,
+                }
+        });
+        let mut seen = record.lock().expect("lock");
+        if asked_for {
+            seen.by_intent += 1;
+        } else {
+            seen.without.push(id.clone());
         }
-        Ok(out)
-    }
-    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
-        self.inner.terminate(id).await
-    }
-    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
-        self.inner.list(owner).await
-    }
-    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
-        self.inner.interruptions().await
-    }
+        Verdict::Forward
+    });
+    (Arc::new(provider), seen)
 }
 
 async fn run(ctl: &mut Controller, sim: &SimCloud, passes: usize) {
@@ -113,11 +131,7 @@ async fn run(ctl: &mut Controller, sim: &SimCloud, passes: usize) {
 #[tokio::test]
 async fn a_lost_launch_answer_is_recovered_after_restart_without_a_duplicate() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
-    let provider = Arc::new(Forgetful {
-        inner: sim.clone(),
-        lose_next_launch: Mutex::new(true),
-        keys: Mutex::new(Vec::new()),
-    });
+    let (provider, keys) = forgetful(sim.clone());
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
     let store = Arc::new(Store::open(&path).expect("store"));
@@ -144,7 +158,7 @@ async fn a_lost_launch_answer_is_recovered_after_restart_without_a_duplicate() {
         launched,
         "no second launch for the same intent"
     );
-    let keys = provider.keys.lock().expect("lock").clone();
+    let keys = keys.lock().expect("lock").clone();
     assert_eq!(keys.len(), 2, "one call before the crash, one replay after");
     assert_eq!(
         keys[0], keys[1],
@@ -197,7 +211,8 @@ async fn an_intent_written_before_a_crash_is_carried_out_once_after_restart() {
 async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
     let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    let (provider, terminations) = intent_checked(sim.clone(), store.clone());
+    let mut ctl = Controller::open(store.clone(), provider, config()).expect("open");
     let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
     let stray = IntentId::from_uuid(uuid::Uuid::from_u128(99));
     let mut tags = Tags::new();
@@ -227,12 +242,21 @@ async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
     ctl.pass(sim.now()).await.expect("pass");
     assert!(sim.list("test-owner").await.expect("list").is_empty());
     assert_eq!(ctl.stats().leaks_collected, 1);
+    assert_eq!(ctl.stats().terminations, 1);
+    let t = terminations.lock().expect("lock");
+    assert_eq!((t.by_intent, t.without.len()), (1, 0), "{t:?}");
+    let events = ctl.typed_events(None).expect("events");
     assert!(
-        store
-            .events(0, None)
-            .expect("events")
+        events
             .iter()
-            .any(|e| e.kind == "leak")
+            .any(|e| matches!(e, Event::LeakCollected { .. })),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Terminated { ids, .. } if ids.len() == 1)),
+        "{events:?}"
     );
 }
 
@@ -438,35 +462,6 @@ async fn a_gang_the_deadline_sends_to_on_demand_goes_whole() {
     );
 }
 
-/// The simulated cloud presented as `cloud`, whose notice lead the controller then assumes.
-#[derive(Debug)]
-struct Posing(Cloud, Arc<SimCloud>);
-
-#[async_trait]
-impl Provider for Posing {
-    fn cloud(&self) -> Cloud {
-        self.0
-    }
-    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
-        self.1.offers(region).await
-    }
-    async fn launch(
-        &self,
-        request: &LaunchRequest,
-    ) -> std::result::Result<LaunchOutcome, ProviderError> {
-        self.1.launch(request).await
-    }
-    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
-        self.1.terminate(id).await
-    }
-    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
-        self.1.list(owner).await
-    }
-    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
-        self.1.interruptions().await
-    }
-}
-
 /// A restart costs the deadline policy what it costs the planner: on GCP a 60 s save does not
 /// fit in the 30 s notice, so a preemption also loses half a checkpoint interval of progress;
 /// on AWS (2 minutes) it does not.
@@ -474,7 +469,8 @@ impl Provider for Posing {
 async fn a_restart_includes_lost_progress_where_the_notice_is_too_short_to_save() {
     let mut hours = Vec::new();
     for cloud in [Cloud::Aws, Cloud::Gcp] {
-        let provider = Arc::new(Posing(cloud, sim(vec![trace("us-west-2a", vec![1; 10])])));
+        let sim = sim(vec![trace("us-west-2a", vec![1; 10])]);
+        let provider = Arc::new(Intercepted::new(sim).posing_as(cloud));
         let store = Arc::new(Store::in_memory().expect("store"));
         let mut ctl = Controller::open(store, provider, config()).expect("open");
         ctl.submit(job("j", "1", false), start()).expect("submit");
@@ -497,71 +493,28 @@ fn store_events(ctl: &Controller, kind: &str) -> usize {
         .count()
 }
 
-/// Forwards to the sim; after a seeded number of calls the call goes through and then the
-/// "process dies": the answer is lost and the test drops the controller (memory gone), keeping
-/// only the store, as SIGKILL would.
-#[derive(Debug)]
-struct Killer {
-    inner: Arc<SimCloud>,
-    calls_left: Mutex<Option<u64>>,
-}
-
-impl Killer {
-    fn tick(&self) -> bool {
-        let mut left = self.calls_left.lock().expect("lock");
+/// The sim behind a hook that, once `calls_left` runs down to 0, lets each call go through and
+/// then "dies": the answer is lost and the test drops the controller (memory gone), keeping
+/// only the store, as SIGKILL would. Notices stay queued in the sim until a live controller
+/// takes them.
+fn killer(inner: Arc<dyn Provider>, calls_left: Arc<Mutex<Option<u64>>>) -> Arc<Intercepted> {
+    let dead = || ProviderError::Transient {
+        message: "killed".into(),
+    };
+    Arc::new(Intercepted::new(inner).on_call(move |asked| {
+        let mut left = calls_left.lock().expect("lock");
         match left.as_mut() {
-            Some(0) => true,
+            Some(0) if matches!(asked, Asked::Interruptions) => Verdict::Refuse(dead()),
+            Some(0) => Verdict::Lose(dead()),
             Some(n) => {
                 *n -= 1;
-                false
+                Verdict::Forward
             }
-            None => false,
+            None => Verdict::Forward,
         }
-    }
-    fn dead() -> ProviderError {
-        ProviderError::Transient {
-            message: "killed".into(),
-        }
-    }
+    }))
 }
 
-#[async_trait]
-impl Provider for Killer {
-    fn cloud(&self) -> Cloud {
-        Cloud::Sim
-    }
-    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
-        let out = self.inner.offers(region).await;
-        if self.tick() { Err(Self::dead()) } else { out }
-    }
-    async fn launch(
-        &self,
-        request: &LaunchRequest,
-    ) -> std::result::Result<LaunchOutcome, ProviderError> {
-        let out = self.inner.launch(request).await;
-        if self.tick() { Err(Self::dead()) } else { out }
-    }
-    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
-        let out = self.inner.terminate(id).await;
-        if self.tick() { Err(Self::dead()) } else { out }
-    }
-    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
-        let out = self.inner.list(owner).await;
-        if self.tick() { Err(Self::dead()) } else { out }
-    }
-    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
-        // Notices stay queued in the sim until a live controller takes them.
-        if self.tick() {
-            return Err(Self::dead());
-        }
-        self.inner.interruptions().await
-    }
-}
-
-/// In-process crash test: twelve seeded kill points during a replay with three jobs (a gang,
-/// an elastic job, a single worker), each followed by a restart from the state file. The
-/// process-level SIGKILL test (`tern sim serve`) is not built yet; this one kills at the
-/// same places a SIGKILL can land relative to cloud calls.
 #[tokio::test]
 async fn crashes_at_seeded_points_lose_nothing_and_launch_nothing_twice() {
     let mut a = vec![16; 30];
@@ -573,10 +526,10 @@ async fn crashes_at_seeded_points_lose_nothing_and_launch_nothing_twice() {
     ]);
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
-    let killer = Arc::new(Killer {
-        inner: sim.clone(),
-        calls_left: Mutex::new(None),
-    });
+    let calls_left = Arc::new(Mutex::new(None));
+    let watcher = Arc::new(Store::open(&path).expect("store"));
+    let (checked, terminations) = intent_checked(sim.clone(), watcher);
+    let killer = killer(checked, calls_left.clone());
     let open = || {
         let store = Arc::new(Store::open(&path).expect("store"));
         Controller::open(store, killer.clone(), config()).expect("open")
@@ -601,24 +554,20 @@ async fn crashes_at_seeded_points_lose_nothing_and_launch_nothing_twice() {
     let mut checkpoints: HashMap<String, f64> = HashMap::new();
     for step in 0..3000 {
         if kills < 12 && step % 40 == 5 {
-            *killer.calls_left.lock().expect("lock") = Some(next() % 12);
+            *calls_left.lock().expect("lock") = Some(next() % 12);
         }
         sim.advance(Duration::from_secs(60));
         let now = sim.now();
         let crashed = match ctl.pass(now).await {
             Ok(_) => false,
             Err(e) => panic!("pass failed: {e}"),
-        } || killer
-            .calls_left
-            .lock()
-            .expect("lock")
-            .is_some_and(|n| n == 0);
+        } || calls_left.lock().expect("lock").is_some_and(|n| n == 0);
         for i in sim.list("test-owner").await.expect("list") {
             seen.insert(i.id.clone(), i);
         }
         if crashed {
             kills += 1;
-            *killer.calls_left.lock().expect("lock") = None;
+            *calls_left.lock().expect("lock") = None;
             drop(ctl);
             ctl = open();
             // The simulated workers carry on; the new controller learns progress from them.
@@ -657,6 +606,8 @@ async fn crashes_at_seeded_points_lose_nothing_and_launch_nothing_twice() {
         store.load().expect("load").intents.is_empty(),
         "open intents left"
     );
+    let t = terminations.lock().expect("lock");
+    assert!(t.without.is_empty() && t.by_intent > 0, "{t:?}");
     let mut per_intent: HashMap<IntentId, u32> = HashMap::new();
     for i in seen.values() {
         *per_intent
@@ -1088,49 +1039,23 @@ async fn an_excluded_zone_is_never_launched_into_even_when_cheapest() {
 }
 
 /// A cloud whose launches never start running: every instance reads `state` (Pending: a VM
-/// stuck booting; Queued: a TPU queued resource waiting for capacity).
-#[derive(Debug)]
-struct NeverRunning {
+/// stuck booting; Queued: a TPU queued resource waiting for capacity). Also returns the ids
+/// it was asked to terminate.
+fn never_running(
     inner: Arc<SimCloud>,
     state: InstanceState,
-    terminated: Mutex<Vec<InstanceId>>,
-}
-
-impl NeverRunning {
-    fn stuck(&self, mut list: Vec<Instance>) -> Vec<Instance> {
-        for i in &mut list {
-            i.state = self.state;
-        }
-        list
-    }
-}
-
-#[async_trait]
-impl Provider for NeverRunning {
-    fn cloud(&self) -> Cloud {
-        Cloud::Sim
-    }
-    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
-        self.inner.offers(region).await
-    }
-    async fn launch(
-        &self,
-        request: &LaunchRequest,
-    ) -> std::result::Result<LaunchOutcome, ProviderError> {
-        let mut out = self.inner.launch(request).await?;
-        out.instances = self.stuck(out.instances);
-        Ok(out)
-    }
-    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
-        self.terminated.lock().expect("lock").push(id.clone());
-        self.inner.terminate(id).await
-    }
-    async fn list(&self, owner: &str) -> std::result::Result<Vec<Instance>, ProviderError> {
-        Ok(self.stuck(self.inner.list(owner).await?))
-    }
-    async fn interruptions(&self) -> std::result::Result<Vec<Interruption>, ProviderError> {
-        self.inner.interruptions().await
-    }
+) -> (Arc<Intercepted>, Arc<Mutex<Vec<InstanceId>>>) {
+    let terminated = Arc::new(Mutex::new(Vec::new()));
+    let asked = terminated.clone();
+    let provider = Intercepted::new(inner)
+        .rewriting(move |i| i.state = state)
+        .on_call(move |call| {
+            if let Asked::Terminate(id) = call {
+                asked.lock().expect("lock").push(id.clone());
+            }
+            Verdict::Forward
+        });
+    (Arc::new(provider), terminated)
 }
 
 #[tokio::test]
@@ -1138,18 +1063,21 @@ async fn a_stuck_launch_times_out_but_a_queued_request_waits() {
     let mut terminated = Vec::new();
     for state in [InstanceState::Pending, InstanceState::Queued] {
         let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
-        let provider = Arc::new(NeverRunning {
-            inner: sim.clone(),
-            state,
-            terminated: Mutex::new(Vec::new()),
-        });
+        let (provider, asked) = never_running(sim.clone(), state);
         let store = Arc::new(Store::in_memory().expect("store"));
-        let mut ctl = Controller::open(store, provider.clone(), config()).expect("open");
+        let (provider, checked) = intent_checked(provider, store.clone());
+        let mut ctl = Controller::open(store, provider, config()).expect("open");
         ctl.submit(job("stuck", "1", false), sim.now())
             .expect("submit");
         // Ten minutes: twice the launch timeout.
         run(&mut ctl, &sim, 10).await;
-        terminated.push(provider.terminated.lock().expect("lock").len());
+        terminated.push(asked.lock().expect("lock").len());
+        let checked = checked.lock().expect("lock");
+        assert!(
+            checked.without.is_empty(),
+            "terminated by intent: {checked:?}"
+        );
+        assert_eq!(checked.by_intent, terminated[terminated.len() - 1]);
         if state == InstanceState::Queued {
             assert_eq!(
                 ctl.instances().count(),
@@ -1171,13 +1099,10 @@ async fn a_stuck_launch_times_out_but_a_queued_request_waits() {
 #[tokio::test]
 async fn a_queued_spot_request_is_cancelled_once_the_deadline_needs_on_demand() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 400])]);
-    let provider = Arc::new(NeverRunning {
-        inner: sim.clone(),
-        state: InstanceState::Queued,
-        terminated: Mutex::new(Vec::new()),
-    });
+    let (provider, asked) = never_running(sim.clone(), InstanceState::Queued);
     let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), provider.clone(), config()).expect("open");
+    let (provider, checked) = intent_checked(provider, store.clone());
+    let mut ctl = Controller::open(store.clone(), provider, config()).expect("open");
     // 17.4 h of work (23.1 h at worst) due in 26 h: a little slack, spent while the request
     // waits in the queue.
     let text = "name = \"tight\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
@@ -1195,8 +1120,14 @@ async fn a_queued_spot_request_is_cancelled_once_the_deadline_needs_on_demand() 
     );
     // Three hours of passes: the slack runs out, the queued spot request is cancelled.
     run(&mut ctl, &sim, 180).await;
-    let terminated = provider.terminated.lock().expect("lock").clone();
+    let terminated = asked.lock().expect("lock").clone();
     assert!(terminated.contains(&first[0].id), "{terminated:?}");
+    let checked = checked.lock().expect("lock");
+    assert!(
+        checked.without.is_empty(),
+        "terminated by intent: {checked:?}"
+    );
+    assert_eq!(checked.by_intent, terminated.len());
     let events = store.events(0, None).expect("events");
     let shown: Vec<String> = events
         .iter()

@@ -331,6 +331,8 @@ pub struct Event {
     pub job: Option<String>,
     pub kind: String,
     pub message: String,
+    /// The typed event as JSON (`controller::Event`); `None` for events stored before it was.
+    pub fields: Option<serde_json::Value>,
 }
 
 /// Everything a controller needs to resume: live jobs, open intents, live instances.
@@ -872,10 +874,12 @@ impl Store {
         job: Option<&str>,
         kind: &str,
         message: &str,
+        fields: Option<&str>,
     ) -> Result<i64> {
         self.query(
-            "INSERT INTO events (at, job, kind, message) VALUES (?1, ?2, ?3, ?4) RETURNING id",
-            params![ms(at), job, kind, message],
+            "INSERT INTO events (at, job, kind, message, fields) VALUES (?1, ?2, ?3, ?4, ?5)
+             RETURNING id",
+            params![ms(at), job, kind, message, fields],
         )?
         .first()
         .ok_or_else(|| StoreError::Invalid("the event insert returned no id".into()))?
@@ -885,7 +889,7 @@ impl Store {
     /// Events with id > `after`, oldest first; `job` filters to one job.
     pub fn events(&self, after: i64, job: Option<&str>) -> Result<Vec<Event>> {
         self.query(
-            "SELECT id, at, job, kind, message FROM events
+            "SELECT id, at, job, kind, message, fields FROM events
              WHERE id > ?1 AND (CAST(?2 AS TEXT) IS NULL OR job = ?2) ORDER BY id",
             params![after, job],
         )?
@@ -897,6 +901,7 @@ impl Store {
                 job: r.opt_text(2)?,
                 kind: r.text(3)?,
                 message: r.text(4)?,
+                fields: r.opt_text(5)?.and_then(|f| serde_json::from_str(&f).ok()),
             })
         })
         .collect()

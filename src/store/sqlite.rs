@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_costs.sql"),
     include_str!("migrations/0007_workers.sql"),
     include_str!("migrations/0008_probe.sql"),
+    include_str!("migrations/0009_event_fields.sql"),
 ];
 
 impl rusqlite::ToSql for Value {

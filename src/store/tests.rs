@@ -46,7 +46,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     };
     {
         let store = open();
-        assert_eq!(store.schema_version().expect("version"), 8);
+        assert_eq!(store.schema_version().expect("version"), 9);
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -60,7 +60,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let store = open();
     assert_eq!(
         store.schema_version().expect("no migration applied twice"),
-        8
+        9
     );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
@@ -175,14 +175,23 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     assert_eq!(after.reason.as_deref(), Some("cancelled by the user"));
 
     let first = store
-        .add_event(t1, Some("j1"), "launch", "two V100")
+        .add_event(
+            t1,
+            Some("j1"),
+            "launch",
+            "two V100",
+            Some(r#"{"event":"launched"}"#),
+        )
         .expect("event");
     store
-        .add_event(t1, None, "leak", "collected sim-9")
+        .add_event(t1, None, "leak", "collected sim-9", None)
         .expect("event");
     assert_eq!(store.events(0, None).expect("events").len(), 2);
     assert_eq!(store.events(first, None).expect("events")[0].kind, "leak");
-    assert_eq!(store.events(0, Some("j1")).expect("events").len(), 1);
+    let j1 = store.events(0, Some("j1")).expect("events");
+    assert_eq!(j1.len(), 1);
+    assert_eq!(j1[0].fields, Some(serde_json::json!({"event": "launched"})));
+    assert_eq!(store.events(first, None).expect("events")[0].fields, None);
 }
 
 /// One leader at a time; a standby takes over only once the lease has expired, and a leader
@@ -354,7 +363,7 @@ fn postgres_store_passes_the_same_checks() {
             .collect()
     });
     for s in &stores {
-        assert_eq!(s.schema_version().expect("version"), 8);
+        assert_eq!(s.schema_version().expect("version"), 9);
     }
     // One database, one identity, however many controllers created it at once.
     assert!(
@@ -404,7 +413,7 @@ fn postgres_store_speaks_tls_and_checks_the_certificate() {
         certs.ca.display()
     ));
     let store = Store::connect(&url).expect("verify-full against the right CA");
-    assert_eq!(store.schema_version().expect("version"), 8);
+    assert_eq!(store.schema_version().expect("version"), 9);
     assert!(pg_ssl_in_use(&store), "the connection is not encrypted");
 
     for query in [

@@ -7,13 +7,16 @@
 //!   delivers interruption notices with each cloud's lead time, injects capacity, quota,
 //!   throttling and transient faults on a seeded schedule, and records every call, so the
 //!   controller that drives AWS and GCP can run against it unchanged.
+//! - [`Intercepted`]: one scriptable provider in front of another, for tests and drills.
 
 pub mod cloud;
+pub mod intercept;
 pub mod latency;
 pub mod replay;
 pub mod trace;
 
 pub use cloud::{AgentNotice, Call, FaultSchedule, SimCloud};
+pub use intercept::{Asked, Intercepted, Verdict};
 pub use latency::Delayed;
 pub use replay::{
     Elasticity, MAX_TABLE_BYTES, PolicyKind, Prepared, Scenario, Summary, TickUse, WindowResult,
