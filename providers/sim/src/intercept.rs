@@ -100,7 +100,7 @@ impl Intercepted {
 
     fn rewritten(&self, mut instances: Vec<Instance>) -> Vec<Instance> {
         if let Some(rewrite) = &self.rewrite {
-            instances.iter_mut().for_each(|i| rewrite(i));
+            instances.iter_mut().for_each(rewrite);
         }
         instances
     }
