@@ -1122,12 +1122,14 @@ async fn a_queued_spot_request_is_cancelled_once_the_deadline_needs_on_demand() 
     run(&mut ctl, &sim, 180).await;
     let terminated = asked.lock().expect("lock").clone();
     assert!(terminated.contains(&first[0].id), "{terminated:?}");
-    let checked = checked.lock().expect("lock");
-    assert!(
-        checked.without.is_empty(),
-        "terminated by intent: {checked:?}"
-    );
-    assert_eq!(checked.by_intent, terminated.len());
+    {
+        let checked = checked.lock().expect("lock");
+        assert!(
+            checked.without.is_empty(),
+            "terminated by intent: {checked:?}"
+        );
+        assert_eq!(checked.by_intent, terminated.len());
+    }
     let events = store.events(0, None).expect("events");
     let shown: Vec<String> = events
         .iter()
