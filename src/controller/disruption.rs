@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, InstanceState, IntentKind, Offer};
 use tern_policies::fleet::{self, Deadline, MoveInput, Node, SpotWait, Target};
 
+use super::decide::{self, CapacityCall, SpotNow};
 use super::events::{Event, ResizeWhy, WaitReason};
 use super::{Controller, Result, fallbacks, hours};
 use crate::store::{InstanceRecord, JobRecord};
@@ -174,63 +175,51 @@ impl Controller {
         let zone = gang.then_some(&first.zone);
         let shape = first.instance_type.name.as_str();
         let planned = e.record.planned_count.max(target);
-        if let Some(call) = self.ask_policy(name, &first, planned, now) {
-            let wait = WaitReason::Policy { why: call.why() };
-            let (list, on_demand) = match call.step.placement {
-                Policy::Idle => {
-                    return self
-                        .without_spot(name, &first, n_live, missing, wait, now)
-                        .await;
-                }
-                Policy::OnDemand if gang => {
-                    return self.gang_on_demand(name, offers, target, now).await;
-                }
-                Policy::OnDemand => (pool(offers, shape, Capacity::OnDemand, zone), true),
-                // A gang's zone is gone: it gives its survivors back to start whole elsewhere.
-                p if gang && call.zone(p) != Some(&first.zone) => {
-                    return self
-                        .without_spot(name, &first, n_live, missing, wait, now)
-                        .await;
-                }
-                p => {
-                    let mut list = pool(offers, shape, Capacity::Spot, zone);
-                    list.sort_by_key(|o| Some(&o.zone) != call.zone(p));
-                    if list.is_empty() {
-                        // Spot holds the survivors but has no room for more: run on them.
-                        return self
-                            .without_spot(name, &first, n_live, missing, wait, now)
-                            .await;
-                    }
-                    (list, false)
-                }
-            };
-            let list = list.into_iter().cloned().collect();
-            return self
-                .launch_missing(name, list, missing, on_demand, now)
-                .await;
-        }
-        let mut list: Vec<Offer> = pool(offers, shape, Capacity::Spot, zone)
-            .into_iter()
-            .cloned()
-            .collect();
-        let mut on_demand = false;
-        if list.is_empty() {
+        let call = self.ask_policy(name, &first, planned, now);
+        let spot_list = pool(offers, shape, Capacity::Spot, zone);
+        let spot = SpotNow {
+            offered: !spot_list.is_empty(),
+            allowed: spot_allowed(offers, shape),
+        };
+        let decided = decide::capacity(call.as_ref(), spot, || {
             let pessimistic = self.throughput(name, &first, target).map_or(0.0, |t| t.1);
-            let work_h = self.work_hours(name, pessimistic);
-            let wait = spot_allowed(offers, shape)
-                .then(|| self.spot_wait(name, work_h, now))
-                .flatten();
-            if let Some(wait) = wait {
+            self.spot_wait(name, self.work_hours(name, pessimistic), now)
+        });
+        let (list, on_demand) = match decided {
+            CapacityCall::Wait(wait) => {
                 return self
                     .without_spot(name, &first, n_live, missing, wait, now)
                     .await;
             }
-            list = pool(offers, shape, Capacity::OnDemand, zone)
-                .into_iter()
-                .cloned()
-                .collect();
-            on_demand = true;
-        }
+            CapacityCall::OnDemand { .. } if gang && call.is_some() => {
+                return self.gang_on_demand(name, offers, target, now).await;
+            }
+            CapacityCall::OnDemand { .. } => {
+                (pool(offers, shape, Capacity::OnDemand, zone), true)
+            }
+            CapacityCall::Spot { .. } if call.is_none() => (spot_list, false),
+            CapacityCall::Spot { zone: want, why } => {
+                let wait = WaitReason::Policy {
+                    why: why.unwrap_or_default(),
+                };
+                // A gang's zone is gone: it gives its survivors back to start whole elsewhere.
+                if gang && want.as_ref() != Some(&first.zone) {
+                    return self
+                        .without_spot(name, &first, n_live, missing, wait, now)
+                        .await;
+                }
+                let mut list = spot_list;
+                list.sort_by_key(|o| Some(&o.zone) != want.as_ref());
+                if list.is_empty() {
+                    // Spot holds the survivors but has no room for more: run on them.
+                    return self
+                        .without_spot(name, &first, n_live, missing, wait, now)
+                        .await;
+                }
+                (list, false)
+            }
+        };
+        let list = list.into_iter().cloned().collect();
         self.launch_missing(name, list, missing, on_demand, now)
             .await
     }

@@ -20,6 +20,7 @@
 
 mod basis;
 mod disruption;
+mod decide;
 pub mod events;
 pub mod fencing;
 pub mod inputs;

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
+use super::decide::{self, CapacityCall, SpotNow};
 use super::disruption::{pool, spot_allowed};
 use super::events::{Event, Placement, WaitReason};
 use super::{Controller, Result, delta, fallbacks, hours};
 use crate::store::{InstanceRecord, JobState};
-use tern_policies::deadline::Placement as Policy;
 
 /// How old the offers `GET /v1/offers` shows may grow while the controller is idle.
 const OFFERS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -360,36 +360,38 @@ impl Controller {
             return self.mark_unplaceable(&jp.job, &reason, now);
         };
         let offers = &self.allowed_offers(&jp.job, offers)[..];
-        let Some(mut offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
+        let Some(offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
             return Ok(());
         };
         self.remember_plan_estimate(&jp.job, choice.expected_cost);
-        let mut why = None;
-        match self.ask_policy(&jp.job, &offer, choice.nodes, now) {
-            Some(call) => {
-                let shape = offer.instance_type.name.clone();
-                let to = match call.step.placement {
-                    Policy::Idle => {
-                        return self.wait(&jp.job, WaitReason::Policy { why: call.why() }, now);
-                    }
-                    Policy::OnDemand => pool(offers, &shape, Capacity::OnDemand, None),
-                    p => pool(offers, &shape, Capacity::Spot, call.zone(p)),
-                };
-                match to.first() {
-                    Some(o) => offer = (*o).clone(),
-                    None => return self.wait(&jp.job, WaitReason::NoCapacity, now),
-                }
-                why = Some(call.why());
+        let call = self.ask_policy(&jp.job, &offer, choice.nodes, now);
+        let shape = offer.instance_type.name.clone();
+        let spot = SpotNow {
+            offered: offer.capacity == Capacity::Spot,
+            allowed: spot_allowed(offers, &shape),
+        };
+        let decided = decide::capacity(call.as_ref(), spot, || {
+            self.spot_wait(&jp.job, choice.finish_high_h, now)
+        });
+        // Without a policy the planner's own offer stands; the policy names a pool.
+        let (to, why) = match decided {
+            CapacityCall::Wait(wait) => return self.wait(&jp.job, wait, now),
+            CapacityCall::OnDemand { why } | CapacityCall::Spot { why, .. } if call.is_none() => {
+                (Some(offer), why)
             }
-            None if offer.capacity != Capacity::Spot
-                && spot_allowed(offers, &offer.instance_type.name) =>
-            {
-                if let Some(wait) = self.spot_wait(&jp.job, choice.finish_high_h, now) {
-                    return self.wait(&jp.job, wait, now);
-                }
+            CapacityCall::OnDemand { why } => {
+                let to = pool(offers, &shape, Capacity::OnDemand, None);
+                (to.first().map(|o| (*o).clone()), why)
             }
-            None => {}
-        }
+            CapacityCall::Spot { zone, why } => {
+                let to = pool(offers, &shape, Capacity::Spot, zone.as_ref());
+                (to.first().map(|o| (*o).clone()), why)
+            }
+        };
+        let offer = match to {
+            Some(o) => o,
+            None => return self.wait(&jp.job, WaitReason::NoCapacity, now),
+        };
         let gang = self
             .fleet
             .jobs

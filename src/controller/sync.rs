@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, IntentId, Offer};
-use tern_policies::deadline::Placement;
 
+use super::decide::{self, CapacityCall, SpotNow};
 use super::events::Event;
 use super::instances::IdSet;
 use super::{Controller, Result, delta};
@@ -205,18 +205,19 @@ impl Controller {
             let nodes = self.fleet.jobs.get(&i.job).map_or(1, |e| {
                 e.record.planned_count.max(e.record.target_count).max(1)
             });
-            // The same decision `replace` takes: the deadline policy where the job has one,
-            // else the spot-wait rule.
-            let on_demand_now = match self.ask_policy(&i.job, &i.offer, nodes, now) {
-                Some(call) => matches!(call.step.placement, Placement::OnDemand),
-                None => {
-                    let pessimistic = self
-                        .throughput(&i.job, &i.offer, nodes)
-                        .map_or(0.0, |t| t.1);
-                    let work_h = self.work_hours(&i.job, pessimistic);
-                    self.spot_wait(&i.job, work_h, now).is_none()
-                }
+            // The decision a launch and `replace` take, for a request spot has no room for.
+            let call = self.ask_policy(&i.job, &i.offer, nodes, now);
+            let queued = SpotNow {
+                offered: false,
+                allowed: true,
             };
+            let decided = decide::capacity(call.as_ref(), queued, || {
+                let pessimistic = self
+                    .throughput(&i.job, &i.offer, nodes)
+                    .map_or(0.0, |t| t.1);
+                self.spot_wait(&i.job, self.work_hours(&i.job, pessimistic), now)
+            });
+            let on_demand_now = matches!(decided, CapacityCall::OnDemand { .. });
             if !on_demand_now || self.terminating(&i.id) {
                 continue;
             }
