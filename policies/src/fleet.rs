@@ -200,6 +200,23 @@ pub fn plan_move(input: &MoveInput<'_>) -> Result<Move, Stay> {
     }
 }
 
+/// The on-demand option that costs least for the work left: its `price` × `node_hours`, plus
+/// `egress` where it is `away` from the region of the last checkpoint. Ties go to the first.
+/// The replay's on-demand start and the controller's on-demand pick both choose with this.
+pub fn cheapest_on_demand(
+    options: impl IntoIterator<Item = (f64, bool)>,
+    node_hours: f64,
+    egress: f64,
+) -> Option<usize> {
+    let cost = |(price, away): (f64, bool)| price * node_hours + if away { egress } else { 0.0 };
+    options
+        .into_iter()
+        .map(cost)
+        .enumerate()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(i, _)| i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +296,16 @@ mod tests {
         assert!((m.current_rate - 6.12).abs() < 1e-9);
         // saving (6.12 − 1.8)·40 − restart 0.2·6.12 = 171.576.
         assert!((m.net_saving - (4.32 * 40.0 - 0.2 * 6.12)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn on_demand_is_picked_on_price_and_checkpoint_egress() {
+        // $3/h at home against $2.90/h away, 10 node-hours: $1 saved.
+        let options = [(3.0, false), (2.9, true)];
+        assert_eq!(cheapest_on_demand(options, 10.0, 0.5), Some(1));
+        assert_eq!(cheapest_on_demand(options, 10.0, 1.5), Some(0));
+        assert_eq!(cheapest_on_demand([(2.0, false), (2.0, false)], 1.0, 0.0), Some(0));
+        assert_eq!(cheapest_on_demand([], 1.0, 0.0), None);
     }
 
     #[test]

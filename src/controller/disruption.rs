@@ -85,6 +85,37 @@ fn nodes_of(running: &[(InstanceRecord, f64)], best: Option<&Offer>) -> Vec<Node
 }
 
 impl Controller {
+    /// On-demand offers of `shape` for job `name` (in `zone` where given): the one that costs
+    /// least for the work left, egress of the checkpoint to its region counted exactly as the
+    /// replay counts it ([`fleet::cheapest_on_demand`]), then the rest cheapest first as
+    /// fallbacks. Every on-demand pick of the controller goes through here.
+    pub(super) fn on_demand_pool<'a>(
+        &self,
+        name: &str,
+        offers: &'a [Offer],
+        shape: &str,
+        zone: Option<&tern_cloud::Zone>,
+    ) -> Vec<&'a Offer> {
+        let mut list = pool(offers, shape, Capacity::OnDemand, zone);
+        let (Some(first), Some(e)) = (list.first(), self.fleet.jobs.get(name)) else {
+            return list;
+        };
+        let nodes = e.record.target_count.max(e.record.planned_count).max(1);
+        let speed = self.throughput(name, first, nodes).map_or(0.0, |t| t.0);
+        let node_hours = self.work_hours(name, speed) * f64::from(nodes);
+        let egress = e.record.spec.checkpoint.size_gb * fleet::EGRESS_DOLLARS_PER_GB;
+        let home = self.live_of(name).first().map(|i| i.offer.region.clone());
+        let options = list.iter().map(|o| {
+            let away = home.as_ref().is_some_and(|h| *h != o.region);
+            (o.price_per_hour, away)
+        });
+        if let Some(k) = fleet::cheapest_on_demand(options, node_hours, egress) {
+            let best = list.remove(k);
+            list.insert(0, best);
+        }
+        list
+    }
+
     /// Hours one restart takes the job: checkpoint save, then the planner's price of an
     /// interruption on this cloud (provisioning, restore, and the progress since the last
     /// checkpoint where the cloud's notice is too short to save in).
@@ -195,7 +226,7 @@ impl Controller {
                 return self.gang_on_demand(name, offers, target, now).await;
             }
             CapacityCall::OnDemand { .. } => {
-                (pool(offers, shape, Capacity::OnDemand, zone), true)
+                (self.on_demand_pool(name, offers, shape, zone), true)
             }
             CapacityCall::Spot { .. } if call.is_none() => (spot_list, false),
             CapacityCall::Spot { zone: want, why } => {
@@ -247,7 +278,8 @@ impl Controller {
         // On-demand survivors pin the gang's zone; with none, any zone will do.
         let zone = (kept > 0).then_some(&first.zone);
         let shape = first.instance_type.name.as_str();
-        let list: Vec<Offer> = pool(offers, shape, Capacity::OnDemand, zone)
+        let list: Vec<Offer> = self
+            .on_demand_pool(name, offers, shape, zone)
             .into_iter()
             .cloned()
             .collect();
@@ -579,7 +611,7 @@ impl Controller {
         }
         let shape = first.instance_type.name.as_str();
         let target = match want {
-            Policy::OnDemand => pool(offers, shape, Capacity::OnDemand, None),
+            Policy::OnDemand => self.on_demand_pool(name, offers, shape, None),
             p => pool(offers, shape, Capacity::Spot, call.zone(p)),
         };
         let Some(best) = target.first().map(|o| (*o).clone()) else {

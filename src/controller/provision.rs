@@ -380,7 +380,7 @@ impl Controller {
                 (Some(offer), why)
             }
             CapacityCall::OnDemand { why } => {
-                let to = pool(offers, &shape, Capacity::OnDemand, None);
+                let to = self.on_demand_pool(&jp.job, offers, &shape, None);
                 (to.first().map(|o| (*o).clone()), why)
             }
             CapacityCall::Spot { zone, why } => {

@@ -12,6 +12,7 @@ use tern_policies::deadline::{
 };
 
 use crate::{SimError, Trace};
+use tern_policies::fleet;
 
 /// The policies `tern simulate` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -569,16 +570,11 @@ impl Prepared {
         let left = f64::from(self.job.ticks_left(s.done).max(1))
             * f64::from(self.job.nodes)
             * self.tick_hours;
-        let cost = |g: usize| {
-            let egress = match s.checkpoint_region {
-                Some(c) if c != g => self.egress_cost,
-                _ => 0.0,
-            };
-            self.od_by_region[g] * left + egress
-        };
-        (0..self.od_by_region.len())
-            .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
-            .unwrap_or(0)
+        let options = self.od_by_region.iter().enumerate().map(|(g, &price)| {
+            let away = s.checkpoint_region.is_some_and(|c| c != g);
+            (price, away)
+        });
+        fleet::cheapest_on_demand(options, left, self.egress_cost).unwrap_or(0)
     }
 
     /// On-demand $/h per instance of each zone.
