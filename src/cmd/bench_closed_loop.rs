@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tern::sim::closed_loop::LoopSetup;
-use tern_sim::PolicyKind;
+use tern_replay::PolicyKind;
 
 use super::bench_simulate::{WindowJob, load_folder};
 use super::output::print_json_line;

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use tern_sim::{PolicyKind, Scenario, Trace};
+use tern_replay::{PolicyKind, Scenario};
+use tern_sim::Trace;
 
 use super::output::print_json_line;
 

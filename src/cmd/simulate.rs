@@ -9,7 +9,8 @@ use serde::Serialize;
 use tern_cloud::{Budget, CheckpointSpec, JobSpec, ProfileRef, Work, WorkerRange};
 use tern_policies::deadline::relative_throughput;
 use tern_policies::forecast::speed;
-use tern_sim::{Elasticity, PolicyKind, Scenario, Summary, Trace};
+use tern_replay::{Elasticity, PolicyKind, Scenario, Summary};
+use tern_sim::Trace;
 
 use super::output::{print_json_line, table};
 use tern::jobs::LoadedJob;
@@ -482,7 +483,7 @@ fn profile_job(
 /// `--report FILE`: the replay's windows as a cost report (see [`tern::sim::replay_report`]).
 fn write_report(
     path: &std::path::Path,
-    prepared: &[tern_sim::Prepared],
+    prepared: &[tern_replay::Prepared],
     groups: &[Vec<Trace>],
     policies: &[PolicyKind],
 ) -> anyhow::Result<()> {

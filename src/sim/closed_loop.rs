@@ -22,7 +22,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use tern_cloud::{Capacity, parse_job_spec};
 use tern_sim::cloud::SimConfig;
-use tern_sim::{Prepared, SimCloud, Trace, WindowResult};
+use tern_replay::{Prepared, WindowResult};
+use tern_sim::{SimCloud, Trace};
 
 use tern_plan::ThroughputModel;
 
@@ -418,7 +419,7 @@ mod tests {
         let mut b = trace("us-west-2b");
         b.available = (0..48).map(|i| u32::from(i % 16 < 10)).collect();
         let traces = vec![a, b];
-        let prepared = tern_sim::Scenario {
+        let prepared = tern_replay::Scenario {
             traces: traces.clone(),
             work_hours: 2.0,
             deadline_hours: 4.0,

@@ -7,7 +7,8 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use tern_cloud::{Capacity, parse_job_spec};
-use tern_sim::{PolicyKind, Prepared, TickUse, Trace};
+use tern_replay::{PolicyKind, Prepared, TickUse};
+use tern_sim::Trace;
 
 use crate::report::Ledger;
 use crate::store::{JobRecord, JobState, Usage};

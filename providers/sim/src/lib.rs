@@ -1,8 +1,6 @@
 //! tern's simulated cloud, a product feature rather than a test mock.
 //!
 //! - [`trace`]: real spot availability traces (Can't Be Late JSON layout), validated on load.
-//! - [`replay`]: the fast, deterministic engine behind `tern simulate` that runs the deadline
-//!   policies of `tern_policies::deadline` over windows of those traces.
 //! - [`SimCloud`]: a [`tern_cloud::Provider`] on a virtual clock that replays the same traces,
 //!   delivers interruption notices with each cloud's lead time, injects capacity, quota,
 //!   throttling and transient faults on a seeded schedule, and records every call, so the
@@ -12,15 +10,11 @@
 pub mod cloud;
 pub mod intercept;
 pub mod latency;
-pub mod replay;
 pub mod trace;
 
 pub use cloud::{AgentNotice, Call, FaultSchedule, SimCloud};
 pub use intercept::{Asked, Intercepted, Verdict};
 pub use latency::Delayed;
-pub use replay::{
-    Elasticity, MAX_TABLE_BYTES, PolicyKind, Prepared, Scenario, Summary, TickUse, WindowResult,
-};
 pub use trace::{Trace, TraceError};
 
 /// Errors of the simulator that are not provider errors (those are `tern_cloud::ProviderError`).

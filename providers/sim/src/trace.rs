@@ -13,6 +13,13 @@ use tern_cloud::input::{Limit, ReadError, read_capped};
 use tern_cloud::name::check_label;
 
 /// Why a trace file was rejected. Always names the file, so a bad file among forty is obvious.
+/// p3.2xlarge on-demand in us-east-1 (the V100 traces' instance type), from the bundled catalog.
+pub const DEFAULT_ON_DEMAND: f64 = 3.06;
+/// Spot as a fraction of on-demand when nothing better is known: 0.30, i.e. $0.92/h for
+/// p3.2xlarge, the low end of the measured $0.92–1.85/h (DESIGN.md §5) and the Can't Be Late
+/// paper's setting. Pass `--spot-price` for anything else.
+pub const DEFAULT_SPOT_FRACTION: f64 = 0.30;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("{file}: cannot read: {source}")]

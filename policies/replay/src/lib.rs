@@ -1,5 +1,7 @@
 //! The fast replay engine behind `tern simulate`: run deadline policies over windows of real
-//! spot traces and compare their cost with on-demand only.
+//! spot traces (read by `tern_sim::trace`) and compare their cost with on-demand only. It
+//! lives apart from the simulated cloud, which is only a `Provider`: this crate asks the
+//! policies of `tern_policies::deadline` the way the controller does ([`deadline::step`]).
 //!
 //! A window starts at every stride offset. Online policies see each zone's history up to the
 //! current tick only; `optimal` sees the whole window. Everything here is deterministic.
@@ -11,8 +13,22 @@ use tern_policies::deadline::{
     UniformProgress, ZoneFuture, ZoneView,
 };
 
-use crate::{SimError, Trace};
+use tern_sim::Trace;
 use tern_policies::fleet;
+
+/// A replay that cannot run as asked (the user can fix it by changing arguments).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("invalid simulation: {reason}")]
+    Invalid { reason: String },
+}
+
+impl ReplayError {
+    /// Always the user's to fix; kept beside the other crates' error classifiers.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, ReplayError::Invalid { .. })
+    }
+}
 
 /// The policies `tern simulate` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -69,13 +85,13 @@ impl PolicyKind {
 }
 
 impl std::str::FromStr for PolicyKind {
-    type Err = SimError;
+    type Err = ReplayError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         PolicyKind::ALL
             .into_iter()
             .chain([PolicyKind::Controller, PolicyKind::ControllerCold])
             .find(|p| p.name() == s.trim().to_ascii_lowercase())
-            .ok_or_else(|| SimError::Invalid {
+            .ok_or_else(|| ReplayError::Invalid {
                 reason: format!(
                     "unknown policy '{s}' (expected od, greedy, up, optimal, tern, controller or \
                      controller-cold)"
@@ -114,12 +130,7 @@ pub struct Elasticity {
     pub relative_throughput: Option<Vec<f64>>,
 }
 
-/// p3.2xlarge on-demand in us-east-1 (the V100 traces' instance type), from the bundled catalog.
-pub const DEFAULT_ON_DEMAND: f64 = 3.06;
-/// Spot as a fraction of on-demand when nothing better is known: 0.30, i.e. $0.92/h for
-/// p3.2xlarge, the low end of the measured $0.92–1.85/h (DESIGN.md §5) and the Can't Be Late
-/// paper's setting. Pass `--spot-price` for anything else.
-pub const DEFAULT_SPOT_FRACTION: f64 = 0.30;
+pub use tern_sim::trace::{DEFAULT_ON_DEMAND, DEFAULT_SPOT_FRACTION};
 
 /// Most memory the value tables of one replay may take, over all threads: 4 GiB. A 52-hour
 /// deadline on a 1-second-tick trace would ask for tens of GB and abort; it is refused instead.
@@ -189,7 +200,7 @@ pub struct Prepared {
 
 impl Scenario {
     /// A gang job: it needs all `nodes` at once.
-    pub fn prepare(&self) -> Result<Prepared, SimError> {
+    pub fn prepare(&self) -> Result<Prepared, ReplayError> {
         self.prepare_elastic(&Elasticity {
             min_nodes: self.nodes.max(1),
             relative_throughput: None,
@@ -197,8 +208,8 @@ impl Scenario {
     }
 
     /// A job that may run on `elastic.min_nodes..=nodes` instances.
-    pub fn prepare_elastic(&self, elastic: &Elasticity) -> Result<Prepared, SimError> {
-        let invalid = |reason: String| SimError::Invalid { reason };
+    pub fn prepare_elastic(&self, elastic: &Elasticity) -> Result<Prepared, ReplayError> {
+        let invalid = |reason: String| ReplayError::Invalid { reason };
         let first = self
             .traces
             .first()
@@ -378,7 +389,7 @@ impl Prepared {
 
     /// Refuses a replay whose tables would exceed [`MAX_TABLE_BYTES`] on all threads, saying
     /// what to change, instead of letting the allocation abort the process.
-    pub fn check_memory(&self, policies: &[PolicyKind]) -> Result<(), SimError> {
+    pub fn check_memory(&self, policies: &[PolicyKind]) -> Result<(), ReplayError> {
         let one = self.table_bytes(policies);
         let threads = self.threads() as u64;
         let total = one.saturating_mul(threads);
@@ -386,7 +397,7 @@ impl Prepared {
             return Ok(());
         }
         let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
-        Err(SimError::Invalid {
+        Err(ReplayError::Invalid {
             reason: format!(
                 "the optimal/tern value tables could need up to {:.1} GiB ({threads} thread(s) × \
                  {:.1} GiB: a deadline of {} ticks × {} ticks of slack at {:.0} s a tick), over \
@@ -748,300 +759,4 @@ pub fn percentile(values: &[f64], q: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-
-    fn trace(zone: &str, data: Vec<u32>) -> Trace {
-        Trace {
-            source: PathBuf::from(format!("{zone}.json")),
-            cloud: tern_cloud::Cloud::Aws,
-            region: crate::trace::region_of(zone),
-            zone: zone.into(),
-            gap_seconds: 3600,
-            available: data,
-            prices: None,
-            spot_price: None,
-            on_demand_price: None,
-        }
-    }
-
-    #[test]
-    fn each_zone_bills_its_own_on_demand_price_and_on_demand_goes_to_the_cheapest() {
-        // No spot anywhere; zone b (another region) sells on-demand at 2.0, zone a at 3.0.
-        let mut a = trace("us-east-1a", vec![0; 40]);
-        a.on_demand_price = Some(3.0);
-        let mut b = trace("us-west-2a", vec![0; 40]);
-        b.on_demand_price = Some(2.0);
-        let mut sc = scenario(vec![a, b]);
-        sc.on_demand_price = None;
-        sc.egress_cost = 5.0;
-        let p = sc.prepare().expect("prepare");
-        assert_eq!(
-            p.on_demand_price, 2.0,
-            "the cheapest zone is the job's on-demand price"
-        );
-        assert_eq!(p.on_demand_prices(), &[3.0, 2.0]);
-        let od = p.run_window(PolicyKind::OnDemand, 0);
-        // 10 h of work + 1 h restart at 2.0 $/h; no checkpoint yet, so no egress.
-        assert!((od.cost - 22.0).abs() < 1e-9, "{od:?}");
-        let best = p.run_window(PolicyKind::Optimal, 0);
-        assert!((best.cost - 22.0).abs() < 1e-9, "{best:?}");
-        // The ratio's denominator is C hours at the cheapest on-demand price.
-        let s = p.summarise(PolicyKind::OnDemand, std::iter::once(od));
-        assert!((s.mean_cost_ratio - 1.1).abs() < 1e-9, "{s:?}");
-    }
-
-    #[test]
-    fn on_demand_stays_with_the_checkpoint_when_moving_it_costs_more_than_it_saves() {
-        // Spot in zone a (region 0) for the first 3 hours, then nothing; on-demand is 0.1 $/h
-        // cheaper in zone b's region, but moving the checkpoint there costs 5 $.
-        let mut a = trace("us-east-1a", [vec![1; 3], vec![0; 37]].concat());
-        a.on_demand_price = Some(1.0);
-        let mut b = trace("us-west-2a", vec![0; 40]);
-        b.on_demand_price = Some(0.9);
-        let mut sc = scenario(vec![a, b]);
-        sc.on_demand_price = None;
-        sc.egress_cost = 5.0;
-        let p = sc.prepare().expect("prepare");
-        let g = p.run_window(PolicyKind::Greedy, 0);
-        // 3 ticks of spot (1 boot + 2 work) at 0.3, then on-demand in region 0 at 1.0: a restart
-        // plus 8 ticks of work left = 9 ticks; staying beats 9 × 0.9 + 5.
-        assert!((g.cost - (3.0 * 0.3 + 9.0 * 1.0)).abs() < 1e-9, "{g:?}");
-        assert!(g.finished);
-        let best = p.run_window(PolicyKind::Optimal, 0);
-        assert!(best.cost <= g.cost + 1e-9);
-    }
-
-    fn scenario(traces: Vec<Trace>) -> Scenario {
-        Scenario {
-            traces,
-            work_hours: 10.0,
-            deadline_hours: 16.0,
-            restart_hours: 1.0,
-            on_demand_price: Some(1.0),
-            spot_price: Some(0.3),
-            stride_hours: 4.0,
-            egress_cost: 0.0,
-            nodes: 1,
-        }
-    }
-
-    #[test]
-    fn on_demand_costs_work_plus_one_restart() {
-        let p = scenario(vec![trace("us-east-1a", vec![0; 40])])
-            .prepare()
-            .unwrap();
-        let s = p.replay(&[PolicyKind::OnDemand], &|| ());
-        assert_eq!(s[0].windows, 7); // starts 0, 4, ..., 24
-        assert!((s[0].mean_cost_ratio - 1.1).abs() < 1e-9);
-        assert_eq!(s[0].deadline_misses, 0);
-        assert_eq!(s[0].spot_share, 0.0);
-    }
-
-    #[test]
-    fn always_available_spot_costs_the_spot_price() {
-        let p = scenario(vec![trace("us-east-1a", vec![1; 40])])
-            .prepare()
-            .unwrap();
-        for s in p.replay(
-            &[
-                PolicyKind::Greedy,
-                PolicyKind::UniformProgress,
-                PolicyKind::Optimal,
-            ],
-            &|| (),
-        ) {
-            assert!((s.mean_cost_ratio - 0.33).abs() < 1e-9, "{s:?}");
-            assert_eq!(s.spot_share, 1.0);
-        }
-    }
-
-    #[test]
-    fn policy_names_round_trip_and_bad_ones_are_named() {
-        for p in PolicyKind::ALL {
-            assert_eq!(p.name().parse::<PolicyKind>().unwrap(), p);
-        }
-        assert!(
-            "cheap"
-                .parse::<PolicyKind>()
-                .unwrap_err()
-                .to_string()
-                .contains("cheap")
-        );
-    }
-
-    #[test]
-    fn infeasible_deadlines_and_mixed_ticks_are_rejected() {
-        let mut s = scenario(vec![trace("a1", vec![1; 40])]);
-        s.deadline_hours = 10.5;
-        assert!(s.prepare().unwrap_err().to_string().contains("cannot fit"));
-        let mut other = trace("b1", vec![1; 40]);
-        other.gap_seconds = 60;
-        let s = scenario(vec![trace("a1", vec![1; 40]), other]);
-        assert!(s.prepare().unwrap_err().to_string().contains("tick length"));
-    }
-
-    /// A multi-node trace from a seeded LCG: runs of random length at random counts 0..=k.
-    fn lumpy(seed: u64, len: usize, k: u32) -> Vec<u32> {
-        let mut x = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let mut next = move || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u32
-        };
-        let mut out = Vec::with_capacity(len);
-        while out.len() < len {
-            let level = next() % (k + 1);
-            let run = 1 + next() % 8;
-            out.extend(std::iter::repeat_n(level, run as usize));
-        }
-        out.truncate(len);
-        out
-    }
-
-    #[test]
-    fn elastic_optimum_is_never_beaten_and_online_policies_never_miss() {
-        for seed in 0..12u64 {
-            let k = 2 + (seed % 3) as u32;
-            let zones = 1 + (seed % 2) as usize;
-            let traces: Vec<Trace> = (0..zones)
-                .map(|z| {
-                    let name = ["us-east-1a", "us-west-2b"][z];
-                    let mut t = trace(name, lumpy(seed * 7 + z as u64, 60, k));
-                    // Per-zone on-demand prices on odd seeds (region b cheaper).
-                    t.on_demand_price = (seed % 2 == 1).then_some([1.0, 0.8][z]);
-                    t
-                })
-                .collect();
-            let mut sc = scenario(traces);
-            if seed % 2 == 1 {
-                sc.on_demand_price = None;
-            }
-            sc.nodes = k;
-            sc.egress_cost = 0.5;
-            let table: Vec<f64> = (0..=k)
-                .map(|n| (f64::from(n) / f64::from(k)).sqrt())
-                .collect();
-            for (min_nodes, rel) in [(1, None), (k - 1, Some(table.clone())), (k, None)] {
-                let p = sc
-                    .prepare_elastic(&Elasticity {
-                        min_nodes,
-                        relative_throughput: rel.clone(),
-                    })
-                    .unwrap();
-                for &start in &p.starts {
-                    let best = p.run_window(PolicyKind::Optimal, start);
-                    assert!(best.finished);
-                    for policy in [
-                        PolicyKind::OnDemand,
-                        PolicyKind::Greedy,
-                        PolicyKind::UniformProgress,
-                        PolicyKind::Tern,
-                    ] {
-                        let r = p.run_window(policy, start);
-                        assert!(
-                            r.finished,
-                            "{} missed: seed {seed}, M {min_nodes}",
-                            policy.name()
-                        );
-                        assert!(
-                            best.cost <= r.cost + 1e-9,
-                            "{} {} < optimal {}: seed {seed}, M {min_nodes}, {rel:?}",
-                            policy.name(),
-                            r.cost,
-                            best.cost
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn elastic_job_runs_on_partial_capacity_and_bills_what_it_holds() {
-        // Three of four nodes, always: the gang pays on-demand, the linear elastic job runs on
-        // three spot nodes at 3/4 speed (10 h of work → 14 h, within 16 h with a 1 h start).
-        let mut sc = scenario(vec![trace("us-east-1a", vec![3; 40])]);
-        sc.nodes = 4;
-        let gang = sc.prepare().unwrap();
-        let el = sc
-            .prepare_elastic(&Elasticity {
-                min_nodes: 2,
-                relative_throughput: None,
-            })
-            .unwrap();
-        assert_eq!((el.job.unit, el.job.min_nodes), (4, 2));
-        for p in [PolicyKind::Greedy, PolicyKind::Optimal] {
-            let g = gang.run_window(p, 0);
-            assert!((g.cost - 44.0).abs() < 1e-9, "{g:?}"); // 11 h × 4 nodes × $1
-            let e = el.run_window(p, 0);
-            // 1 h boot + ceil(40 units / 3 per hour) = 14 h, on 3 nodes at $0.3.
-            assert!(
-                (e.cost - 0.3 * 3.0 * 15.0).abs() < 1e-9,
-                "{} {e:?}",
-                p.name()
-            );
-            assert_eq!((e.spot_ticks, e.on_demand_ticks), (45, 0));
-        }
-        let err = sc
-            .prepare_elastic(&Elasticity {
-                min_nodes: 5,
-                relative_throughput: None,
-            })
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("min nodes"), "{err}");
-    }
-
-    #[test]
-    fn percentile_is_nearest_rank() {
-        let v: Vec<f64> = (1..=10).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.9), 9.0);
-        assert_eq!(percentile(&v, 1.0), 10.0);
-        assert!(percentile(&[], 0.5).is_nan());
-    }
-
-    /// A 1-second-tick trace with a 52 h deadline asked for 62 GB and aborted; it is refused
-    /// with the figures, and the policies without tables still replay it.
-    #[test]
-    fn oversized_tables_are_refused_before_any_allocation() {
-        let mut t = trace("us-east-1a", vec![1; 60 * 3600]);
-        t.gap_seconds = 1;
-        let mut s = scenario(vec![t]);
-        (s.work_hours, s.deadline_hours, s.restart_hours) = (40.0, 52.0, 0.2);
-        s.stride_hours = 1.0;
-        let p = s.prepare().expect("prepares");
-        let e = p
-            .check_memory(&PolicyKind::ALL)
-            .expect_err("too big")
-            .to_string();
-        assert!(e.contains("GiB") && e.contains("coarser ticks"), "{e}");
-        assert!(p.table_bytes(&[PolicyKind::Optimal]) > MAX_TABLE_BYTES / 8);
-        let cheap = [
-            PolicyKind::OnDemand,
-            PolicyKind::Greedy,
-            PolicyKind::UniformProgress,
-        ];
-        assert_eq!(p.table_bytes(&cheap), 0);
-        assert!(p.check_memory(&cheap).is_ok());
-        // The usual hour-tick scenario is far below the limit.
-        let small = scenario(vec![trace("a1", vec![1; 40])])
-            .prepare()
-            .expect("small");
-        assert!(small.check_memory(&PolicyKind::ALL).is_ok());
-    }
-
-    #[test]
-    fn nonsense_spot_prices_are_refused() {
-        for bad in [-1.0, f64::NAN, f64::INFINITY] {
-            let mut s = scenario(vec![trace("a1", vec![1; 40])]);
-            s.spot_price = Some(bad);
-            let e = s.prepare().expect_err("bad price").to_string();
-            assert!(e.contains("spot price"), "{bad}: {e}");
-        }
-    }
-}
+mod tests;
