@@ -304,7 +304,10 @@ mod tests {
         let options = [(3.0, false), (2.9, true)];
         assert_eq!(cheapest_on_demand(options, 10.0, 0.5), Some(1));
         assert_eq!(cheapest_on_demand(options, 10.0, 1.5), Some(0));
-        assert_eq!(cheapest_on_demand([(2.0, false), (2.0, false)], 1.0, 0.0), Some(0));
+        assert_eq!(
+            cheapest_on_demand([(2.0, false), (2.0, false)], 1.0, 0.0),
+            Some(0)
+        );
         assert_eq!(cheapest_on_demand([], 1.0, 0.0), None);
     }
 

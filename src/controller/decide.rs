@@ -46,9 +46,7 @@ pub(super) fn capacity(
     if let Some(call) = call {
         let why = Some(call.why());
         return match call.step.placement {
-            Policy::Idle => CapacityCall::Wait(WaitReason::Policy {
-                why: call.why(),
-            }),
+            Policy::Idle => CapacityCall::Wait(WaitReason::Policy { why: call.why() }),
             Policy::OnDemand => CapacityCall::OnDemand { why },
             p => CapacityCall::Spot {
                 zone: call.zone(p).cloned(),
@@ -107,7 +105,12 @@ mod tests {
     #[test]
     fn each_branch_of_the_capacity_decision() {
         let why = Some(call(Policy::OnDemand).why());
-        let rows: Vec<(Option<PolicyCall>, SpotNow, Option<WaitReason>, CapacityCall)> = vec![
+        let rows: Vec<(
+            Option<PolicyCall>,
+            SpotNow,
+            Option<WaitReason>,
+            CapacityCall,
+        )> = vec![
             (
                 Some(call(Policy::Idle)),
                 OFFERED,
@@ -140,7 +143,12 @@ mod tests {
                     why: None,
                 },
             ),
-            (None, OUT, slack(), CapacityCall::Wait(WaitReason::NoDeadline)),
+            (
+                None,
+                OUT,
+                slack(),
+                CapacityCall::Wait(WaitReason::NoDeadline),
+            ),
             (None, OUT, None, CapacityCall::OnDemand { why: None }),
             (None, NEVER, slack(), CapacityCall::OnDemand { why: None }),
         ];
@@ -152,7 +160,11 @@ mod tests {
     /// The spot-wait rule is not consulted where it cannot change the answer.
     #[test]
     fn the_wait_rule_is_asked_only_when_it_decides() {
-        for (policy, spot) in [(Some(call(Policy::Idle)), OUT), (None, OFFERED), (None, NEVER)] {
+        for (policy, spot) in [
+            (Some(call(Policy::Idle)), OUT),
+            (None, OFFERED),
+            (None, NEVER),
+        ] {
             capacity(policy.as_ref(), spot, || panic!("asked"));
         }
     }

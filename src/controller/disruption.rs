@@ -225,9 +225,7 @@ impl Controller {
             CapacityCall::OnDemand { .. } if gang && call.is_some() => {
                 return self.gang_on_demand(name, offers, target, now).await;
             }
-            CapacityCall::OnDemand { .. } => {
-                (self.on_demand_pool(name, offers, shape, zone), true)
-            }
+            CapacityCall::OnDemand { .. } => (self.on_demand_pool(name, offers, shape, zone), true),
             CapacityCall::Spot { .. } if call.is_none() => (spot_list, false),
             CapacityCall::Spot { zone: want, why } => {
                 let wait = WaitReason::Policy {

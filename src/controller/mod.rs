@@ -19,8 +19,8 @@
 //! controller itself.
 
 mod basis;
-mod disruption;
 mod decide;
+mod disruption;
 pub mod events;
 pub mod fencing;
 pub mod inputs;

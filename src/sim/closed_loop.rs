@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use tern_cloud::{Capacity, parse_job_spec};
-use tern_sim::cloud::SimConfig;
 use tern_replay::{Prepared, WindowResult};
+use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
 use tern_plan::ThroughputModel;

@@ -13,8 +13,8 @@ use tern_policies::deadline::{
     UniformProgress, ZoneFuture, ZoneView,
 };
 
-use tern_sim::Trace;
 use tern_policies::fleet;
+use tern_sim::Trace;
 
 /// A replay that cannot run as asked (the user can fix it by changing arguments).
 #[derive(Debug, thiserror::Error)]
