@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use tern_sim::{PolicyKind, Scenario, Summary, Trace};
+use tern_replay::{PolicyKind, Scenario, Summary};
+use tern_sim::Trace;
 
 fn traces() -> Vec<Trace> {
     let dir = PathBuf::from(concat!(
