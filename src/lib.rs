@@ -2,9 +2,10 @@
 //! the worker agent, job loading and the simulated cloud's server and client. The `tern`
 //! binary (`src/main.rs`, `src/cmd/`) only parses arguments, calls this and prints.
 //!
-//! Layers, lowest first (ARCHITECTURE.md has the full map; `tests/layers.rs` enforces it):
-//! `http`, `serve` and `jobs` → `store` → `api::wire`/`api::client` → `controller` → `api` (server),
-//! `sim`, `agent`. Nothing here imports the binary's `cmd`, and `anyhow` stays in the binary.
+//! Which module may use which is one table in ARCHITECTURE.md ("Who may depend on whom"), and
+//! `tests/layers.rs` reads that table: roughly `http`, `serve`, `jobs` → `store` → `api::wire`,
+//! `api::client`, `report` → `controller` → `api` (the server), `sim`, `agent`. Nothing here
+//! imports the binary's `cmd`, and `anyhow` stays in the binary.
 
 pub mod agent;
 pub mod api;

@@ -1,52 +1,22 @@
-//! Phase 5: jobs that run and need a change. Lost nodes are replaced (spot of the same shape
-//! first; on-demand only when the deadline needs it; a gang only in its zone, else it is
-//! released and placed anew), elastic jobs shrink to their survivors and grow back, and nodes
-//! move to cheaper spot when the saving beats the cost of moving. For a job with a deadline the
-//! decisions are the deadline policy's (`super::policy`: spot in which zone, on-demand, or
-//! wait); without one they are `tern_policies::fleet`'s (never on-demand). This module gathers
-//! their inputs and acts on the answer.
+//! The running jobs that need a change (the second half of `reconcile_jobs`). Lost nodes are
+//! replaced (spot of the same shape first; on-demand only when the deadline needs it; a gang only
+//! in its zone, else it is released and placed anew), elastic jobs shrink to their survivors and
+//! grow back, and nodes move to cheaper spot when the saving beats the cost of moving. For a job
+//! with a deadline the decisions are the deadline policy's (`super::policy`: spot in which zone,
+//! on-demand, or wait); without one they are `tern_policies::fleet`'s (never on-demand). This
+//! module gathers their inputs and acts on the answer.
 
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{Availability, Capacity, InstanceId, InstanceState, IntentKind, Offer};
+use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer};
 use tern_policies::fleet::{self, Deadline, MoveInput, Node, SpotWait, Target};
 
-use super::decide::{self, CapacityCall, SpotNow};
-use super::events::{Event, ResizeWhy, WaitReason};
+use super::decide::{self, Decision, pool};
+use super::events::{Event, WaitReason};
 use super::{Controller, Result, fallbacks, hours};
 use crate::store::{InstanceRecord, JobRecord};
 use tern_policies::deadline::Placement as Policy;
-
-/// Offers of `shape` and `capacity` that are not known to be unavailable, cheapest first;
-/// `zone` pins a gang to where its nodes run.
-pub(super) fn pool<'a>(
-    offers: &'a [Offer],
-    shape: &str,
-    capacity: Capacity,
-    zone: Option<&tern_cloud::Zone>,
-) -> Vec<&'a Offer> {
-    let mut v: Vec<&Offer> = offers
-        .iter()
-        .filter(|o| {
-            o.instance_type.name == shape
-                && o.capacity == capacity
-                && !matches!(o.availability, Availability::Unavailable)
-                && zone.is_none_or(|z| &o.zone == z)
-        })
-        .collect();
-    v.sort_by(|a, b| a.price_per_hour.total_cmp(&b.price_per_hour));
-    v
-}
-
-/// Whether any spot offer of `shape` is among `offers` (the ones a job's constraints allow),
-/// with capacity now or not: waiting for spot makes sense only then. An on-demand-only job,
-/// or one whose allowed zones sell no spot, runs on on-demand at once.
-pub(super) fn spot_allowed(offers: &[Offer], shape: &str) -> bool {
-    offers
-        .iter()
-        .any(|o| o.capacity == Capacity::Spot && o.instance_type.name == shape)
-}
 
 /// The running nodes as the move rule sees them, against the target pool `best`.
 /// The move the controller starts: which nodes leave, for which offer, and why.
@@ -178,8 +148,7 @@ impl Controller {
         }
     }
 
-    /// Replace lost nodes of a running job: same shape, spot first; on-demand only when the
-    /// deadline needs it. A gang stays in its zone.
+    /// Replace lost nodes of a running job ([`decide::replace`]).
     pub(super) async fn replace(
         &mut self,
         name: &str,
@@ -187,207 +156,142 @@ impl Controller {
         now: DateTime<Utc>,
     ) -> Result<()> {
         let offers = &self.allowed_offers(name, offers)[..];
-        let live = self.live_of(name);
-        let n_live = live.len() as u32;
-        let Some(first) = live.first().map(|i| i.offer.clone()) else {
-            return Ok(());
-        };
         let Some(e) = self.fleet.jobs.get_mut(name) else {
             return Ok(());
         };
         e.last_plan = Some(now);
         e.dirty = false;
-        let gang = e.record.spec.gang;
-        let target = e.record.target_count;
-        let missing = target.saturating_sub(n_live);
-        if missing == 0 {
-            return Ok(());
-        }
-        let zone = gang.then_some(&first.zone);
-        let shape = first.instance_type.name.as_str();
-        let planned = e.record.planned_count.max(target);
-        let call = self.ask_policy(name, &first, planned, now);
-        let spot_list = pool(offers, shape, Capacity::Spot, zone);
-        let spot = SpotNow {
-            offered: !spot_list.is_empty(),
-            allowed: spot_allowed(offers, shape),
-        };
-        let decided = decide::capacity(call.as_ref(), spot, || {
-            let pessimistic = self.throughput(name, &first, target).map_or(0.0, |t| t.1);
-            self.spot_wait(name, self.work_hours(name, pessimistic), now)
-        });
-        let (list, on_demand) = match decided {
-            CapacityCall::Wait(wait) => {
-                return self
-                    .without_spot(name, &first, n_live, missing, wait, now)
-                    .await;
-            }
-            CapacityCall::OnDemand { .. } if gang && call.is_some() => {
-                return self.gang_on_demand(name, offers, target, now).await;
-            }
-            CapacityCall::OnDemand { .. } => (self.on_demand_pool(name, offers, shape, zone), true),
-            CapacityCall::Spot { .. } if call.is_none() => (spot_list, false),
-            CapacityCall::Spot { zone: want, why } => {
-                let wait = WaitReason::Policy {
-                    why: why.unwrap_or_default(),
-                };
-                // A gang's zone is gone: it gives its survivors back to start whole elsewhere.
-                if gang && want.as_ref() != Some(&first.zone) {
-                    return self
-                        .without_spot(name, &first, n_live, missing, wait, now)
-                        .await;
-                }
-                let mut list = spot_list;
-                list.sort_by_key(|o| Some(&o.zone) != want.as_ref());
-                if list.is_empty() {
-                    // Spot holds the survivors but has no room for more: run on them.
-                    return self
-                        .without_spot(name, &first, n_live, missing, wait, now)
-                        .await;
-                }
-                (list, false)
-            }
-        };
-        let list = list.into_iter().cloned().collect();
-        self.launch_missing(name, list, missing, on_demand, now)
-            .await
-    }
-
-    /// The deadline needs a gang on on-demand: all of it, as the policy's job is all on one
-    /// capacity. Spot survivors are released too (the gang restarts on the new nodes anyway),
-    /// or each of their reclaims would restart it again with no slack left to pay for it.
-    async fn gang_on_demand(
-        &mut self,
-        name: &str,
-        offers: &[Offer],
-        target: u32,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let live = self.live_of(name);
-        let Some(first) = live.first().map(|i| i.offer.clone()) else {
+        let Some(view) = self.running(name, offers, now) else {
             return Ok(());
         };
-        let spot: Vec<InstanceId> = live
-            .iter()
-            .filter(|i| i.offer.capacity == Capacity::Spot)
-            .map(|i| i.id.clone())
-            .collect();
-        let kept = (live.len() - spot.len()) as u32;
-        // On-demand survivors pin the gang's zone; with none, any zone will do.
-        let zone = (kept > 0).then_some(&first.zone);
-        let shape = first.instance_type.name.as_str();
-        let list: Vec<Offer> = self
-            .on_demand_pool(name, offers, shape, zone)
-            .into_iter()
-            .cloned()
-            .collect();
-        if !spot.is_empty() && !list.is_empty() {
-            self.emit(
-                now,
-                Event::Regrouped {
-                    job: name.to_string(),
-                    zone: first.zone.clone(),
-                    released: spot.len(),
-                },
-            )?;
-            self.act(name, IntentKind::Terminate { instances: spot }, now)
-                .await?;
-        }
-        let missing = target.saturating_sub(kept);
-        self.launch_missing(name, list, missing, true, now).await
+        let decision = decide::replace(&view);
+        self.carry_out(name, decision, now).await
     }
 
-    /// Launch `missing` nodes of a running job on the first offers of `list` that take them.
-    async fn launch_missing(
+    /// What [`decide::replace`] reads about job `name`: `None` when it runs no node.
+    fn running<'a>(
         &mut self,
         name: &str,
-        list: Vec<Offer>,
-        missing: u32,
-        on_demand: bool,
+        offers: &'a [Offer],
         now: DateTime<Utc>,
-    ) -> Result<()> {
-        if list.is_empty() {
-            return self.wait(name, WaitReason::NoCapacity, now);
-        }
-        if let Some(e) = self.fleet.jobs.get_mut(name) {
-            e.waiting = None;
-        }
-        self.emit(
-            now,
-            Event::Replacing {
-                job: name.to_string(),
-                missing,
-                on_demand,
-            },
-        )?;
-        let kind = IntentKind::Launch {
-            offers: list,
-            count: missing,
-        };
-        self.act(name, kind, now).await
-    }
-
-    /// No spot of the shape and the deadline allows waiting. A gang cannot run short: it gives
-    /// its zone back to be placed anew. An elastic job goes on with its survivors when they are
-    /// at least its minimum (the agents' torchrun re-rendezvous at the smaller size) and grows
-    /// back when spot returns ([`Self::grow`]).
-    async fn without_spot(
-        &mut self,
-        name: &str,
-        first: &Offer,
-        n_live: u32,
-        missing: u32,
-        wait: WaitReason,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let Some(e) = self.fleet.jobs.get_mut(name) else {
-            return Ok(());
-        };
-        if e.record.spec.gang {
-            e.record.target_offer = None;
-            e.record.target_count = 0;
-            self.store.update_job(&e.record, now)?;
-            let ids = self.held_by(name);
-            self.emit(
-                now,
-                Event::Regrouped {
-                    job: name.to_string(),
-                    zone: first.zone.clone(),
-                    released: ids.len(),
-                },
-            )?;
-            return self
-                .act(name, IntentKind::Terminate { instances: ids }, now)
-                .await;
-        }
-        let min_nodes = e
-            .record
+    ) -> Option<decide::Running<'a>> {
+        let first = self.live_of(name).first().map(|i| i.offer.clone())?;
+        let r = &self.fleet.jobs.get(name)?.record;
+        let (gang, target) = (r.spec.gang, r.target_count);
+        let min_nodes = r
             .spec
             .workers
             .min
             .div_ceil(first.accelerator_units().max(1));
-        if n_live >= min_nodes.max(1) {
-            self.emit(
-                now,
-                Event::Resized {
-                    job: name.to_string(),
-                    from: n_live + missing,
-                    to: n_live,
-                    why: ResizeWhy::SpotOut(wait.clone()),
-                },
-            )?;
-            self.act(name, IntentKind::Resize { count: n_live }, now)
-                .await?;
+        let planned = r.planned_count.max(target);
+        let policy = self.ask_policy(name, &first, planned, now);
+        let pessimistic = self.throughput(name, &first, target).map_or(0.0, |t| t.1);
+        let spot_wait = self.spot_wait(name, self.work_hours(name, pessimistic), now);
+        let shape = first.instance_type.name.as_str();
+        let owned = |v: Vec<&Offer>| v.into_iter().cloned().collect::<Vec<_>>();
+        Some(decide::Running {
+            gang,
+            live: self.live_of(name).into_iter().cloned().collect(),
+            held: self.held_by(name),
+            target,
+            min_nodes,
+            offers,
+            policy,
+            spot_wait,
+            on_demand_here: owned(self.on_demand_pool(name, offers, shape, Some(&first.zone))),
+            on_demand_anywhere: owned(self.on_demand_pool(name, offers, shape, None)),
+        })
+    }
+
+    /// Carry out a decision: intents (and through them the cloud), store writes, events.
+    pub(super) async fn carry_out(
+        &mut self,
+        name: &str,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut next = Some(decision);
+        while let Some(d) = next.take() {
+            next = self.carry_out_one(name, d, now).await?;
         }
-        let surviving = WaitReason::OnSurvivors {
-            why: Box::new(wait),
-            survivors: n_live,
-        };
-        self.wait(name, surviving, now)
+        Ok(())
+    }
+
+    /// One step of a decision; what follows it, if anything.
+    async fn carry_out_one(
+        &mut self,
+        name: &str,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Decision>> {
+        match decision {
+            Decision::Nothing => Ok(None),
+            Decision::Wait(reason) => self.wait(name, reason, now).map(|()| None),
+            Decision::Replace {
+                offers,
+                missing,
+                on_demand,
+            } => {
+                if let Some(e) = self.fleet.jobs.get_mut(name) {
+                    e.waiting = None;
+                }
+                let job = name.to_string();
+                self.emit(
+                    now,
+                    Event::Replacing {
+                        job,
+                        missing,
+                        on_demand,
+                    },
+                )?;
+                let kind = IntentKind::Launch {
+                    offers,
+                    count: missing,
+                };
+                self.act(name, kind, now).await.map(|()| None)
+            }
+            Decision::Regroup {
+                zone,
+                release,
+                anew,
+                then,
+            } => {
+                if anew && let Some(e) = self.fleet.jobs.get_mut(name) {
+                    e.record.target_offer = None;
+                    e.record.target_count = 0;
+                    self.store.update_job(&e.record, now)?;
+                }
+                let job = name.to_string();
+                let released = release.len();
+                self.emit(
+                    now,
+                    Event::Regrouped {
+                        job,
+                        zone,
+                        released,
+                    },
+                )?;
+                let kind = IntentKind::Terminate { instances: release };
+                self.act(name, kind, now).await?;
+                Ok(Some(*then))
+            }
+            Decision::Resize {
+                from,
+                to,
+                why,
+                then,
+            } => {
+                let job = name.to_string();
+                self.emit(now, Event::Resized { job, from, to, why })?;
+                self.act(name, IntentKind::Resize { count: to }, now)
+                    .await?;
+                Ok(Some(*then))
+            }
+        }
     }
 
     /// An elastic job resized below its planned size grows back once spot capacity of its
-    /// shape is offered again: a `Resize` to the planned size, then `replace` launches the rest.
+    /// shape is offered again ([`decide::grow`]); `replace` then launches the rest.
     pub(super) async fn grow(
         &mut self,
         name: &str,
@@ -403,22 +307,12 @@ impl Controller {
         };
         e.last_plan = Some(now);
         e.dirty = false;
-        let (from, to) = (e.record.target_count, e.record.planned_count);
-        let back = !pool(offers, &first.instance_type.name, Capacity::Spot, None).is_empty();
-        if !back || to <= from {
+        let (target, planned) = (e.record.target_count, e.record.planned_count);
+        let decision = decide::grow(&first.instance_type.name, offers, target, planned);
+        if decision == Decision::Nothing {
             return Ok(());
         }
-        self.emit(
-            now,
-            Event::Resized {
-                job: name.to_string(),
-                from,
-                to,
-                why: ResizeWhy::SpotBack,
-            },
-        )?;
-        self.act(name, IntentKind::Resize { count: to }, now)
-            .await?;
+        self.carry_out(name, decision, now).await?;
         self.replace(name, offers, now).await
     }
 

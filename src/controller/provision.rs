@@ -1,6 +1,6 @@
-//! Phase 4: triage every job, release what finished or cancelled jobs hold, and place jobs
-//! that hold nothing, all in one MILP so they share the available capacity. The jobs that
-//! already run go on to [`super::disruption`].
+//! Phase 4 (`reconcile_jobs`): triage every job, release what finished or cancelled jobs hold, and
+//! place jobs that hold nothing, all in one MILP so they share the available capacity. The jobs
+//! that already run go on to [`super::disruption`].
 
 use std::collections::{HashMap, HashSet};
 
@@ -9,7 +9,7 @@ use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
 use super::decide::{self, CapacityCall, SpotNow};
-use super::disruption::{pool, spot_allowed};
+use super::decide::{pool, spot_allowed};
 use super::events::{Event, Placement, WaitReason};
 use super::{Controller, Result, delta, fallbacks, hours};
 use crate::store::{InstanceRecord, JobState};

@@ -17,6 +17,8 @@ pub mod name;
 mod offer;
 mod provider;
 mod spec;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testkit;
 
 pub use accelerator::{Accelerator, AcceleratorKind};
 pub use billing::{BillingRule, Piece, PriceSteps};

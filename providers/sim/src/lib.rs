@@ -10,6 +10,8 @@
 pub mod cloud;
 pub mod intercept;
 pub mod latency;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testkit;
 pub mod trace;
 
 pub use cloud::{AgentNotice, Call, FaultSchedule, SimCloud};
