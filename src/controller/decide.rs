@@ -13,6 +13,7 @@
 
 use tern_cloud::{Availability, Capacity, InstanceId, Offer, Zone};
 use tern_policies::deadline::Placement as Policy;
+use tern_policies::fleet::{self, MoveInput, Node, Target};
 
 use super::events::{ResizeWhy, WaitReason};
 use super::policy::PolicyCall;
@@ -145,6 +146,12 @@ pub(super) enum Decision {
         release: Vec<InstanceId>,
         anew: bool,
         then: Box<Decision>,
+    },
+    /// Move `step.movers` to the first of `to` that takes them (`of`: the job's nodes).
+    Move {
+        step: Box<MoveStep>,
+        of: u32,
+        to: Vec<Offer>,
     },
     /// Change an elastic job's size, then go on with `then`.
     Resize {
@@ -292,6 +299,185 @@ pub(super) fn grow(shape: &str, offers: &[Offer], target: u32, planned: u32) -> 
         why: ResizeWhy::SpotBack,
         then: Box::new(Decision::Nothing),
     }
+}
+
+/// The move the controller starts: which nodes leave, for which offer, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct MoveStep {
+    pub movers: Vec<InstanceRecord>,
+    /// $/h of the movers now.
+    pub from_rate: f64,
+    pub to: Offer,
+    pub net_saving: f64,
+    pub work_h: f64,
+    pub policy: Option<String>,
+}
+
+/// What the move decision reads about a running job.
+#[derive(Debug, Clone)]
+pub(super) struct Moving<'a> {
+    pub gang: bool,
+    pub deadline: bool,
+    /// The running nodes with their price now, dearest first ([`dearest_first`]).
+    pub running: Vec<(InstanceRecord, f64)>,
+    /// Every node the job holds (the disruption budget is a share of it).
+    pub fleet_nodes: u32,
+    pub offers: &'a [Offer],
+    /// The deadline policy's step (jobs with a deadline).
+    pub policy: Option<PolicyCall>,
+    /// Samples per second at the expected speed, if the job can be forecast.
+    pub speed: Option<f64>,
+    pub remaining_samples: f64,
+    pub hours_left: Option<f64>,
+    pub budget_fraction: f64,
+    pub restart_h: f64,
+    pub hours_since_last_move: Option<f64>,
+    pub checkpoint_gb: f64,
+    pub constraints: &'a tern_cloud::Constraints,
+    /// On-demand $/h of one node of the shape (the move rule's floor).
+    pub on_demand_rate: f64,
+    /// The on-demand pick, where the policy asks for on-demand.
+    pub on_demand: Vec<Offer>,
+}
+
+/// `running` dearest first, on-demand before spot (the order the move rule considers nodes
+/// in): the first names the shape, the gang's zone and the on-demand price to compare with.
+pub(super) fn dearest_first(running: Vec<(InstanceRecord, f64)>) -> Vec<(InstanceRecord, f64)> {
+    let order = fleet::dearest_first(&nodes_of(&running, None));
+    let mut slots: Vec<Option<(InstanceRecord, f64)>> = running.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|k| slots[k].take()).collect()
+}
+
+/// Whether a running job moves. With a deadline, where the deadline policy wants it (spot in
+/// another zone, back from on-demand to spot, or onto on-demand when the deadline needs it; a
+/// disruption budget of nodes per check, a gang whole). Without one, to cheaper spot when
+/// [`fleet::plan_move`] says the saving beats the cost of moving; never onto on-demand.
+pub(super) fn movement(v: &Moving<'_>) -> Decision {
+    let step = if v.deadline { by_policy(v) } else { by_rule(v) };
+    let Some(step) = step else {
+        return Decision::Nothing;
+    };
+    let mut to = vec![step.to.clone()];
+    if !v.gang {
+        to.extend(super::fallbacks(v.offers, &step.to));
+    }
+    Decision::Move {
+        step: Box::new(step),
+        of: v.fleet_nodes,
+        to,
+    }
+}
+
+impl Moving<'_> {
+    fn work_h(&self) -> f64 {
+        fleet::work_hours(self.remaining_samples, self.speed.unwrap_or(0.0))
+    }
+
+    /// The move rule's input for moving to `best` (both paths read the same one).
+    fn input<'n>(&self, nodes: &'n [Node], best: &Offer) -> MoveInput<'n> {
+        let work_h = self.work_h();
+        MoveInput {
+            nodes,
+            fleet_nodes: self.fleet_nodes,
+            target: target_of(best),
+            gang: self.gang,
+            budget_fraction: self.budget_fraction,
+            work_h,
+            restart_h: self.restart_h,
+            slack_h: self.hours_left.map_or(f64::INFINITY, |h| h - work_h),
+            hours_since_last_move: self.hours_since_last_move,
+            checkpoint_gb: self.checkpoint_gb,
+            data_egress: self
+                .constraints
+                .data_egress(best.region.as_str(), fleet::EGRESS_DOLLARS_PER_GB),
+            on_demand_rate: self.on_demand_rate,
+        }
+    }
+}
+
+fn by_rule(v: &Moving<'_>) -> Option<MoveStep> {
+    let first = &v.running.first()?.0.offer;
+    let zone = v.gang.then_some(&first.zone);
+    let best = (*pool(v.offers, &first.instance_type.name, Capacity::Spot, zone).first()?).clone();
+    v.speed?;
+    let nodes = nodes_of(&v.running, Some(&best));
+    let plan = fleet::plan_move(&v.input(&nodes, &best)).ok()?;
+    Some(MoveStep {
+        movers: plan
+            .movers
+            .iter()
+            .map(|&k| v.running[k].0.clone())
+            .collect(),
+        from_rate: plan.current_rate,
+        to: best,
+        net_saving: plan.net_saving,
+        work_h: v.work_h(),
+        policy: None,
+    })
+}
+
+fn by_policy(v: &Moving<'_>) -> Option<MoveStep> {
+    let first = &v.running.first()?.0.offer;
+    let call = v.policy.as_ref()?;
+    let want = call.step.placement;
+    if want == call.now || want == Policy::Idle {
+        return None;
+    }
+    let best = match want {
+        Policy::OnDemand => v.on_demand.first()?.clone(),
+        p => (*pool(
+            v.offers,
+            &first.instance_type.name,
+            Capacity::Spot,
+            call.zone(p),
+        )
+        .first()?)
+        .clone(),
+    };
+    let nodes = nodes_of(&v.running, Some(&best));
+    let picked: Vec<usize> = if v.gang {
+        (0..nodes.len()).filter(|&i| !nodes[i].in_target).collect()
+    } else {
+        fleet::movers(&v.input(&nodes, &best), |_| true)
+    };
+    if picked.is_empty() {
+        return None;
+    }
+    Some(MoveStep {
+        movers: picked.iter().map(|&k| v.running[k].0.clone()).collect(),
+        from_rate: picked.iter().map(|&i| nodes[i].price).sum(),
+        to: best,
+        net_saving: match call.step.why.and_then(|w| w.moved) {
+            Some(tern_policies::migrate::Decision::Move { net_saving }) => net_saving,
+            _ => 0.0,
+        },
+        work_h: v.work_h(),
+        policy: Some(call.why()),
+    })
+}
+
+/// A pool as the move rule sees it: its price and, when the cloud says, its room.
+fn target_of(offer: &Offer) -> Target {
+    Target {
+        price: offer.price_per_hour,
+        room: match offer.availability {
+            Availability::Available(Some(k)) => Some(k),
+            _ => None,
+        },
+    }
+}
+
+/// The running nodes as the move rule sees them, against the target pool `best`.
+fn nodes_of(running: &[(InstanceRecord, f64)], best: Option<&Offer>) -> Vec<Node> {
+    running
+        .iter()
+        .map(|(i, price)| Node {
+            price: *price,
+            on_demand: i.offer.capacity == Capacity::OnDemand,
+            in_target: best.is_some_and(|b| i.offer.key() == b.key()),
+            other_region: best.is_some_and(|b| i.offer.region != b.region),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -471,6 +657,13 @@ mod tests {
             Decision::Resize { from, to, then, .. } => {
                 format!("resize {from}->{to}, then {}", short(then))
             }
+            Decision::Move { step, to, .. } => format!(
+                "move {} to {} {} (+{} fallbacks)",
+                step.movers.len(),
+                step.to.capacity,
+                step.to.zone,
+                to.len() - 1
+            ),
         }
     }
 
@@ -562,5 +755,120 @@ mod tests {
         );
         assert_eq!(grow(SHAPE, &no_spot, 2, 4), Decision::Nothing);
         assert_eq!(grow(SHAPE, &with_spot, 4, 4), Decision::Nothing);
+    }
+
+    fn moving<'a>(
+        offers: &'a [Offer],
+        running: Vec<(InstanceRecord, f64)>,
+        constraints: &'a tern_cloud::Constraints,
+    ) -> Moving<'a> {
+        Moving {
+            gang: false,
+            deadline: false,
+            fleet_nodes: running.len() as u32,
+            running: dearest_first(running),
+            offers,
+            policy: None,
+            speed: Some(300.0),
+            remaining_samples: 300.0 * 3600.0 * 40.0,
+            hours_left: None,
+            budget_fraction: 0.25,
+            restart_h: 0.2,
+            hours_since_last_move: None,
+            checkpoint_gb: 0.0,
+            constraints,
+            on_demand_rate: 3.06,
+            on_demand: vec![od("a-1b")],
+        }
+    }
+
+    /// One row per branch of `movement`: the cheaper-spot rule without a deadline, the policy's
+    /// wish with one.
+    #[test]
+    fn each_branch_of_the_move_decision() {
+        let none = tern_cloud::Constraints::default();
+        let cheap = offer(SHAPE, "a-1c", Capacity::Spot).price(0.3).build();
+        let offers = [cheap.clone(), spot("a-1a"), od("a-1a")];
+        let gang_offers = [spot("a"), od("a-1a")];
+        let four = || -> Vec<(InstanceRecord, f64)> {
+            (0..4)
+                .map(|k| (node(&format!("i-{k}"), "a-1a", Capacity::Spot), 0.9))
+                .collect()
+        };
+        let on_od = vec![
+            (node("i-1", "a-1a", Capacity::OnDemand), 3.06),
+            (node("i-2", "a-1a", Capacity::Spot), 0.9),
+        ];
+        let rows: Vec<(&str, Moving<'_>, &str)> = vec![
+            (
+                "40 h left at $0.90 against $0.30: a budget's worth moves",
+                moving(&offers, four(), &none),
+                "move 1 to spot a-1c (+1 fallbacks)",
+            ),
+            (
+                "the on-demand node goes first",
+                moving(&offers, on_od.clone(), &none),
+                "move 1 to spot a-1c",
+            ),
+            (
+                "minutes of work left: not worth a move",
+                Moving {
+                    remaining_samples: 300.0 * 60.0,
+                    ..moving(&offers, four(), &none)
+                },
+                "nothing",
+            ),
+            (
+                "no forecast: the rule cannot weigh it",
+                Moving {
+                    speed: None,
+                    ..moving(&offers, four(), &none)
+                },
+                "nothing",
+            ),
+            (
+                "a deadline job without the policy's step stays",
+                Moving {
+                    deadline: true,
+                    ..moving(&offers, four(), &none)
+                },
+                "nothing",
+            ),
+            (
+                "the policy wants on-demand",
+                Moving {
+                    deadline: true,
+                    policy: Some(call(Policy::OnDemand)),
+                    ..moving(&offers, four(), &none)
+                },
+                "move 1 to on-demand a-1b",
+            ),
+            (
+                "the policy wants where the job is",
+                Moving {
+                    deadline: true,
+                    policy: Some(PolicyCall {
+                        now: Policy::OnDemand,
+                        ..call(Policy::OnDemand)
+                    }),
+                    ..moving(&offers, four(), &none)
+                },
+                "nothing",
+            ),
+            (
+                "the policy sends a gang to another zone: all of it",
+                Moving {
+                    deadline: true,
+                    gang: true,
+                    policy: Some(call(Policy::Spot(0))),
+                    ..moving(&gang_offers, four(), &none)
+                },
+                "move 4 to spot a (+0 fallbacks)",
+            ),
+        ];
+        for (what, view, want) in rows {
+            let got = short(&movement(&view));
+            assert!(got.starts_with(want), "{what}: got {got:?}, want {want:?}");
+        }
     }
 }

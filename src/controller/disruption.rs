@@ -9,50 +9,15 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer};
-use tern_policies::fleet::{self, Deadline, MoveInput, Node, SpotWait, Target};
+use tern_cloud::{Capacity, InstanceState, IntentKind, Offer};
+use tern_policies::fleet::{self, Deadline, SpotWait};
 
 use super::decide::{self, Decision, pool};
 use super::events::{Event, WaitReason};
-use super::{Controller, Result, fallbacks, hours};
-use crate::store::{InstanceRecord, JobRecord};
+use super::policy::PolicyCall;
+use super::{Controller, Result, hours};
+use crate::store::InstanceRecord;
 use tern_policies::deadline::Placement as Policy;
-
-/// The running nodes as the move rule sees them, against the target pool `best`.
-/// The move the controller starts: which nodes leave, for which offer, and why.
-#[derive(Debug)]
-struct MoveStep {
-    movers: Vec<InstanceRecord>,
-    /// $/h of the movers now.
-    from_rate: f64,
-    to: Offer,
-    net_saving: f64,
-    work_h: f64,
-    policy: Option<String>,
-}
-
-/// A pool as the move rule sees it: its price and, when the cloud says, its room.
-fn target_of(offer: &Offer) -> Target {
-    Target {
-        price: offer.price_per_hour,
-        room: match offer.availability {
-            Availability::Available(Some(k)) => Some(k),
-            _ => None,
-        },
-    }
-}
-
-fn nodes_of(running: &[(InstanceRecord, f64)], best: Option<&Offer>) -> Vec<Node> {
-    running
-        .iter()
-        .map(|(i, price)| Node {
-            price: *price,
-            on_demand: i.offer.capacity == Capacity::OnDemand,
-            in_target: best.is_some_and(|b| i.offer.key() == b.key()),
-            other_region: best.is_some_and(|b| i.offer.region != b.region),
-        })
-        .collect()
-}
 
 impl Controller {
     /// On-demand offers of `shape` for job `name` (in `zone` where given): the one that costs
@@ -275,6 +240,10 @@ impl Controller {
                 self.act(name, kind, now).await?;
                 Ok(Some(*then))
             }
+            Decision::Move { step, of, to } => self
+                .start_move(name, of, *step, to, now)
+                .await
+                .map(|()| None),
             Decision::Resize {
                 from,
                 to,
@@ -345,11 +314,8 @@ impl Controller {
         Ok(())
     }
 
-    /// Move nodes to cheaper spot capacity when [`fleet::plan_move`] says the saving beats the
-    /// cost of moving: on-demand nodes to spot once spot is back, and spot nodes to another
-    /// zone's spot when prices there have fallen well below (a price change triggers the
-    /// check). Never onto on-demand: replacing spot with dearer capacity happens only through
-    /// `replace`, when the deadline needs it.
+    /// Gather what the move decision reads for job `name` and carry out its answer
+    /// ([`decide::movement`]).
     async fn consider_move(
         &mut self,
         name: &str,
@@ -360,7 +326,7 @@ impl Controller {
     ) -> Result<()> {
         let offers = &self.allowed_offers(name, offers)[..];
         let n = fleet.len() as u32;
-        let mut running: Vec<(InstanceRecord, f64)> = fleet
+        let running: Vec<(InstanceRecord, f64)> = fleet
             .into_iter()
             .filter(|i| i.state == InstanceState::Running)
             .map(|i| {
@@ -371,80 +337,74 @@ impl Controller {
                 (i, p)
             })
             .collect();
-        // Dearest first (the order the move rule considers them in): the first one names the
-        // shape, the gang's zone and the on-demand price to compare with.
-        let order = fleet::dearest_first(&nodes_of(&running, None));
-        running = order.into_iter().map(|k| running[k].clone()).collect();
+        let running = decide::dearest_first(running);
         let Some(e) = self.fleet.jobs.get_mut(name) else {
             return Ok(());
         };
         e.last_migrate_check = Some(now);
-        let r = e.record.clone();
+        let (deadline, planned) = (e.record.deadline_at.is_some(), e.record.planned_count);
         let Some(first) = running.first().map(|(i, _)| i.offer.clone()) else {
             return Ok(());
         };
-        if r.deadline_at.is_some() {
-            return self.follow_policy(name, &r, running, n, offers, now).await;
-        }
-        let zone = r.spec.gang.then_some(&first.zone);
-        let Some(best) = pool(offers, &first.instance_type.name, Capacity::Spot, zone)
-            .first()
-            .map(|o| (*o).clone())
-        else {
-            return Ok(());
+        let policy = match deadline {
+            true => self.ask_policy(name, &first, planned.max(n), now),
+            false => None,
         };
-        let Some((expected, _)) = self.throughput(name, &first, n) else {
-            return Ok(());
+        let decision = match self.moving(name, running, n, offers, policy, now) {
+            Some(view) => decide::movement(&view),
+            None => Decision::Nothing,
         };
-        let work_h = self.work_hours(name, expected);
-        let nodes = nodes_of(&running, Some(&best));
-        let input = MoveInput {
-            nodes: &nodes,
-            fleet_nodes: n,
-            target: target_of(&best),
-            gang: r.spec.gang,
-            budget_fraction: self.config.disruption_budget,
-            work_h,
-            restart_h: self.restart_hours(name),
-            slack_h: r
-                .deadline_at
-                .map_or(f64::INFINITY, |d| hours(d - now) - work_h),
-            hours_since_last_move: r.last_move_at.map(|t| hours(now - t)),
-            checkpoint_gb: r.spec.checkpoint.size_gb,
-            data_egress: r
-                .spec
-                .constraints
-                .data_egress(best.region.as_str(), fleet::EGRESS_DOLLARS_PER_GB),
-            on_demand_rate: self.on_demand_price(&first).unwrap_or(first.price_per_hour),
-        };
-        let Ok(plan) = fleet::plan_move(&input) else {
-            return Ok(());
-        };
-        let movers = plan.movers.iter().map(|&k| running[k].0.clone()).collect();
-        let step = MoveStep {
-            movers,
-            from_rate: plan.current_rate,
-            to: best,
-            net_saving: plan.net_saving,
-            work_h,
-            policy: None,
-        };
-        self.start_move(name, r.spec.gang, n, step, offers, now)
-            .await
+        self.carry_out(name, decision, now).await
     }
 
-    /// Report a move and open its intent: launch on `to` (an elastic job may fall back to
-    /// other offers of the shape), then release the movers once the job has checkpointed.
+    /// What [`decide::movement`] reads about job `name` (its nodes dearest first).
+    fn moving<'a>(
+        &'a self,
+        name: &str,
+        running: Vec<(InstanceRecord, f64)>,
+        fleet_nodes: u32,
+        offers: &'a [Offer],
+        policy: Option<PolicyCall>,
+        now: DateTime<Utc>,
+    ) -> Option<decide::Moving<'a>> {
+        let first = running.first().map(|(i, _)| i.offer.clone())?;
+        let r = &self.fleet.jobs.get(name)?.record;
+        let shape = first.instance_type.name.as_str();
+        // The on-demand pick only where the policy asks for on-demand.
+        let on_demand = match policy.as_ref().map(|c| c.step.placement) {
+            Some(Policy::OnDemand) => self.on_demand_pool(name, offers, shape, None),
+            _ => Vec::new(),
+        };
+        Some(decide::Moving {
+            gang: r.spec.gang,
+            deadline: r.deadline_at.is_some(),
+            fleet_nodes,
+            offers,
+            policy,
+            speed: self.throughput(name, &first, fleet_nodes).map(|t| t.0),
+            remaining_samples: r.total_samples - r.checkpoint_samples,
+            hours_left: r.deadline_at.map(|d| hours(d - now)),
+            budget_fraction: self.config.disruption_budget,
+            restart_h: self.restart_hours(name),
+            hours_since_last_move: r.last_move_at.map(|t| hours(now - t)),
+            checkpoint_gb: r.spec.checkpoint.size_gb,
+            constraints: &r.spec.constraints,
+            on_demand_rate: self.on_demand_price(&first).unwrap_or(first.price_per_hour),
+            on_demand: on_demand.into_iter().cloned().collect(),
+            running,
+        })
+    }
+
+    /// Report a move and open its intent: launch on the first of `to` (an elastic job's list
+    /// has fallbacks of the shape), then release the movers once the job has checkpointed.
     async fn start_move(
         &mut self,
         name: &str,
-        gang: bool,
-        n: u32,
-        step: MoveStep,
-        offers: &[Offer],
+        of: u32,
+        step: decide::MoveStep,
+        to: Vec<Offer>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let offers = &self.allowed_offers(name, offers)[..];
         let k = step.movers.len() as u32;
         let Some(lead) = step.movers.first() else {
             return Ok(());
@@ -454,7 +414,7 @@ impl Controller {
             Event::Migrating {
                 job: name.to_string(),
                 moved: k,
-                of: n,
+                of,
                 from_capacity: lead.offer.capacity,
                 from_price: step.from_rate / f64::from(k),
                 from_zone: lead.offer.zone.clone(),
@@ -468,83 +428,7 @@ impl Controller {
             },
         )?;
         let from = step.movers.iter().map(|i| i.id.clone()).collect();
-        let mut to = vec![step.to.clone()];
-        if !gang {
-            to.extend(fallbacks(offers, &step.to));
-        }
         self.act(name, IntentKind::Migrate { from, to, count: k }, now)
-            .await
-    }
-
-    /// A running job with a deadline moves when the deadline policy wants it elsewhere: to
-    /// spot in another zone, from on-demand back to spot, or onto on-demand when the deadline
-    /// needs it. An elastic job moves a disruption budget's worth of nodes per check, dearest
-    /// first; a gang moves whole.
-    async fn follow_policy(
-        &mut self,
-        name: &str,
-        r: &JobRecord,
-        running: Vec<(InstanceRecord, f64)>,
-        n: u32,
-        offers: &[Offer],
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let offers = &self.allowed_offers(name, offers)[..];
-        let Some(first) = running.first().map(|(i, _)| i.offer.clone()) else {
-            return Ok(());
-        };
-        let planned = r.planned_count.max(n);
-        let Some(call) = self.ask_policy(name, &first, planned, now) else {
-            return Ok(());
-        };
-        let want = call.step.placement;
-        if want == call.now || want == Policy::Idle {
-            return Ok(());
-        }
-        let shape = first.instance_type.name.as_str();
-        let target = match want {
-            Policy::OnDemand => self.on_demand_pool(name, offers, shape, None),
-            p => pool(offers, shape, Capacity::Spot, call.zone(p)),
-        };
-        let Some(best) = target.first().map(|o| (*o).clone()) else {
-            return Ok(());
-        };
-        let nodes = nodes_of(&running, Some(&best));
-        let input = MoveInput {
-            nodes: &nodes,
-            fleet_nodes: n,
-            target: target_of(&best),
-            gang: r.spec.gang,
-            budget_fraction: self.config.disruption_budget,
-            work_h: 0.0,
-            restart_h: self.restart_hours(name),
-            slack_h: f64::INFINITY,
-            hours_since_last_move: None,
-            checkpoint_gb: r.spec.checkpoint.size_gb,
-            data_egress: 0.0,
-            on_demand_rate: best.price_per_hour,
-        };
-        let picked: Vec<usize> = if r.spec.gang {
-            (0..nodes.len()).filter(|&i| !nodes[i].in_target).collect()
-        } else {
-            fleet::movers(&input, |_| true)
-        };
-        if picked.is_empty() {
-            return Ok(());
-        }
-        let (expected, _) = self.throughput(name, &first, n).unwrap_or((0.0, 0.0));
-        let step = MoveStep {
-            movers: picked.iter().map(|&k| running[k].0.clone()).collect(),
-            from_rate: picked.iter().map(|&i| nodes[i].price).sum(),
-            to: best,
-            net_saving: match call.step.why.and_then(|w| w.moved) {
-                Some(tern_policies::migrate::Decision::Move { net_saving }) => net_saving,
-                _ => 0.0,
-            },
-            work_h: self.work_hours(name, expected),
-            policy: Some(call.why()),
-        };
-        self.start_move(name, r.spec.gang, n, step, offers, now)
             .await
     }
 }
