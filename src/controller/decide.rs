@@ -103,6 +103,55 @@ pub(super) fn capacity(
     }
 }
 
+/// What a placed job's launch reads: the planner's choice, and the rest as for [`Running`].
+#[derive(Debug, Clone)]
+pub(super) struct Launching<'a> {
+    /// The offer the planner chose, and how many nodes.
+    pub planned: Offer,
+    pub nodes: u32,
+    pub gang: bool,
+    pub offers: &'a [Offer],
+    pub policy: Option<PolicyCall>,
+    /// The spot-wait rule's reason to wait at the plan's pessimistic finish.
+    pub spot_wait: Option<WaitReason>,
+    /// The on-demand pick, where the policy asks for on-demand.
+    pub on_demand: Vec<Offer>,
+}
+
+/// Launch a job the planner placed. Without a deadline policy the planner's offer stands
+/// (unless it is on-demand and the spot-wait rule says to wait); the policy names a pool:
+/// spot in its zone, on-demand, or waiting.
+pub(super) fn launch(v: &Launching<'_>) -> Decision {
+    let shape = v.planned.instance_type.name.as_str();
+    let spot = SpotNow {
+        offered: v.planned.capacity == Capacity::Spot,
+        allowed: spot_allowed(v.offers, shape),
+    };
+    let (to, why) = match capacity(v.policy.as_ref(), spot, || v.spot_wait.clone()) {
+        CapacityCall::Wait(wait) => return Decision::Wait(wait),
+        CapacityCall::OnDemand { why } | CapacityCall::Spot { why, .. } if v.policy.is_none() => {
+            (Some(v.planned.clone()), why)
+        }
+        CapacityCall::OnDemand { why } => (v.on_demand.first().cloned(), why),
+        CapacityCall::Spot { zone, why } => {
+            let to = pool(v.offers, shape, Capacity::Spot, zone.as_ref());
+            (to.first().map(|o| (*o).clone()), why)
+        }
+    };
+    let Some(to) = to else {
+        return Decision::Wait(WaitReason::NoCapacity);
+    };
+    let mut offers = vec![to.clone()];
+    if !v.gang {
+        offers.extend(super::fallbacks(v.offers, &to));
+    }
+    Decision::Launch {
+        offers,
+        count: v.nodes,
+        why,
+    }
+}
+
 /// What a running job's decision reads: gathered by the phase, read here only.
 #[derive(Debug, Clone)]
 pub(super) struct Running<'a> {
@@ -133,6 +182,13 @@ pub(super) enum Decision {
     Nothing,
     /// Wait for spot (reported once per reason).
     Wait(WaitReason),
+    /// Start a placed job's `count` nodes on the first of `offers` that takes them (`why`:
+    /// the deadline policy's reasons, for the plan's event).
+    Launch {
+        offers: Vec<Offer>,
+        count: u32,
+        why: Option<String>,
+    },
     /// Start `missing` nodes of a running job on the first of `offers` that takes them.
     Replace {
         offers: Vec<Offer>,
@@ -188,9 +244,9 @@ pub(super) fn replace(v: &Running<'_>) -> Decision {
     match capacity(v.policy.as_ref(), spot, || v.spot_wait.clone()) {
         CapacityCall::Wait(wait) => without_spot(v, missing, wait),
         CapacityCall::OnDemand { .. } if v.gang && v.policy.is_some() => gang_on_demand(v),
-        CapacityCall::OnDemand { .. } => launch(on_demand.clone(), missing, true),
+        CapacityCall::OnDemand { .. } => top_up(on_demand.clone(), missing, true),
         CapacityCall::Spot { .. } if v.policy.is_none() => {
-            launch(spot_list.into_iter().cloned().collect(), missing, false)
+            top_up(spot_list.into_iter().cloned().collect(), missing, false)
         }
         CapacityCall::Spot { zone: want, why } => {
             let wait = WaitReason::Policy {
@@ -206,12 +262,12 @@ pub(super) fn replace(v: &Running<'_>) -> Decision {
                 // Spot holds the survivors but has no room for more: run on them.
                 return without_spot(v, missing, wait);
             }
-            launch(list.into_iter().cloned().collect(), missing, false)
+            top_up(list.into_iter().cloned().collect(), missing, false)
         }
     }
 }
 
-fn launch(offers: Vec<Offer>, missing: u32, on_demand: bool) -> Decision {
+fn top_up(offers: Vec<Offer>, missing: u32, on_demand: bool) -> Decision {
     if offers.is_empty() {
         return Decision::Wait(WaitReason::NoCapacity);
     }
@@ -242,7 +298,7 @@ fn gang_on_demand(v: &Running<'_>) -> Decision {
     } else {
         &v.on_demand_anywhere
     };
-    let then = launch(list.clone(), v.target.saturating_sub(kept), true);
+    let then = top_up(list.clone(), v.target.saturating_sub(kept), true);
     if spot.is_empty() || list.is_empty() {
         return then;
     }
@@ -635,6 +691,12 @@ mod tests {
         match d {
             Decision::Nothing => "nothing".into(),
             Decision::Wait(w) => format!("wait {w}"),
+            Decision::Launch { offers, count, .. } => format!(
+                "launch {count} on {} {} (+{} fallbacks)",
+                offers[0].capacity,
+                offers[0].zone,
+                offers.len() - 1
+            ),
             Decision::Replace {
                 offers,
                 missing,
@@ -868,6 +930,70 @@ mod tests {
         ];
         for (what, view, want) in rows {
             let got = short(&movement(&view));
+            assert!(got.starts_with(want), "{what}: got {got:?}, want {want:?}");
+        }
+    }
+
+    /// One row per branch of `launch`: the planner's offer stands without a policy, the
+    /// policy names the pool with one.
+    #[test]
+    fn each_branch_of_a_placed_jobs_launch() {
+        let offers = [spot("a-1a"), spot("a-1b"), od("a-1a")];
+        let view = |planned: Offer| Launching {
+            planned,
+            nodes: 2,
+            gang: false,
+            offers: &offers,
+            policy: None,
+            spot_wait: Some(WaitReason::NoDeadline),
+            on_demand: vec![od("a-1a")],
+        };
+        let rows: Vec<(&str, Launching<'_>, &str)> = vec![
+            ("the planner's spot offer", view(spot("a-1b")), "launch 2 on spot a-1b (+1 fallbacks)"),
+            ("on-demand planned, slack: wait for spot", view(od("a-1a")), "wait"),
+            (
+                "on-demand planned, the deadline needs it",
+                Launching {
+                    spot_wait: None,
+                    ..view(od("a-1a"))
+                },
+                "launch 2 on on-demand a-1a (+0 fallbacks)",
+            ),
+            (
+                "a gang has no fallbacks",
+                Launching {
+                    gang: true,
+                    ..view(spot("a-1a"))
+                },
+                "launch 2 on spot a-1a (+0 fallbacks)",
+            ),
+            (
+                "the policy sends it to on-demand",
+                Launching {
+                    policy: Some(call(Policy::OnDemand)),
+                    ..view(spot("a-1a"))
+                },
+                "launch 2 on on-demand a-1a",
+            ),
+            (
+                "the policy waits",
+                Launching {
+                    policy: Some(call(Policy::Idle)),
+                    ..view(spot("a-1a"))
+                },
+                "wait",
+            ),
+            (
+                "the policy names a zone with no spot",
+                Launching {
+                    policy: Some(call(Policy::Spot(1))),
+                    ..view(spot("a-1a"))
+                },
+                "wait no capacity",
+            ),
+        ];
+        for (what, v, want) in rows {
+            let got = short(&launch(&v));
             assert!(got.starts_with(want), "{what}: got {got:?}, want {want:?}");
         }
     }

@@ -192,6 +192,10 @@ impl Controller {
         match decision {
             Decision::Nothing => Ok(None),
             Decision::Wait(reason) => self.wait(name, reason, now).map(|()| None),
+            Decision::Launch { offers, count, .. } => {
+                let kind = IntentKind::Launch { offers, count };
+                self.act(name, kind, now).await.map(|()| None)
+            }
             Decision::Replace {
                 offers,
                 missing,

@@ -8,10 +8,9 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
-use super::decide::{self, CapacityCall, SpotNow};
-use super::decide::{pool, spot_allowed};
+use super::decide::{self, Decision};
 use super::events::{Event, Placement, WaitReason};
-use super::{Controller, Result, delta, fallbacks, hours};
+use super::{Controller, Result, delta, hours};
 use crate::store::{InstanceRecord, JobState};
 
 /// How old the offers `GET /v1/offers` shows may grow while the controller is idle.
@@ -364,43 +363,33 @@ impl Controller {
             return Ok(());
         };
         self.remember_plan_estimate(&jp.job, choice.expected_cost);
-        let call = self.ask_policy(&jp.job, &offer, choice.nodes, now);
+        let policy = self.ask_policy(&jp.job, &offer, choice.nodes, now);
         let shape = offer.instance_type.name.clone();
-        let spot = SpotNow {
-            offered: offer.capacity == Capacity::Spot,
-            allowed: spot_allowed(offers, &shape),
+        let view = decide::Launching {
+            gang: self
+                .fleet
+                .jobs
+                .get(&jp.job)
+                .is_some_and(|e| e.record.spec.gang),
+            nodes: choice.nodes,
+            spot_wait: self.spot_wait(&jp.job, choice.finish_high_h, now),
+            on_demand: match policy.as_ref().map(|c| c.step.placement) {
+                Some(tern_policies::deadline::Placement::OnDemand) => {
+                    let pick = self.on_demand_pool(&jp.job, offers, &shape, None);
+                    pick.into_iter().cloned().collect()
+                }
+                _ => Vec::new(),
+            },
+            planned: offer,
+            offers,
+            policy,
         };
-        let decided = decide::capacity(call.as_ref(), spot, || {
-            self.spot_wait(&jp.job, choice.finish_high_h, now)
-        });
-        // Without a policy the planner's own offer stands; the policy names a pool.
-        let (to, why) = match decided {
-            CapacityCall::Wait(wait) => return self.wait(&jp.job, wait, now),
-            CapacityCall::OnDemand { why } | CapacityCall::Spot { why, .. } if call.is_none() => {
-                (Some(offer), why)
-            }
-            CapacityCall::OnDemand { why } => {
-                let to = self.on_demand_pool(&jp.job, offers, &shape, None);
-                (to.first().map(|o| (*o).clone()), why)
-            }
-            CapacityCall::Spot { zone, why } => {
-                let to = pool(offers, &shape, Capacity::Spot, zone.as_ref());
-                (to.first().map(|o| (*o).clone()), why)
-            }
+        let decision = decide::launch(&view);
+        let Decision::Launch { offers: list, why, .. } = &decision else {
+            return self.carry_out(&jp.job, decision, now).await;
         };
-        let offer = match to {
-            Some(o) => o,
-            None => return self.wait(&jp.job, WaitReason::NoCapacity, now),
-        };
-        let gang = self
-            .fleet
-            .jobs
-            .get(&jp.job)
-            .is_some_and(|e| e.record.spec.gang);
-        let mut list = vec![offer.clone()];
-        if !gang {
-            list.extend(fallbacks(offers, &offer));
-        }
+        let offer = list[0].clone();
+        let why = why.clone();
         if let Some(e) = self.fleet.jobs.get_mut(&jp.job) {
             e.record.target_offer = Some(offer.key());
             e.record.target_count = choice.nodes;
@@ -429,11 +418,7 @@ impl Controller {
                 placement,
             },
         )?;
-        let kind = IntentKind::Launch {
-            offers: list,
-            count: choice.nodes,
-        };
-        self.act(&jp.job, kind, now).await
+        self.carry_out(&jp.job, decision, now).await
     }
 
     pub(super) fn mark_unplaceable(
