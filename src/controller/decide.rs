@@ -152,6 +152,27 @@ pub(super) fn launch(v: &Launching<'_>) -> Decision {
     }
 }
 
+/// A spot request waiting in the cloud's queue (a TPU queued resource) is cancelled once the
+/// job's deadline needs on-demand now: the same question as a launch, for a request spot has
+/// no room for yet.
+pub(super) fn queued(
+    request: &InstanceRecord,
+    policy: Option<&PolicyCall>,
+    spot_wait: Option<WaitReason>,
+) -> Decision {
+    let waiting = SpotNow {
+        offered: false,
+        allowed: true,
+    };
+    match capacity(policy, waiting, || spot_wait) {
+        CapacityCall::OnDemand { .. } => Decision::CancelQueued {
+            id: request.id.clone(),
+            offer: request.offer.key(),
+        },
+        _ => Decision::Nothing,
+    }
+}
+
 /// What a running job's decision reads: gathered by the phase, read here only.
 #[derive(Debug, Clone)]
 pub(super) struct Running<'a> {
@@ -208,6 +229,15 @@ pub(super) enum Decision {
         step: Box<MoveStep>,
         of: u32,
         to: Vec<Offer>,
+    },
+    /// Terminate what a job holds (it finished or was cancelled).
+    Release {
+        ids: Vec<InstanceId>,
+    },
+    /// Cancel a spot request waiting in the cloud's queue: the deadline needs on-demand now.
+    CancelQueued {
+        id: InstanceId,
+        offer: String,
     },
     /// Change an elastic job's size, then go on with `then`.
     Resize {
@@ -691,6 +721,8 @@ mod tests {
         match d {
             Decision::Nothing => "nothing".into(),
             Decision::Wait(w) => format!("wait {w}"),
+            Decision::Release { ids } => format!("release {}", ids.len()),
+            Decision::CancelQueued { id, .. } => format!("cancel {id}"),
             Decision::Launch { offers, count, .. } => format!(
                 "launch {count} on {} {} (+{} fallbacks)",
                 offers[0].capacity,
@@ -949,8 +981,16 @@ mod tests {
             on_demand: vec![od("a-1a")],
         };
         let rows: Vec<(&str, Launching<'_>, &str)> = vec![
-            ("the planner's spot offer", view(spot("a-1b")), "launch 2 on spot a-1b (+1 fallbacks)"),
-            ("on-demand planned, slack: wait for spot", view(od("a-1a")), "wait"),
+            (
+                "the planner's spot offer",
+                view(spot("a-1b")),
+                "launch 2 on spot a-1b (+1 fallbacks)",
+            ),
+            (
+                "on-demand planned, slack: wait for spot",
+                view(od("a-1a")),
+                "wait",
+            ),
             (
                 "on-demand planned, the deadline needs it",
                 Launching {
@@ -996,5 +1036,21 @@ mod tests {
             let got = short(&launch(&v));
             assert!(got.starts_with(want), "{what}: got {got:?}, want {want:?}");
         }
+    }
+
+    /// A queued spot request is cancelled exactly when the capacity decision says on-demand.
+    #[test]
+    fn a_queued_request_is_cancelled_only_when_the_deadline_needs_on_demand() {
+        let request = node("q-1", "a-1a", Capacity::Spot);
+        let slack = Some(WaitReason::NoDeadline);
+        assert_eq!(short(&queued(&request, None, slack.clone())), "nothing");
+        assert_eq!(short(&queued(&request, None, None)), "cancel q-1");
+        let od = call(Policy::OnDemand);
+        assert_eq!(
+            short(&queued(&request, Some(&od), slack.clone())),
+            "cancel q-1"
+        );
+        let idle = call(Policy::Idle);
+        assert_eq!(short(&queued(&request, Some(&idle), None)), "nothing");
     }
 }

@@ -19,6 +19,7 @@
 //! controller itself.
 
 mod basis;
+mod carry_out;
 mod decide;
 mod disruption;
 pub mod events;

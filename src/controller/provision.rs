@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{Availability, Capacity, InstanceId, IntentKind, Offer};
+use tern_cloud::{Availability, Capacity, InstanceId, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
 use super::decide::{self, Decision};
@@ -263,8 +263,7 @@ impl Controller {
         if ids.is_empty() {
             return Ok(());
         }
-        self.act(name, IntentKind::Terminate { instances: ids }, now)
-            .await
+        self.carry_out(name, Decision::Release { ids }, now).await
     }
 
     pub(super) fn plan_job(&self, name: &str, now: DateTime<Utc>) -> Option<PlanJob> {
@@ -385,7 +384,10 @@ impl Controller {
             policy,
         };
         let decision = decide::launch(&view);
-        let Decision::Launch { offers: list, why, .. } = &decision else {
+        let Decision::Launch {
+            offers: list, why, ..
+        } = &decision
+        else {
             return self.carry_out(&jp.job, decision, now).await;
         };
         let offer = list[0].clone();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, IntentId, Offer};
 
-use super::decide::{self, CapacityCall, SpotNow};
+use super::decide;
 use super::events::Event;
 use super::instances::IdSet;
 use super::{Controller, Result, delta};
@@ -205,32 +205,13 @@ impl Controller {
             let nodes = self.fleet.jobs.get(&i.job).map_or(1, |e| {
                 e.record.planned_count.max(e.record.target_count).max(1)
             });
-            // The decision a launch and `replace` take, for a request spot has no room for.
-            let call = self.ask_policy(&i.job, &i.offer, nodes, now);
-            let queued = SpotNow {
-                offered: false,
-                allowed: true,
-            };
-            let decided = decide::capacity(call.as_ref(), queued, || {
-                let pessimistic = self
-                    .throughput(&i.job, &i.offer, nodes)
-                    .map_or(0.0, |t| t.1);
-                self.spot_wait(&i.job, self.work_hours(&i.job, pessimistic), now)
-            });
-            let on_demand_now = matches!(decided, CapacityCall::OnDemand { .. });
-            if !on_demand_now || self.terminating(&i.id) {
-                continue;
-            }
-            self.terminate_now(&i.job, vec![i.id.clone()], now).await?;
-            self.emit(
-                now,
-                Event::QueueCancelled {
-                    job: i.job.clone(),
-                    id: i.id.clone(),
-                    offer: i.offer.key(),
-                },
-            )?;
-            self.mark_dirty(&i.job);
+            let policy = self.ask_policy(&i.job, &i.offer, nodes, now);
+            let pessimistic = self
+                .throughput(&i.job, &i.offer, nodes)
+                .map_or(0.0, |t| t.1);
+            let spot_wait = self.spot_wait(&i.job, self.work_hours(&i.job, pessimistic), now);
+            let decision = decide::queued(&i, policy.as_ref(), spot_wait);
+            self.carry_out(&i.job, decision, now).await?;
         }
         Ok(())
     }
