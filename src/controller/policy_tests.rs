@@ -13,6 +13,8 @@ use tern_cloud::{Cloud, parse_job_spec};
 use tern_policies::deadline::{self, Observation, Placement, Tern, ZoneView};
 use tern_sim::{SimCloud, Trace};
 
+use super::decide::{self, Decision};
+use super::policy::PolicyCall;
 use super::tests::{sim, start};
 use super::*;
 use crate::controller::workload::Workload;
@@ -86,7 +88,121 @@ async fn spot_offer(sim: &SimCloud) -> Offer {
         .expect("a spot offer")
 }
 
-async fn check_seed(seed: u64) -> usize {
+/// The kind of a decision, for the coverage check.
+fn kind(d: &Decision) -> &'static str {
+    match d {
+        Decision::Nothing => "nothing",
+        Decision::Wait(_) => "wait",
+        Decision::Launch { .. } => "launch",
+        Decision::Replace { .. } => "replace",
+        Decision::Regroup { .. } => "regroup",
+        Decision::Resize { .. } => "resize",
+        Decision::Move { .. } => "move",
+        Decision::Release { .. } => "release",
+        Decision::CancelQueued { .. } => "cancel-queued",
+    }
+}
+
+/// Where a decision starts capacity: (capacity, zone) of its first offer.
+fn lands(d: &Decision) -> Option<(tern_cloud::Capacity, String)> {
+    let first = match d {
+        Decision::Launch { offers, .. } | Decision::Replace { offers, .. } => offers.first()?,
+        Decision::Move { to, .. } => to.first()?,
+        Decision::Regroup { then, .. } | Decision::Resize { then, .. } => return lands(then),
+        _ => return None,
+    };
+    Some((first.capacity, first.zone.to_string()))
+}
+
+/// The replay's step, as the controller's decisions carry it out: a launch, a replacement, a
+/// move and a queued request each land where the replay's placement says (spot in its zone,
+/// on-demand), or start nothing when it waits. Records the kinds of decision seen.
+fn decide_as_the_replay(
+    step: deadline::Step,
+    input: &policy::PolicyInput,
+    offers: &[Offer],
+    node: &crate::store::InstanceRecord,
+    seen: &mut std::collections::BTreeSet<&'static str>,
+) {
+    let call = PolicyCall {
+        step,
+        zones: input.zones.clone(),
+        now: input.state.placement,
+    };
+    let od: Vec<Offer> = offers
+        .iter()
+        .filter(|o| o.capacity == tern_cloud::Capacity::OnDemand)
+        .cloned()
+        .collect();
+    let want = match step.placement {
+        Placement::Idle => None,
+        Placement::OnDemand => Some((tern_cloud::Capacity::OnDemand, od[0].zone.to_string())),
+        Placement::Spot(z) => Some((tern_cloud::Capacity::Spot, input.zones[z].to_string())),
+    };
+    let none = tern_cloud::Constraints::default();
+    let launch = decide::launch(&decide::Launching {
+        planned: node.offer.clone(),
+        nodes: 1,
+        gang: false,
+        offers,
+        policy: Some(call.clone()),
+        spot_wait: None,
+        on_demand: od.clone(),
+    });
+    let replace = decide::replace(&decide::Running {
+        gang: false,
+        live: vec![node.clone()],
+        held: vec![node.id.clone()],
+        target: 2,
+        min_nodes: 1,
+        offers,
+        policy: Some(call.clone()),
+        spot_wait: None,
+        on_demand_here: od.clone(),
+        on_demand_anywhere: od.clone(),
+    });
+    let moved = decide::movement(&decide::Moving {
+        gang: false,
+        deadline: true,
+        running: vec![(node.clone(), node.offer.price_per_hour)],
+        fleet_nodes: 1,
+        offers,
+        policy: Some(call.clone()),
+        speed: Some(320.0),
+        remaining_samples: 1e6,
+        hours_left: Some(24.0),
+        budget_fraction: 1.0,
+        restart_h: 0.2,
+        hours_since_last_move: None,
+        checkpoint_gb: 0.0,
+        constraints: &none,
+        on_demand_rate: 3.06,
+        on_demand: od.clone(),
+    });
+    let queued = decide::queued(node, Some(&call), None);
+    for d in [&launch, &replace, &moved, &queued] {
+        seen.insert(kind(d));
+    }
+    assert_eq!(lands(&launch), want.clone(), "launch: {launch:?}");
+    match &want {
+        // Where the replay waits, a running job short of a node runs on what it has.
+        None => assert!(matches!(replace, Decision::Resize { .. }), "{replace:?}"),
+        Some(w) => assert_eq!(lands(&replace).as_ref(), Some(w), "replace: {replace:?}"),
+    }
+    // A node already where the replay wants it has nowhere to go (it may still be booting,
+    // which the policy counts as nowhere yet).
+    let there = want == Some((node.offer.capacity, node.offer.zone.to_string()));
+    let stays = want.is_none() || step.placement == call.now || there;
+    match &want {
+        _ if stays => assert_eq!(moved, Decision::Nothing),
+        Some(w) => assert_eq!(lands(&moved).as_ref(), Some(w), "move: {moved:?}"),
+        None => unreachable!(),
+    }
+    let cancel = step.placement == Placement::OnDemand;
+    assert_eq!(matches!(queued, Decision::CancelQueued { .. }), cancel);
+}
+
+async fn check_seed(seed: u64, seen: &mut std::collections::BTreeSet<&'static str>) -> usize {
     let start = start();
     let ticks = 60;
     let traces = vec![
@@ -148,6 +264,10 @@ async fn check_seed(seed: u64) -> usize {
         let mine = input.step(&mut Tern::new());
         let theirs = deadline::step(&mut Tern::new(), &input.job, &input.state, &replay);
         assert_eq!(mine, theirs, "seed {seed}, tick {t}: {:?}", input.state);
+        if let Some(node) = ctl.instances().find(|i| i.job == "j").cloned() {
+            let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+            decide_as_the_replay(theirs, &input, &offers, &node, seen);
+        }
         compared += 1;
         let step = Duration::from_secs(u64::from(GAP));
         sim.advance(step);
@@ -159,10 +279,15 @@ async fn check_seed(seed: u64) -> usize {
 #[tokio::test]
 async fn the_controller_hands_the_policy_the_replays_view_and_gets_its_decision() {
     let mut compared = 0;
+    let mut seen = std::collections::BTreeSet::new();
     for seed in [1, 2, 3] {
-        compared += check_seed(seed).await;
+        compared += check_seed(seed, &mut seen).await;
     }
     assert!(compared >= 30, "only {compared} ticks compared");
+    // The replay's steps, carried out by the controller's decisions, reached every decision
+    // a policy step can produce.
+    let every = ["cancel-queued", "launch", "move", "nothing", "replace", "resize", "wait"];
+    assert_eq!(seen, every.into_iter().collect(), "decisions seen");
 }
 
 #[tokio::test]
