@@ -16,6 +16,7 @@ use tern_sim::cloud::SimConfig;
 use tern_sim::{FaultSchedule, SimCloud};
 
 use tern::controller::workload::Workload;
+use tern::controller::world::SimWorld;
 use tern::controller::{Controller, ControllerConfig};
 use tern::report::{self, CostQuery, CostReport, Ledger};
 use tern::scratch::TempDir;
@@ -124,8 +125,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     runtime.block_on(demo(args))
 }
 
-async fn demo(args: Args) -> anyhow::Result<()> {
-    let wall = std::time::Instant::now();
+/// The demo's world before it runs: the simulated cloud, the controller with the example
+/// jobs submitted, and where its state lives.
+struct Setup {
+    world: SimWorld,
+    store: Arc<Store>,
+    start: DateTime<Utc>,
+    state: PathBuf,
+    notes: Vec<String>,
+    zones: Vec<String>,
+    _tmp: TempDir,
+}
+
+fn setup(args: &Args) -> anyhow::Result<Setup> {
     let config = SimConfig {
         start: Utc
             .with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
@@ -149,7 +161,6 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     let start = config.start;
     let notes = pools.notes.clone();
     let sim = Arc::new(SimCloud::with_types(pools.traces, pools.types, config));
-
     let tmp = TempDir::new("tern-demo")?;
     let state = args
         .state
@@ -157,11 +168,34 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| tmp.path().join("tern-demo.db"));
     let store =
         Arc::new(Store::open(&state).with_context(|| format!("opening {}", state.display()))?);
-    let mut ctl = Controller::open(
-        store.clone(),
-        sim.clone(),
-        ControllerConfig::new("tern-demo", regions),
-    )?;
+    let config = ControllerConfig::new("tern-demo", regions);
+    let mut ctl = Controller::open(store.clone(), sim.clone(), config)?;
+    for (file, text) in EXAMPLE_JOBS {
+        ctl.submit(parse_job_spec(text, file)?, start)?;
+    }
+    let tick = Duration::from_secs(args.tick.max(1));
+    Ok(Setup {
+        world: SimWorld::new(sim, ctl, tick),
+        store,
+        start,
+        state,
+        notes,
+        zones,
+        _tmp: tmp,
+    })
+}
+
+async fn demo(args: Args) -> anyhow::Result<()> {
+    let wall = std::time::Instant::now();
+    let Setup {
+        mut world,
+        store,
+        start,
+        state,
+        notes,
+        zones,
+        _tmp,
+    } = setup(&args)?;
     if !args.json {
         println!(
             "tern demo: simulated cloud with {} spot pools in {} zones ({}), bundled catalog prices; one reconcile pass every {} virtual seconds. Pools:",
@@ -175,43 +209,32 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         }
         println!("state: {}\n", state.display());
     }
-    for (file, text) in EXAMPLE_JOBS {
-        let spec = parse_job_spec(text, file)?;
-        ctl.submit(spec, start)?;
-    }
-
-    let mut workload = Workload::watching(sim.clone());
-    let tick = Duration::from_secs(args.tick.max(1));
     let horizon = chrono::TimeDelta::milliseconds((args.hours * 3_600_000.0) as i64);
-    let mut last_event = 0;
     let mut log = EventLog {
         verbose: args.verbose,
         ..EventLog::default()
     };
-    let mut now = start;
-    loop {
-        ctl.pass(now).await?;
-        let events = store.events(last_event, None)?;
-        last_event = events.last().map_or(last_event, |e| e.id);
-        if !args.json {
-            for line in log.pass(&events, start) {
-                println!("{line}");
-            }
-        }
-        let active = ctl
-            .jobs()
-            .any(|j| matches!(j.state, JobState::Pending | JobState::Running));
-        if (!active && ctl.instances().next().is_none()) || now - start >= horizon {
-            break;
-        }
-        sim.advance(tick);
-        now = sim.now();
-        workload.step(&mut ctl, tick, now)?;
-    }
+    let mut last_event = 0;
+    let mut printed = Ok(());
+    let clock = world.sim.clone();
+    world
+        .run(usize::MAX, |ctl| {
+            printed = print_new_events(&store, &mut last_event, &mut log, &args, start);
+            let active = ctl
+                .jobs()
+                .any(|j| matches!(j.state, JobState::Pending | JobState::Running));
+            printed.is_err()
+                || (!active && ctl.instances().next().is_none())
+                || clock.now() - start >= horizon
+        })
+        .await?;
+    printed?;
+    let now = world.now();
     // The demo's bill is the cost report's: one billing for every figure.
     let ledger = Ledger::load(&store, Default::default())?;
     let report = report::build(&ledger, &CostQuery::default(), now)?;
-    let mut summary = summarise(&ctl, &report, &workload, now, start, wall.elapsed());
+    let workload = world.workers.take().unwrap_or_default();
+    let mut summary = summarise(&world.ctl, &report, &workload, now, start, wall.elapsed());
     let html = args
         .report
         .clone()
@@ -230,6 +253,24 @@ async fn demo(args: Args) -> anyhow::Result<()> {
             );
         }
         print_summary(&summary, &report);
+    }
+    Ok(())
+}
+
+/// Print the events stored since `last` (the pass's), unless `--json`.
+fn print_new_events(
+    store: &Store,
+    last: &mut i64,
+    log: &mut EventLog,
+    args: &Args,
+    start: DateTime<Utc>,
+) -> anyhow::Result<()> {
+    let events = store.events(*last, None)?;
+    *last = events.last().map_or(*last, |e| e.id);
+    if !args.json {
+        for line in log.pass(&events, start) {
+            println!("{line}");
+        }
     }
     Ok(())
 }

@@ -9,12 +9,12 @@ use serde::Serialize;
 use tern_cloud::{Budget, CheckpointSpec, JobSpec, ProfileRef, Work, WorkerRange};
 use tern_policies::deadline::relative_throughput;
 use tern_policies::forecast::speed;
-use tern_replay::{Elasticity, PolicyKind, Scenario, Summary};
+use tern_replay::{Elasticity, PolicyKind, Prepared, Scenario, Summary};
 use tern_sim::Trace;
 
 use super::output::{print_json_line, table};
 use tern::jobs::LoadedJob;
-use tern::sim::closed_loop::LoopSetup;
+use tern::sim::closed_loop::{LoopJob, replay_groups};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -144,7 +144,15 @@ impl PolicyReport {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+/// What `tern simulate` runs, checked before anything is replayed.
+struct Checked {
+    policies: Vec<PolicyKind>,
+    traces: Vec<Trace>,
+    min_nodes: u32,
+    curve: Option<(Vec<f64>, String)>,
+}
+
+fn check(args: &Args) -> anyhow::Result<Checked> {
     let policies = args
         .policy
         .iter()
@@ -169,10 +177,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "--min-nodes must be between 1 and --nodes ({}), got {min_nodes}",
         args.nodes
     );
-    let curve = scaling_curve(&args)?;
-    let elastic = Elasticity {
+    let curve = scaling_curve(args)?;
+    Ok(Checked {
+        policies,
+        traces,
         min_nodes,
-        relative_throughput: curve.as_ref().map(|(c, _)| c.clone()),
+        curve,
+    })
+}
+
+/// The trace groups (one per trace with `--per-trace`, else all together) and their prepared
+/// replays.
+fn prepare(args: &Args, c: &Checked) -> anyhow::Result<(Vec<Vec<Trace>>, Vec<Prepared>)> {
+    let elastic = Elasticity {
+        min_nodes: c.min_nodes,
+        relative_throughput: c.curve.as_ref().map(|(v, _)| v.clone()),
+    };
+    let groups: Vec<Vec<Trace>> = if args.per_trace {
+        c.traces.iter().map(|t| vec![t.clone()]).collect()
+    } else {
+        vec![c.traces.clone()]
     };
     let scenario = |traces: Vec<Trace>| Scenario {
         traces,
@@ -185,29 +209,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         egress_cost: args.checkpoint_gb * args.egress_per_gb,
         nodes: args.nodes,
     };
-    let groups: Vec<Vec<Trace>> = if args.per_trace {
-        traces.iter().map(|t| vec![t.clone()]).collect()
-    } else {
-        vec![traces.clone()]
-    };
     let prepared = groups
         .iter()
         .map(|g| scenario(g.clone()).prepare_elastic(&elastic))
         .collect::<Result<Vec<_>, _>>()
         .context("cannot replay these traces")?;
     for p in &prepared {
-        p.check_memory(&policies)
+        p.check_memory(&c.policies)
             .context("cannot replay these traces")?;
     }
-    let loops: Vec<PolicyKind> = policies
-        .iter()
-        .copied()
-        .filter(|p| p.is_closed_loop())
-        .collect();
-    let replayed = policies.iter().any(|p| !p.is_closed_loop());
-    let passes = loops.len() + usize::from(replayed);
-    let total: usize = prepared.iter().map(|p| p.windows()).sum::<usize>() * passes;
-    let bar = std::io::stderr().is_terminal().then(|| {
+    Ok((groups, prepared))
+}
+
+/// A progress bar over `total` windows, on a terminal only.
+fn progress(total: usize) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(total as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
             "{spinner} replaying {pos}/{len} windows [{bar:30}] {eta} left",
@@ -215,126 +231,43 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bar.set_style(style.progress_chars("=> "));
         }
         bar
-    });
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let c = check(&args)?;
+    let (groups, prepared) = prepare(&args, &c)?;
+    let loops = c.policies.iter().filter(|p| p.is_closed_loop()).count();
+    let passes = loops + usize::from(c.policies.iter().any(|p| !p.is_closed_loop()));
+    let total: usize = prepared.iter().map(|p| p.windows()).sum::<usize>() * passes;
+    let bar = progress(total);
     let started = Instant::now();
     let tick = || {
         if let Some(b) = &bar {
             b.inc(1);
         }
     };
-    let mut results: Vec<Vec<Summary>> = Vec::new();
-    for (p, g) in prepared.iter().zip(&groups) {
-        let mut replayed = p.replay(&policies, &tick).into_iter();
-        // The closed loops, warm and cold, on the same windows: one run gives both.
-        let mut closed = Vec::new();
-        for &kind in &loops {
-            let setup = LoopSetup {
-                traces: g,
-                prepared: p,
-                work_hours: args.work_hours,
-                deadline_hours: args.deadline_hours,
-                restart_hours: args.restart_hours,
-                nodes: args.nodes,
-                min_nodes,
-                checkpoint_gb: args.checkpoint_gb,
-                cold_start: kind == PolicyKind::ControllerCold,
-            };
-            let windows = setup.replay(&tick).context("closed-loop replay")?;
-            closed.push(p.summarise(kind, windows.into_iter()));
-        }
-        let mut closed = closed.into_iter();
-        let row = policies
-            .iter()
-            .filter_map(|&k| {
-                if k.is_closed_loop() {
-                    closed.next()
-                } else {
-                    replayed.next()
-                }
-            })
-            .collect();
-        results.push(row);
-    }
+    let job = LoopJob {
+        work_hours: args.work_hours,
+        deadline_hours: args.deadline_hours,
+        restart_hours: args.restart_hours,
+        nodes: args.nodes,
+        min_nodes: c.min_nodes,
+        checkpoint_gb: args.checkpoint_gb,
+    };
+    let results =
+        replay_groups(&groups, &prepared, &c.policies, job, &tick).context("closed-loop replay")?;
     let elapsed = started.elapsed();
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
     if let Some(path) = &args.report {
-        write_report(path, &prepared, &groups, &policies)?;
+        write_report(path, &prepared, &groups, &c.policies)?;
     }
-    let zone_names: Vec<String> = if args.per_trace {
-        row_labels(&traces)
-    } else {
-        let names: Vec<&str> = traces.iter().map(|t| t.zone.as_str()).collect();
-        vec![if names.len() <= 3 {
-            names.join("+")
-        } else {
-            format!("{} zones", names.len())
-        }]
-    };
-    let reports: Vec<(PolicyKind, PolicyReport)> = policies
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| {
-            let r = if args.per_trace {
-                let parts: Vec<(&str, &Summary)> = zone_names
-                    .iter()
-                    .zip(&results)
-                    .map(|(z, s)| (z.as_str(), &s[i]))
-                    .collect();
-                PolicyReport::average(&parts)
-            } else {
-                PolicyReport::from_summary(&results[0][i])
-            };
-            (p, r)
-        })
-        .collect();
-    let first = &prepared[0];
-    let setup = format!(
-        "{} trace(s), {} window(s) × {} policies; job {} h of work ({} ticks of {} s), deadline {} h, \
-         restart {} h ({} ticks), {} node(s); cheapest on-demand ${:.4}/h; replayed in {:.2} s",
-        traces.len(),
-        total / passes.max(1),
-        policies.len(),
-        args.work_hours,
-        first.job.work,
-        traces[0].gap_seconds,
-        args.deadline_hours,
-        args.restart_hours,
-        first.job.restart,
-        first.job.nodes,
-        first.on_demand_price,
-        elapsed.as_secs_f64()
-    );
-    let setup = if min_nodes < args.nodes {
-        let speeds: Vec<String> = first.job.speed[min_nodes as usize..]
-            .iter()
-            .map(|&u| format!("{:.3}", f64::from(u) / f64::from(first.job.unit)))
-            .collect();
-        format!(
-            "{setup}\nelastic: runs on {min_nodes}..={} nodes; relative speed with {min_nodes}..={} \
-             nodes: {} ({})",
-            args.nodes,
-            args.nodes,
-            speeds.join(" "),
-            curve.as_ref().map_or("linear", |(_, from)| from.as_str())
-        )
-    } else {
-        if curve.is_some() {
-            eprintln!(
-                "note: without --min-nodes below --nodes the job is a gang; the scaling curve is unused"
-            );
-        }
-        setup
-    };
-    let setup = if policies.contains(&PolicyKind::ControllerCold) {
-        format!(
-            "{setup}\ncontroller-cold: the closed loop's job has no measured step time; the \
-             controller probes it first"
-        )
-    } else {
-        setup
-    };
+    let zone_names = zone_names(&args, &c.traces);
+    let reports = reports(&args, &c.policies, &zone_names, &results);
+    let windows = total / passes.max(1);
+    let setup = setup_line(&args, &c, &prepared[0], windows, elapsed.as_secs_f64());
     eprintln!("{setup}");
     if args.json {
         let mut report = serde_json::Map::new();
@@ -343,6 +276,103 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         return print_json_line(&report);
     }
+    print_table(&args, &c.policies, &zone_names, &results, &reports);
+    println!("{setup}");
+    Ok(())
+}
+
+/// The rows' zone labels: one per trace with `--per-trace`, else the zones together.
+fn zone_names(args: &Args, traces: &[Trace]) -> Vec<String> {
+    if args.per_trace {
+        return row_labels(traces);
+    }
+    let names: Vec<&str> = traces.iter().map(|t| t.zone.as_str()).collect();
+    vec![if names.len() <= 3 {
+        names.join("+")
+    } else {
+        format!("{} zones", names.len())
+    }]
+}
+
+/// Each policy's figures: over all traces together, or averaged over `--per-trace` rows.
+fn reports(
+    args: &Args,
+    policies: &[PolicyKind],
+    zone_names: &[String],
+    results: &[Vec<Summary>],
+) -> Vec<(PolicyKind, PolicyReport)> {
+    policies
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            let r = if args.per_trace {
+                let parts: Vec<(&str, &Summary)> = zone_names
+                    .iter()
+                    .zip(results)
+                    .map(|(z, s)| (z.as_str(), &s[i]))
+                    .collect();
+                PolicyReport::average(&parts)
+            } else {
+                PolicyReport::from_summary(&results[0][i])
+            };
+            (p, r)
+        })
+        .collect()
+}
+
+/// The line that says what was replayed (stderr, and after the table).
+fn setup_line(args: &Args, c: &Checked, first: &Prepared, windows: usize, secs: f64) -> String {
+    let mut setup = format!(
+        "{} trace(s), {} window(s) × {} policies; job {} h of work ({} ticks of {} s), deadline {} h, \
+         restart {} h ({} ticks), {} node(s); cheapest on-demand ${:.4}/h; replayed in {:.2} s",
+        c.traces.len(),
+        windows,
+        c.policies.len(),
+        args.work_hours,
+        first.job.work,
+        c.traces[0].gap_seconds,
+        args.deadline_hours,
+        args.restart_hours,
+        first.job.restart,
+        first.job.nodes,
+        first.on_demand_price,
+        secs
+    );
+    let min_nodes = c.min_nodes;
+    if min_nodes < args.nodes {
+        let speeds: Vec<String> = first.job.speed[min_nodes as usize..]
+            .iter()
+            .map(|&u| format!("{:.3}", f64::from(u) / f64::from(first.job.unit)))
+            .collect();
+        setup = format!(
+            "{setup}\nelastic: runs on {min_nodes}..={} nodes; relative speed with {min_nodes}..={} \
+             nodes: {} ({})",
+            args.nodes,
+            args.nodes,
+            speeds.join(" "),
+            c.curve.as_ref().map_or("linear", |(_, from)| from.as_str())
+        );
+    } else if c.curve.is_some() {
+        eprintln!(
+            "note: without --min-nodes below --nodes the job is a gang; the scaling curve is unused"
+        );
+    }
+    if c.policies.contains(&PolicyKind::ControllerCold) {
+        setup = format!(
+            "{setup}\ncontroller-cold: the closed loop's job has no measured step time; the \
+             controller probes it first"
+        );
+    }
+    setup
+}
+
+fn print_table(
+    args: &Args,
+    policies: &[PolicyKind],
+    zone_names: &[String],
+    results: &[Vec<Summary>],
+    reports: &[(PolicyKind, PolicyReport)],
+) {
     let mut t = table(&[
         "zone",
         "policy",
@@ -365,19 +395,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             format!("{:.2}", r.moves_per_window),
         ]);
     };
-    for (z, res) in zone_names.iter().zip(&results) {
+    for (z, res) in zone_names.iter().zip(results) {
         for (p, s) in policies.iter().zip(res) {
             add(z, p.name(), &PolicyReport::from_summary(s));
         }
     }
     if args.per_trace && results.len() > 1 {
-        for (p, r) in &reports {
+        for (p, r) in reports {
             add("average", p.name(), r);
         }
     }
     println!("{t}");
-    println!("{setup}");
-    Ok(())
 }
 
 /// One label per trace for `--per-trace` rows and JSON keys: the zone, and `zone#n` (n from 1,

@@ -12,6 +12,7 @@ use tern_policies::capacity::launch_budget;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
+use super::world::SimWorld;
 use super::*;
 use crate::store::{JobState, most_started_in_an_hour as worst_hour};
 
@@ -77,18 +78,14 @@ async fn run_flapping(gap_seconds: u32, seed: u64) -> String {
     for j in &jobs {
         ctl.submit(j.clone(), sim.now()).expect("submit");
     }
-    let mut workload = workload::Workload::new();
-    for _ in 0..hours * 60 {
-        sim.advance(Duration::from_secs(60));
-        let now = sim.now();
-        ctl.pass(now).await.expect("pass");
-        workload
-            .step(&mut ctl, Duration::from_secs(60), now)
-            .expect("step");
-        if ctl.jobs().all(|j| j.state.is_final()) && ctl.instances().count() == 0 {
-            break;
-        }
-    }
+    let workers = Some(workload::Workload::new());
+    let minute = Duration::from_secs(60);
+    let mut world = SimWorld::new(sim.clone(), ctl, minute).with_workers(workers);
+    world
+        .run(hours as usize * 60, SimWorld::settled)
+        .await
+        .expect("pass");
+    let ctl = world.ctl;
     let case = format!("tick {gap_seconds} s, seed {seed}");
     let usage = store.usage().expect("usage");
     let mut summary = vec![case.clone()];

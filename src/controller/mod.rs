@@ -36,6 +36,7 @@ mod provision;
 pub mod service;
 mod sync;
 pub mod workload;
+pub mod world;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};

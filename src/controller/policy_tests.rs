@@ -286,7 +286,15 @@ async fn the_controller_hands_the_policy_the_replays_view_and_gets_its_decision(
     assert!(compared >= 30, "only {compared} ticks compared");
     // The replay's steps, carried out by the controller's decisions, reached every decision
     // a policy step can produce.
-    let every = ["cancel-queued", "launch", "move", "nothing", "replace", "resize", "wait"];
+    let every = [
+        "cancel-queued",
+        "launch",
+        "move",
+        "nothing",
+        "replace",
+        "resize",
+        "wait",
+    ];
     assert_eq!(seen, every.into_iter().collect(), "decisions seen");
 }
 

@@ -12,6 +12,7 @@ use tern_sim::{SimCloud, Trace};
 use super::probe::{self, Ended, Verdict};
 use super::tests::start;
 use super::workload::Workload;
+use super::world::SimWorld;
 use super::*;
 use crate::store::ProbeRecord;
 
@@ -92,17 +93,24 @@ fn kinds(ctl: &Controller, job: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Passes a minute apart with simulated workers, until the job ends or `minutes` pass.
-async fn run(ctl: &mut Controller, sim: &SimCloud, w: &mut Workload, job: &str, minutes: u32) {
-    for _ in 0..minutes {
-        ctl.pass(sim.now()).await.expect("pass");
-        if ctl.job(job).is_some_and(|j| j.state.is_final()) {
-            return;
-        }
-        sim.advance(Duration::from_secs(60));
-        w.step(ctl, Duration::from_secs(60), sim.now())
-            .expect("step");
-    }
+/// Passes a minute apart with simulated workers ([`SimWorld`]), until the job ends or
+/// `minutes` pass; the controller and the workers back.
+async fn run(
+    ctl: Controller,
+    sim: &Arc<SimCloud>,
+    w: Workload,
+    job: &str,
+    minutes: usize,
+) -> (Controller, Workload) {
+    let minute = Duration::from_secs(60);
+    let mut world = SimWorld::new(sim.clone(), ctl, minute).with_workers(Some(w));
+    world
+        .run(minutes, |ctl| {
+            ctl.job(job).is_some_and(|j| j.state.is_final())
+        })
+        .await
+        .expect("pass");
+    (world.ctl, world.workers.unwrap_or_default())
 }
 
 #[tokio::test]
@@ -117,8 +125,8 @@ async fn a_job_nobody_measured_probes_is_measured_and_planned() {
         .expect("a job without observations is accepted");
     let before = ctl.forecast("cold").expect("forecast");
     assert_eq!(before.basis, "none", "{before:?}");
-    let mut w = Workload::new().with_truth("cold", truth("cold", extra));
-    run(&mut ctl, &sim, &mut w, "cold", 30).await;
+    let w = Workload::new().with_truth("cold", truth("cold", extra));
+    let (ctl, _w) = run(ctl, &sim, w, "cold", 30).await;
 
     let events = kinds(&ctl, "cold");
     let has = |k: &str| events.iter().any(|(kind, _)| kind == k);
@@ -163,8 +171,8 @@ async fn a_probe_whose_capacity_is_lost_ends_and_the_job_probes_again() {
     let ids: Vec<InstanceId> = ctl.instances().map(|i| i.id.clone()).collect();
     assert_eq!(ids.len(), 1, "the probe launched");
     sim.terminate(&ids[0]).await.expect("gone");
-    let mut w = Workload::new().with_truth("lost", truth("lost", extra));
-    run(&mut ctl, &sim, &mut w, "lost", 30).await;
+    let w = Workload::new().with_truth("lost", truth("lost", extra));
+    let (ctl, _w) = run(ctl, &sim, w, "lost", 30).await;
     let events = kinds(&ctl, "lost");
     let probes = events.iter().filter(|(k, _)| k == "probe").count();
     assert_eq!(probes, 2, "{events:#?}");
@@ -188,8 +196,8 @@ async fn after_its_probe_a_job_moves_to_the_shape_its_deadline_needs_from_the_pr
                  [checkpoint]\ninterval = \"5m\"\nsave_seconds = 10\nrestore_seconds = 10";
     let spec = parse_job_spec(&spec_text("moves", extra, false), "m.toml").expect("spec");
     ctl.submit(spec, sim.now()).expect("submit");
-    let mut w = Workload::new().with_truth("moves", truth("moves", extra));
-    run(&mut ctl, &sim, &mut w, "moves", 120).await;
+    let w = Workload::new().with_truth("moves", truth("moves", extra));
+    let (ctl, w) = run(ctl, &sim, w, "moves", 120).await;
 
     let events = kinds(&ctl, "moves");
     let probe = ctl
@@ -262,8 +270,8 @@ async fn a_second_accelerator_is_probed_when_its_prior_costs_money_and_the_job_m
     ctl.submit(spec, sim.now()).expect("submit");
     // The L4 really runs at its prior's expected speed.
     let model = ctl.model("two").expect("model");
-    let mut w = Workload::new().with_truth("two", model);
-    run(&mut ctl, &sim, &mut w, "two", 40).await;
+    let w = Workload::new().with_truth("two", model);
+    let (ctl, _w) = run(ctl, &sim, w, "two", 40).await;
 
     let events = kinds(&ctl, "two");
     let probes: Vec<&String> = events
@@ -320,8 +328,8 @@ async fn a_probed_job_no_plan_fits_at_the_pessimistic_bound_goes_on_at_the_expec
     let extra = "workers = { min = 1, max = 4 }\ndeadline = \"45m\"";
     let spec = parse_job_spec(&spec_text("late", extra, false), "l.toml").expect("spec");
     ctl.submit(spec, sim.now()).expect("submit");
-    let mut w = Workload::new().with_truth("late", truth("late", extra));
-    run(&mut ctl, &sim, &mut w, "late", 10).await;
+    let w = Workload::new().with_truth("late", truth("late", extra));
+    let (ctl, _w) = run(ctl, &sim, w, "late", 10).await;
     let events = kinds(&ctl, "late");
     let probed = events
         .iter()

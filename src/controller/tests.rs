@@ -121,6 +121,7 @@ fn intent_checked(
     (Arc::new(provider), seen)
 }
 
+/// `passes` minutes of virtual time with no workers, one pass at the end of each.
 async fn run(ctl: &mut Controller, sim: &SimCloud, passes: usize) {
     for _ in 0..passes {
         sim.advance(Duration::from_secs(60));
@@ -260,21 +261,13 @@ async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
     );
 }
 
-/// Run `ctl` over `minutes` of virtual time, one pass a minute.
-async fn run_for(ctl: &mut Controller, sim: &SimCloud, minutes: u32) {
-    for _ in 0..minutes {
-        sim.advance(Duration::from_secs(60));
-        ctl.pass(sim.now()).await.expect("pass");
-    }
-}
-
 #[tokio::test]
 async fn another_stores_instances_are_reported_never_collected_unless_adopted() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 400])]);
     let first = Arc::new(Store::in_memory().expect("store"));
     let mut a = Controller::open(first.clone(), sim.clone(), config()).expect("open");
     a.submit(job("mine", "4", true), sim.now()).expect("submit");
-    run_for(&mut a, &sim, 5).await;
+    run(&mut a, &sim, 5).await;
     let fleet = sim.list("test-owner").await.expect("list");
     assert_eq!(
         fleet.len(),
@@ -293,7 +286,7 @@ async fn another_stores_instances_are_reported_never_collected_unless_adopted() 
     let second = Arc::new(Store::in_memory().expect("store"));
     assert_ne!(first.cluster_id(), second.cluster_id());
     let mut b = Controller::open(second.clone(), sim.clone(), config()).expect("open");
-    run_for(&mut b, &sim, 10).await;
+    run(&mut b, &sim, 10).await;
     assert_eq!(sim.list("test-owner").await.expect("list").len(), 4);
     assert_eq!(b.stats().leaks_collected, 0);
     assert_eq!(b.foreign_instances(), 4);
@@ -313,7 +306,7 @@ async fn another_stores_instances_are_reported_never_collected_unless_adopted() 
         },
     )
     .expect("open");
-    run_for(&mut adopting, &sim, 2).await;
+    run(&mut adopting, &sim, 2).await;
     assert!(sim.list("test-owner").await.expect("list").is_empty());
     assert_eq!(adopting.stats().leaks_collected, 4);
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use tern_cloud::{Capacity, parse_job_spec};
-use tern_replay::{Prepared, WindowResult};
+use tern_replay::{PolicyKind, Prepared, WindowResult};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
@@ -29,6 +29,7 @@ use tern_plan::ThroughputModel;
 
 use crate::controller::probe::ProbeBounds;
 use crate::controller::workload::Workload;
+use crate::controller::world::SimWorld;
 use crate::controller::{Controller, ControllerConfig, ControllerError};
 use crate::jobs::LoadedJob;
 use crate::scratch::TempDir;
@@ -96,6 +97,62 @@ struct Ran {
     store: Arc<Store>,
     deadline: DateTime<Utc>,
     _dir: TempDir,
+}
+
+/// The job of a closed loop, as `tern simulate` describes it (the traces and windows come with
+/// each group).
+#[derive(Debug, Clone, Copy)]
+pub struct LoopJob {
+    pub work_hours: f64,
+    pub deadline_hours: f64,
+    pub restart_hours: f64,
+    pub nodes: u32,
+    pub min_nodes: u32,
+    pub checkpoint_gb: f64,
+}
+
+/// Every policy on every group of traces (`tern simulate`): the replayed ones through
+/// `Prepared::replay`, the closed loops (warm and cold) window by window on the same windows.
+/// One row per group, the policies in `policies`' order; `tick` after each window.
+pub fn replay_groups(
+    groups: &[Vec<Trace>],
+    prepared: &[Prepared],
+    policies: &[PolicyKind],
+    job: LoopJob,
+    tick: &(dyn Fn() + Sync),
+) -> Result<Vec<Vec<tern_replay::Summary>>, LoopError> {
+    let mut results = Vec::new();
+    for (p, g) in prepared.iter().zip(groups) {
+        let mut replayed = p.replay(policies, tick).into_iter();
+        let mut closed = Vec::new();
+        for &kind in policies.iter().filter(|k| k.is_closed_loop()) {
+            let setup = LoopSetup {
+                traces: g,
+                prepared: p,
+                work_hours: job.work_hours,
+                deadline_hours: job.deadline_hours,
+                restart_hours: job.restart_hours,
+                nodes: job.nodes,
+                min_nodes: job.min_nodes,
+                checkpoint_gb: job.checkpoint_gb,
+                cold_start: kind == PolicyKind::ControllerCold,
+            };
+            closed.push(p.summarise(kind, setup.replay(tick)?.into_iter()));
+        }
+        let mut closed = closed.into_iter();
+        let row = policies
+            .iter()
+            .filter_map(|&k| {
+                if k.is_closed_loop() {
+                    closed.next()
+                } else {
+                    replayed.next()
+                }
+            })
+            .collect();
+        results.push(row);
+    }
+    Ok(results)
 }
 
 impl LoopSetup<'_> {
@@ -327,17 +384,14 @@ impl LoopSetup<'_> {
         if self.cold_start {
             workload = workload.with_truth("job", truth);
         }
-        let mut now = epoch;
-        loop {
-            ctl.pass(now).await?;
-            let done = ctl.job("job").is_none_or(|j| j.state.is_final());
-            if done || now >= deadline {
-                break;
-            }
-            sim.advance(tick);
-            now = sim.now();
-            workload.step(&mut ctl, tick, now)?;
-        }
+        let clock = sim.clone();
+        let mut world = SimWorld::new(sim, ctl, tick).with_workers(Some(workload));
+        world
+            .run(usize::MAX, |ctl| {
+                ctl.job("job").is_none_or(|j| j.state.is_final()) || clock.now() >= deadline
+            })
+            .await?;
+        let (now, ctl) = (world.now(), world.ctl);
         let result = self.result(&ctl, &store, now, deadline)?;
         Ok(Ran {
             result,
