@@ -82,7 +82,7 @@ async fn run_flapping(gap_seconds: u32, seed: u64) -> String {
     let minute = Duration::from_secs(60);
     let mut world = SimWorld::new(sim.clone(), ctl, minute).with_workers(workers);
     world
-        .run(hours as usize * 60, SimWorld::settled)
+        .run(hours * 60, SimWorld::settled)
         .await
         .expect("pass");
     let ctl = world.ctl;
