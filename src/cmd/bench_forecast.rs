@@ -68,20 +68,57 @@ fn time_ms(f: impl FnOnce()) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
+/// What `tern bench forecast` measured.
+struct Figures {
+    job_rows: usize,
+    profile_rows: usize,
+    cold: Timings,
+    warm: Timings,
+    profile: Timings,
+    ticks: Ticks,
+}
+
+/// The controller's side of [`Figures`].
+struct Ticks {
+    predict_ms: f64,
+    initial: usize,
+    initial_ms: f64,
+    steady: Timings,
+    steady_n: usize,
+    shifted: Timings,
+    shifted_n: usize,
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let iterations = args.iterations.max(1);
     let jobs = args.jobs.max(1);
-    let at = DateTime::<Utc>::UNIX_EPOCH;
-    let p = params(3);
-    let job_rows: Vec<Sample> = shapes()
-        .into_iter()
-        .map(|shape| Sample {
-            shape,
-            step_s: p.step_s(&shape),
-        })
-        .collect();
-    // A profile-sized fit: every shape at 11 batch sizes, like a Pollux placements file.
-    let mut profile_rows = Vec::new();
+    let f = measure(iterations, jobs)?;
+    let build = super::bench::build_profile();
+    if !args.json {
+        print_text(&f, jobs, &build);
+    }
+    print_json_line(&serde_json::json!({
+        "bench": "forecast",
+        "build": build,
+        "jobs": jobs,
+        "fit_cold_ms": f.cold.p50_ms,
+        "fit_warm_ms": f.warm.p50_ms,
+        "fit_profile_rows": f.profile_rows,
+        "fit_profile_ms": f.profile.p50_ms,
+        "predict_us": f.ticks.predict_ms * 1e3,
+        "initial_fit_all_ms": f.ticks.initial_ms,
+        "steady_tick_refits": f.ticks.steady_n,
+        "steady_tick_p50_ms": f.ticks.steady.p50_ms,
+        "shifted_tick_refits": f.ticks.shifted_n,
+        "refit_tick_p50_ms": f.ticks.shifted.p50_ms,
+        "refit_tick_p95_ms": f.ticks.shifted.p95_ms,
+        "refit_tick_per_job_ms": f.ticks.shifted.p50_ms / jobs as f64,
+    }))
+}
+
+/// A profile-sized fit's rows: every shape at 11 batch sizes, like a Pollux placements file.
+fn profile_rows(p: &Params) -> Vec<Sample> {
+    let mut rows = Vec::new();
     for (g, n) in [
         (1, 1),
         (2, 1),
@@ -96,17 +133,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ] {
         for i in 0..11 {
             let shape = Shape::new(g, n, 32.0 * 1.4f64.powi(i));
-            profile_rows.push(Sample {
+            rows.push(Sample {
                 shape,
                 step_s: p.step_s(&shape),
             });
         }
     }
-    let opts = FitOptions::default();
+    rows
+}
 
-    let mut cold = Vec::new();
-    let mut warm = Vec::new();
-    let mut profile = Vec::new();
+fn measure(iterations: usize, jobs: usize) -> anyhow::Result<Figures> {
+    let p = params(3);
+    let job_rows: Vec<Sample> = shapes()
+        .into_iter()
+        .map(|shape| Sample {
+            shape,
+            step_s: p.step_s(&shape),
+        })
+        .collect();
+    let profile_rows = profile_rows(&p);
+    let opts = FitOptions::default();
+    let (mut cold, mut warm, mut profile) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..iterations {
         let mut theta = None;
         cold.push(time_ms(|| {
@@ -119,9 +166,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let _ = fit(&profile_rows, &opts, None);
         }));
     }
+    Ok(Figures {
+        job_rows: job_rows.len(),
+        profile_rows: profile_rows.len(),
+        cold: Timings::from_samples(cold),
+        warm: Timings::from_samples(warm),
+        profile: Timings::from_samples(profile),
+        ticks: controller_ticks(iterations, jobs)?,
+    })
+}
 
-    // Controller: `jobs` jobs with every shape observed, fitted cold once; then ticks where each
-    // job reports one more step (a new measurement at a shape it runs) and everything refits.
+/// The controller's side: `jobs` jobs with every shape observed, fitted cold once; then ticks
+/// where each job reports one more step and everything refits. Steady ticks: every job reports
+/// its usual step time (±0.3 % jitter), so (almost) nothing is refitted. Shifted ticks: every
+/// job runs 10 % slower at one shape (a noisy neighbour), so every model is refitted,
+/// warm-started.
+fn controller_ticks(iterations: usize, jobs: usize) -> anyhow::Result<Ticks> {
+    let at = DateTime::<Utc>::UNIX_EPOCH;
     let mut f = Forecaster::new();
     for j in 0..jobs {
         let pj = params(j);
@@ -131,11 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut initial = 0;
     let initial_ms = time_ms(|| initial = f.refit().unwrap_or(0));
-    // Steady ticks: every job reports its usual step time (±0.3 % jitter); nothing material
-    // changed, so (almost) nothing is refitted. Shifted ticks: every job runs 10 % slower at one
-    // shape (e.g. a noisy neighbour), so every model is refitted, warm-started.
-    let mut steady = Vec::new();
-    let mut shifted = Vec::new();
+    let (mut steady, mut shifted) = (Vec::new(), Vec::new());
     let (mut steady_n, mut shifted_n) = (0, 0);
     for it in 0..iterations {
         for j in 0..jobs {
@@ -158,57 +215,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let _ = f.predict(&format!("job-{}", j % jobs), "T4", &query);
         }
     }) / predictions as f64;
+    Ok(Ticks {
+        predict_ms,
+        initial,
+        initial_ms,
+        steady: Timings::from_samples(steady),
+        steady_n,
+        shifted: Timings::from_samples(shifted),
+        shifted_n,
+    })
+}
 
-    let (cold, warm, profile, steady, shifted) = (
-        Timings::from_samples(cold),
-        Timings::from_samples(warm),
-        Timings::from_samples(profile),
-        Timings::from_samples(steady),
-        Timings::from_samples(shifted),
+fn print_text(f: &Figures, jobs: usize, build: &str) {
+    println!(
+        "fit, one job ({} shapes): cold p50 {:.2} ms, warm-started p50 {:.2} ms",
+        f.job_rows, f.cold.p50_ms, f.warm.p50_ms
     );
-    let build = super::bench::build_profile();
-    if !args.json {
-        println!(
-            "fit, one job ({} shapes): cold p50 {:.2} ms, warm-started p50 {:.2} ms",
-            job_rows.len(),
-            cold.p50_ms,
-            warm.p50_ms
-        );
-        println!(
-            "fit, profile-sized ({} rows): p50 {:.1} ms",
-            profile_rows.len(),
-            profile.p50_ms
-        );
-        println!("predict: {:.1} µs per call", predict_ms * 1e3);
-        println!(
-            "controller, {jobs} jobs ({build} build): first fit of all {initial} models {initial_ms:.0} ms"
-        );
-        println!(
-            "  tick, steady observations: {steady_n} refits, p50 {:.1} ms, p95 {:.1} ms",
-            steady.p50_ms, steady.p95_ms
-        );
-        println!(
-            "  tick, every job 10 % slower at one shape: {shifted_n} refits, p50 {:.0} ms, p95 {:.0} ms ({:.2} ms per job)",
-            shifted.p50_ms,
-            shifted.p95_ms,
-            shifted.p50_ms / jobs as f64
-        );
-    }
-    print_json_line(&serde_json::json!({
-        "bench": "forecast",
-        "build": build,
-        "jobs": jobs,
-        "fit_cold_ms": cold.p50_ms,
-        "fit_warm_ms": warm.p50_ms,
-        "fit_profile_rows": profile_rows.len(),
-        "fit_profile_ms": profile.p50_ms,
-        "predict_us": predict_ms * 1e3,
-        "initial_fit_all_ms": initial_ms,
-        "steady_tick_refits": steady_n,
-        "steady_tick_p50_ms": steady.p50_ms,
-        "shifted_tick_refits": shifted_n,
-        "refit_tick_p50_ms": shifted.p50_ms,
-        "refit_tick_p95_ms": shifted.p95_ms,
-        "refit_tick_per_job_ms": shifted.p50_ms / jobs as f64,
-    }))
+    println!(
+        "fit, profile-sized ({} rows): p50 {:.1} ms",
+        f.profile_rows, f.profile.p50_ms
+    );
+    println!("predict: {:.1} µs per call", f.ticks.predict_ms * 1e3);
+    println!(
+        "controller, {jobs} jobs ({build} build): first fit of all {} models {:.0} ms",
+        f.ticks.initial, f.ticks.initial_ms
+    );
+    println!(
+        "  tick, steady observations: {} refits, p50 {:.1} ms, p95 {:.1} ms",
+        f.ticks.steady_n, f.ticks.steady.p50_ms, f.ticks.steady.p95_ms
+    );
+    println!(
+        "  tick, every job 10 % slower at one shape: {} refits, p50 {:.0} ms, p95 {:.0} ms ({:.2} ms per job)",
+        f.ticks.shifted_n,
+        f.ticks.shifted.p50_ms,
+        f.ticks.shifted.p95_ms,
+        f.ticks.shifted.p50_ms / jobs as f64
+    );
 }
