@@ -95,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let f = measure(iterations, jobs)?;
     let build = super::bench::build_profile();
     if !args.json {
-        print_text(&f, jobs, &build);
+        print_text(&f, jobs, build);
     }
     print_json_line(&serde_json::json!({
         "bench": "forecast",

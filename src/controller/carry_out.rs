@@ -1,6 +1,8 @@
 //! Carrying out decisions. The phases gather a view and ask [`super::decide`]; what it answers
-//! is done here and only here, in one order: an intent written to the store, the cloud called
-//! through it ([`Controller::act`]), the store brought up to date, then the event.
+//! is done here and only here. Each step reports what was decided (its event), then writes its
+//! intent to the store before the cloud is called through it ([`Controller::act`]); the store
+//! is brought up to date from the cloud's answer, whose own events (`launched`, `terminated`)
+//! follow.
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{IntentKind, Offer};
@@ -42,48 +44,17 @@ impl Controller {
                 offers,
                 missing,
                 on_demand,
-            } => {
-                if let Some(e) = self.fleet.jobs.get_mut(name) {
-                    e.waiting = None;
-                }
-                let job = name.to_string();
-                self.emit(
-                    now,
-                    Event::Replacing {
-                        job,
-                        missing,
-                        on_demand,
-                    },
-                )?;
-                let kind = IntentKind::Launch {
-                    offers,
-                    count: missing,
-                };
-                self.act(name, kind, now).await.map(|()| None)
-            }
+            } => self
+                .replace_nodes(name, offers, missing, on_demand, now)
+                .await
+                .map(|()| None),
             Decision::Regroup {
                 zone,
                 release,
                 anew,
                 then,
             } => {
-                if anew && let Some(e) = self.fleet.jobs.get_mut(name) {
-                    e.record.target_offer = None;
-                    e.record.target_count = 0;
-                    self.store.update_job(&e.record, now)?;
-                }
-                let job = name.to_string();
-                let released = release.len();
-                self.emit(
-                    now,
-                    Event::Regrouped {
-                        job,
-                        zone,
-                        released,
-                    },
-                )?;
-                let kind = IntentKind::Terminate { instances: release };
-                self.act(name, kind, now).await?;
+                self.regroup(name, zone, release, anew, now).await?;
                 Ok(Some(*then))
             }
             Decision::Move { step, of, to } => self
@@ -94,16 +65,10 @@ impl Controller {
                 let kind = IntentKind::Terminate { instances: ids };
                 self.act(name, kind, now).await.map(|()| None)
             }
-            Decision::CancelQueued { id, offer } => {
-                if self.terminating(&id) {
-                    return Ok(None);
-                }
-                self.terminate_now(name, vec![id.clone()], now).await?;
-                let job = name.to_string();
-                self.emit(now, Event::QueueCancelled { job, id, offer })?;
-                self.mark_dirty(name);
-                Ok(None)
-            }
+            Decision::CancelQueued { id, offer } => self
+                .cancel_queued(name, id, offer, now)
+                .await
+                .map(|()| None),
             Decision::Resize {
                 from,
                 to,
@@ -117,6 +82,77 @@ impl Controller {
                 Ok(Some(*then))
             }
         }
+    }
+
+    async fn replace_nodes(
+        &mut self,
+        name: &str,
+        offers: Vec<Offer>,
+        missing: u32,
+        on_demand: bool,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if let Some(e) = self.fleet.jobs.get_mut(name) {
+            e.waiting = None;
+        }
+        let job = name.to_string();
+        self.emit(
+            now,
+            Event::Replacing {
+                job,
+                missing,
+                on_demand,
+            },
+        )?;
+        let count = missing;
+        self.act(name, IntentKind::Launch { offers, count }, now)
+            .await
+    }
+
+    /// Give `release` back; `anew`: the job holds no target any more and is placed again.
+    async fn regroup(
+        &mut self,
+        name: &str,
+        zone: tern_cloud::Zone,
+        release: Vec<tern_cloud::InstanceId>,
+        anew: bool,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if anew && let Some(e) = self.fleet.jobs.get_mut(name) {
+            e.record.target_offer = None;
+            e.record.target_count = 0;
+            self.store.update_job(&e.record, now)?;
+        }
+        let job = name.to_string();
+        let released = release.len();
+        self.emit(
+            now,
+            Event::Regrouped {
+                job,
+                zone,
+                released,
+            },
+        )?;
+        let kind = IntentKind::Terminate { instances: release };
+        self.act(name, kind, now).await
+    }
+
+    /// Cancel a queued request by a `terminate` intent (once: not while one is open).
+    async fn cancel_queued(
+        &mut self,
+        name: &str,
+        id: tern_cloud::InstanceId,
+        offer: String,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if self.terminating(&id) {
+            return Ok(());
+        }
+        self.terminate_now(name, vec![id.clone()], now).await?;
+        let job = name.to_string();
+        self.emit(now, Event::QueueCancelled { job, id, offer })?;
+        self.mark_dirty(name);
+        Ok(())
     }
 
     /// Report a move and open its intent: launch on the first of `to` (an elastic job's list
