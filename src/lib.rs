@@ -3,7 +3,7 @@
 //! binary (`src/main.rs`, `src/cmd/`) only parses arguments, calls this and prints.
 //!
 //! Which module may use which is one table in ARCHITECTURE.md ("Who may depend on whom"), and
-//! `tests/layers.rs` reads that table: roughly `http`, `serve`, `jobs` → `store` → `api::wire`,
+//! `tests/repo/layers.rs` reads that table: roughly `http`, `serve`, `jobs` → `store` → `api::wire`,
 //! `api::client`, `report` → `controller` → `api` (the server), `sim`, `agent`. Nothing here
 //! imports the binary's `cmd`, and `anyhow` stays in the binary.
 

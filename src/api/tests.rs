@@ -34,11 +34,7 @@ impl Clock for Fixed {
 }
 
 fn spec(name: &str) -> String {
-    format!(
-        "name = \"{name}\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 2\n\
-         deadline = \"48h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
-    )
+    tern_cloud::testkit::spec(name).workers("2").text()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

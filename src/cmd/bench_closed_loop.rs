@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use tern::sim::closed_loop::LoopSetup;
+use tern::sim::closed_loop::{LoopJob, LoopSetup};
 use tern_replay::PolicyKind;
 
 use super::bench_simulate::{WindowJob, load_folder};
@@ -46,12 +46,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let setup = LoopSetup {
         traces: &traces,
         prepared: &prepared,
-        work_hours: args.job.work_hours,
-        deadline_hours: args.job.deadline_hours,
-        restart_hours: args.job.restart_hours,
-        nodes: 1,
-        min_nodes: 1,
-        checkpoint_gb: 0.0,
+        job: LoopJob {
+            work_hours: args.job.work_hours,
+            deadline_hours: args.job.deadline_hours,
+            restart_hours: args.job.restart_hours,
+            nodes: 1,
+            min_nodes: 1,
+            checkpoint_gb: 0.0,
+        },
         cold_start: false,
     };
     let t1 = Instant::now();

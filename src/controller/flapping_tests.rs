@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use chrono::TimeZone;
-use tern_cloud::{Cloud, parse_job_spec};
+use tern_cloud::Cloud;
 use tern_policies::capacity::launch_budget;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
@@ -41,13 +41,13 @@ fn flapping(zone: &str, seed: u64, gap_seconds: u32, ticks: usize, k: u32) -> Tr
 }
 
 fn spec(name: &str, workers: &str, gang: bool, samples: u64) -> JobSpec {
-    let text = format!(
-        "name = \"{name}\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
-         gang = {gang}\ndeadline = \"60h\"\nlocal_batch = 64\n[work]\nsamples = {samples}\n\
-         [checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
-    );
-    parse_job_spec(&text, "job.toml").expect("valid spec")
+    tern_cloud::testkit::spec(name)
+        .workers(workers)
+        .gang(gang)
+        .deadline(Some("60h"))
+        .samples(samples)
+        .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20")
+        .build()
 }
 
 async fn run_flapping(gap_seconds: u32, seed: u64) -> String {

@@ -77,12 +77,7 @@ fn distinct_zones(traces: &[Trace]) -> Vec<String> {
 pub struct LoopSetup<'a> {
     pub traces: &'a [Trace],
     pub prepared: &'a Prepared,
-    pub work_hours: f64,
-    pub deadline_hours: f64,
-    pub restart_hours: f64,
-    pub nodes: u32,
-    pub min_nodes: u32,
-    pub checkpoint_gb: f64,
+    pub job: LoopJob,
     /// Cold start: the spec omits its `[[observation]]` (the controller probes the job, the
     /// simulated workers report the true step time), the rest of the job is the same.
     pub cold_start: bool,
@@ -129,12 +124,7 @@ pub fn replay_groups(
             let setup = LoopSetup {
                 traces: g,
                 prepared: p,
-                work_hours: job.work_hours,
-                deadline_hours: job.deadline_hours,
-                restart_hours: job.restart_hours,
-                nodes: job.nodes,
-                min_nodes: job.min_nodes,
-                checkpoint_gb: job.checkpoint_gb,
+                job,
                 cold_start: kind == PolicyKind::ControllerCold,
             };
             closed.push(p.summarise(kind, setup.replay(tick)?.into_iter()));
@@ -266,10 +256,13 @@ impl LoopSetup<'_> {
     /// The job's spec; `observed`: with its `[[observation]]` (the warm job), else without
     /// (a cold start).
     fn spec_text(&self, samples: f64, observed: bool) -> String {
-        let workers = if self.min_nodes < self.nodes {
-            format!("{{ min = {}, max = {} }}", self.min_nodes, self.nodes)
+        let workers = if self.job.min_nodes < self.job.nodes {
+            format!(
+                "{{ min = {}, max = {} }}",
+                self.job.min_nodes, self.job.nodes
+            )
         } else {
-            self.nodes.to_string()
+            self.job.nodes.to_string()
         };
         format!(
             "name = \"job\"\nteam = \"replay\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
@@ -277,12 +270,12 @@ impl LoopSetup<'_> {
              [work]\nsamples = {samples}\n\
              [checkpoint]\ninterval = \"{gap}s\"\nsize_gb = {gb}\nsave_seconds = 0\nrestore_seconds = 0\n\
              {observation}",
-            gang = self.min_nodes >= self.nodes && self.nodes > 1,
-            deadline = (self.deadline_hours * 3600.0).floor() as u64,
+            gang = self.job.min_nodes >= self.job.nodes && self.job.nodes > 1,
+            deadline = (self.job.deadline_hours * 3600.0).floor() as u64,
             // Down, not up: one sample over C hours is a tick more of work to the policy,
             // which rounds work up to whole ticks.
             samples = samples.floor().max(1.0) as u64,
-            gb = self.checkpoint_gb,
+            gb = self.job.checkpoint_gb,
             // A checkpoint every tick, and the agents checkpoint on a notice (the replay keeps
             // all progress on a reclaim); one pass per tick sees a notice and its reclaim
             // together, too late for the controller's drain to checkpoint.
@@ -311,9 +304,9 @@ impl LoopSetup<'_> {
     /// The job's samples: C hours at `truth`'s expected speed on K nodes.
     fn samples(&self, truth: &dyn ThroughputModel) -> Result<f64, LoopError> {
         let t = truth
-            .throughput("V100", 1, self.nodes)
+            .throughput("V100", 1, self.job.nodes)
             .ok_or_else(|| LoopError::Job("no forecast for V100".into()))?;
-        Ok(self.work_hours * 3600.0 * t.expected)
+        Ok(self.job.work_hours * 3600.0 * t.expected)
     }
 
     /// Bounds of a cold start's probe at this loop's pass cadence. The controller passes once
@@ -340,7 +333,7 @@ impl LoopSetup<'_> {
     async fn run(&self, start: usize) -> Result<Ran, LoopError> {
         let gap = self.gap();
         let epoch = self.epoch();
-        let restart_s = (self.restart_hours * 3600.0).max(1.0);
+        let restart_s = (self.job.restart_hours * 3600.0).max(1.0);
         let config = SimConfig {
             start: epoch,
             // The restart is all boot: the controller sees a booted node at its next pass, a
@@ -379,7 +372,8 @@ impl LoopSetup<'_> {
         let spec = parse_job_spec(&self.spec_text(samples, !self.cold_start), "replay.toml")
             .map_err(|e| LoopError::Job(e.to_string()))?;
         ctl.submit(spec, epoch)?;
-        let deadline = epoch + TimeDelta::seconds((self.deadline_hours * 3600.0).floor() as i64);
+        let deadline =
+            epoch + TimeDelta::seconds((self.job.deadline_hours * 3600.0).floor() as i64);
         let mut workload = Workload::watching(sim.clone());
         if self.cold_start {
             workload = workload.with_truth("job", truth);
@@ -428,7 +422,7 @@ impl LoopSetup<'_> {
             finished,
             spot_ticks: (hours(Capacity::Spot) / tick_h).round() as u32,
             on_demand_ticks: (hours(Capacity::OnDemand) / tick_h).round() as u32,
-            restarts: (stats.launches / u64::from(self.nodes.max(1))).saturating_sub(1) as u32,
+            restarts: (stats.launches / u64::from(self.job.nodes.max(1))).saturating_sub(1) as u32,
             moves: stats.migrations as u32,
         })
     }
@@ -489,12 +483,14 @@ mod tests {
         let setup = |cold_start| LoopSetup {
             traces: &traces,
             prepared: &prepared,
-            work_hours: 2.0,
-            deadline_hours: 4.0,
-            restart_hours: 0.2,
-            nodes: 1,
-            min_nodes: 1,
-            checkpoint_gb: 0.0,
+            job: LoopJob {
+                work_hours: 2.0,
+                deadline_hours: 4.0,
+                restart_hours: 0.2,
+                nodes: 1,
+                min_nodes: 1,
+                checkpoint_gb: 0.0,
+            },
             cold_start,
         };
         let (cold, warm) = (setup(true), setup(false));

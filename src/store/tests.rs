@@ -1,33 +1,20 @@
 use super::*;
 use chrono::TimeDelta;
 use std::time::Duration;
-use tern_cloud::{Accelerator, Cloud, InstanceType, Region, Tags, Zone, parse_job_spec};
+use tern_cloud::Tags;
 
 fn spec() -> JobSpec {
-    let text = concat!(
-        "name = \"j1\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 2\n",
-        "deadline = \"10h\"\nlocal_batch = 32\n[work]\nsamples = 1000\n"
-    );
-    parse_job_spec(text, "j1.toml").expect("valid spec")
+    tern_cloud::testkit::spec("j1")
+        .workers("2")
+        .deadline(Some("10h"))
+        .local_batch(Some(32))
+        .samples(1000)
+        .unmeasured()
+        .build()
 }
 
 fn offer() -> Offer {
-    Offer {
-        cloud: Cloud::Sim,
-        region: Region::new("us-west-2"),
-        zone: Zone::new("us-west-2a"),
-        instance_type: InstanceType {
-            name: "p3.2xlarge".into(),
-            vcpus: 8.0,
-            memory_gib: 61.0,
-            accelerator: Some(Accelerator::new("V100", 1)),
-        },
-        capacity: Capacity::Spot,
-        price_per_hour: 0.9,
-        observed_at: None,
-        breakdown: Vec::new(),
-        availability: Default::default(),
-    }
+    tern_cloud::testkit::offer("p3.2xlarge", "us-west-2a", Capacity::Spot).build()
 }
 
 /// The store's life cycle on any backend; `open` opens the same database again each call.

@@ -141,25 +141,14 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{Availability, InstanceType, Region, Zone};
 
     fn offer(cloud: Cloud, region: &str, zone: &str, shape: &str, capacity: Capacity) -> Offer {
-        Offer {
-            cloud,
-            region: Region::new(region),
-            zone: Zone::new(zone),
-            instance_type: InstanceType {
-                name: shape.into(),
-                vcpus: 8.0,
-                memory_gib: 61.0,
-                accelerator: None,
-            },
-            capacity,
-            price_per_hour: 3.0,
-            observed_at: None,
-            breakdown: vec![],
-            availability: Availability::Available(None),
-        }
+        crate::testkit::offer(shape, zone, capacity)
+            .cloud(cloud)
+            .region(region)
+            .price(3.0)
+            .cpu_only()
+            .build()
     }
 
     #[test]

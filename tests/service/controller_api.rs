@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use common::{controller_command, free_port, wait_for};
 

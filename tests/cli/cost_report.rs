@@ -13,7 +13,7 @@ use tern_cloud::{
     IntentId, IntentKind, IntentState, Offer, Region, Tags, Zone,
 };
 
-mod common;
+use crate::common;
 use common::{
     Reaper, free_port, sim_controller, sim_report, start_sim, submit, tern_json, wait_for,
 };

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod common;
+use crate::common;
 use common::tern_json;
 
 /// The commands here read no token; `tern_json` sets one anyway.

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 use common::{free_port, sim_controller, sim_report, start_sim, submit, tern_json, wait_for};
 
 const TOKEN: &str = "state-token";
