@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use chrono::TimeZone;
-use tern_cloud::{Cloud, IdempotencyKey, Instance, InstanceState, parse_job_spec};
+use tern_cloud::{Cloud, IdempotencyKey, Instance, InstanceState};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{Asked, Intercepted, SimCloud, Trace, Verdict};
 
@@ -45,12 +45,10 @@ pub(super) fn sim(zones: Vec<Trace>) -> Arc<SimCloud> {
 }
 
 fn job(name: &str, workers: &str, gang: bool) -> JobSpec {
-    let text = format!(
-        "name = \"{name}\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = {workers}\ngang = {gang}\n\
-         deadline = \"48h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
-    );
-    parse_job_spec(&text, "job.toml").expect("valid spec")
+    tern_cloud::testkit::spec(name)
+        .workers(workers)
+        .gang(gang)
+        .build()
 }
 
 fn config() -> ControllerConfig {
@@ -425,11 +423,13 @@ async fn a_gang_the_deadline_sends_to_on_demand_goes_whole() {
     let mut ctl = Controller::open(store.clone(), sim.clone(), cfg).expect("open");
     // One hour of work on two nodes (320 samples/s each), due 40 minutes after that: room to
     // start on spot, not for a restart on spot after the reclaim.
-    let text = "name = \"gang\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 2\n\
-                gang = true\ndeadline = \"6000s\"\nlocal_batch = 64\n[work]\nsamples = 2304000\n\
-                [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n";
-    ctl.submit(parse_job_spec(text, "gang.toml").expect("spec"), sim.now())
-        .expect("submit");
+    let spec = tern_cloud::testkit::spec("gang")
+        .workers("2")
+        .gang(true)
+        .deadline(Some("6000s"))
+        .samples(2_304_000)
+        .build();
+    ctl.submit(spec, sim.now()).expect("submit");
     let mut workload = workload::Workload::watching(sim.clone());
     let tick = Duration::from_secs(300);
     let mut on_spot_first = false;
@@ -985,14 +985,9 @@ async fn an_excluded_zone_is_never_launched_into_even_when_cheapest() {
     let sim = sim(vec![a, b]);
     let store = Arc::new(Store::in_memory().expect("store"));
     let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    let text = format!(
-        "{}exclude = [\"us-west-2a\"]\n",
-        "name = \"fenced\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = { min = 1, max = 4 }\n\
-         deadline = \"48h\"\nlocal_batch = 64\n"
-    ) + "[work]\nsamples = 20_000_000\n[[observation]]\naccelerator = \"V100\"\ngpus = 1\n\
-         local_batch = 64\nstep_seconds = 0.2\n";
+    let fenced = tern_cloud::testkit::spec("fenced").workers("{ min = 1, max = 4 }");
     ctl.submit(
-        parse_job_spec(&text, "fenced.toml").expect("spec"),
+        fenced.clone().top("exclude = [\"us-west-2a\"]").build(),
         sim.now(),
     )
     .expect("submit");
@@ -1015,12 +1010,7 @@ async fn an_excluded_zone_is_never_launched_into_even_when_cheapest() {
     ]);
     let store2 = Arc::new(Store::in_memory().expect("store"));
     let mut free = Controller::open(store2.clone(), sim2.clone(), config()).expect("open");
-    let open_text = text.replace("exclude = [\"us-west-2a\"]\n", "");
-    free.submit(
-        parse_job_spec(&open_text, "free.toml").expect("spec"),
-        sim2.now(),
-    )
-    .expect("submit");
+    free.submit(fenced.build(), sim2.now()).expect("submit");
     run(&mut free, &sim2, 30).await;
     assert!(
         store2
@@ -1098,10 +1088,9 @@ async fn a_queued_spot_request_is_cancelled_once_the_deadline_needs_on_demand() 
     let mut ctl = Controller::open(store.clone(), provider, config()).expect("open");
     // 17.4 h of work (23.1 h at worst) due in 26 h: a little slack, spent while the request
     // waits in the queue.
-    let text = "name = \"tight\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
-         deadline = \"26h\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n";
-    let spec = parse_job_spec(text, "job.toml").expect("valid spec");
+    let spec = tern_cloud::testkit::spec("tight")
+        .deadline(Some("26h"))
+        .build();
     ctl.submit(spec, sim.now()).expect("submit");
     run(&mut ctl, &sim, 5).await;
     let first: Vec<Instance> = sim.list("test-owner").await.expect("list");
@@ -1174,13 +1163,10 @@ async fn no_launch_replacement_or_move_breaks_the_placement_constraints() {
                 if let Some(cap) = cap {
                     extra += &format!("max_price_per_hour = {cap}\n");
                 }
-                let text = format!(
-                    "name = \"fenced\"\nteam = \"t\"\naccelerators = [\"V100\"]\n\
-                     workers = {{ min = 1, max = 4 }}\ndeadline = \"48h\"\nlocal_batch = 64\n{extra}\
-                     [work]\nsamples = 20_000_000\n[[observation]]\naccelerator = \"V100\"\n\
-                     gpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
-                );
-                let spec = parse_job_spec(&text, "fenced.toml").expect("spec");
+                let spec = tern_cloud::testkit::spec("fenced")
+                    .workers("{ min = 1, max = 4 }")
+                    .top(&extra)
+                    .build();
                 let constraints = spec.constraints.clone();
                 let sim = sim(traces());
                 let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");

@@ -76,6 +76,7 @@ pub fn spec(name: &str) -> SpecBuilder {
         samples: 20_000_000,
         local_batch: Some(64),
         observations: vec![("V100".into(), 1, 0.2)],
+        top: Vec::new(),
         sections: Vec::new(),
     }
 }
@@ -93,6 +94,7 @@ pub struct SpecBuilder {
     local_batch: Option<u32>,
     /// (accelerator, gpus, step seconds) at the spec's local batch.
     observations: Vec<(String, u32, f64)>,
+    top: Vec<String>,
     sections: Vec<String>,
 }
 
@@ -137,6 +139,11 @@ impl SpecBuilder {
         self.observations.clear();
         self
     }
+    /// A top-level key, as written (`"exclude = [\"us-west-2a\"]"`).
+    pub fn top(mut self, toml: &str) -> Self {
+        self.top.push(toml.trim().to_string());
+        self
+    }
     /// A TOML section appended as written (`"[probe]\nmax_usd = 2"`).
     pub fn section(mut self, toml: &str) -> Self {
         self.sections.push(toml.trim().to_string());
@@ -159,6 +166,10 @@ impl SpecBuilder {
         }
         if let Some(b) = self.local_batch {
             t.push_str(&format!("local_batch = {b}\n"));
+        }
+        for line in &self.top {
+            t.push_str(line);
+            t.push('\n');
         }
         t.push_str(&format!("[work]\nsamples = {}\n", self.samples));
         let batch = self.local_batch.unwrap_or(64);
@@ -198,7 +209,9 @@ mod tests {
             .workers("{ min = 2, max = 4 }")
             .deadline(None)
             .section("[probe]\nmax_usd = 2")
+            .top("exclude = [\"a-1\"]")
             .build();
+        assert!(!s.constraints.is_empty());
         assert_eq!((s.workers.min, s.workers.max), (2, 4));
         assert!(s.deadline.is_none());
         assert_eq!(s.observations.len(), 1);
