@@ -343,64 +343,21 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.lease_seconds >= 1.0,
         "--lease-seconds must be at least 1"
     );
-    let url = state_url(args.state.as_deref())?;
-    // Only one controller acts on a store (and serves the API); a standby waits here. A
-    // SQLite file is guarded by an OS lock (freed at once when its holder dies), taken before
-    // the file is opened; a shared PostgreSQL store by the leader lease.
     let holder = args.id.clone().unwrap_or_else(default_holder);
-    let mut _file_lock = None;
-    if let StoreUrl::Sqlite(path) = &url {
-        tokio::select! {
-            lock = lock_state_file(path) => {
-                _file_lock = Some(lock.with_context(|| format!("locking {}", path.display()))?);
-            }
-            () = shutdown_signal() => return Ok(()),
-        }
-    }
-    let store = Arc::new(open_store(&url)?);
-    let shown = match &url {
-        StoreUrl::Sqlite(path) => path.display().to_string(),
-        StoreUrl::Postgres(_) => store.describe(),
+    let Some(Led {
+        store,
+        shown,
+        leadership,
+        _file_lock,
+    }) = lead(&args, &holder).await?
+    else {
+        return Ok(());
     };
-    let mut leadership = None;
-    if let StoreUrl::Postgres(_) = &url {
-        let mut lease = Leadership::new(
-            store.clone(),
-            holder.clone(),
-            Duration::from_secs_f64(args.lease_seconds),
-        );
-        tokio::select! {
-            () = lease.wait_to_lead() => {}
-            () = shutdown_signal() => return Ok(()),
-        }
-        leadership = Some(lease);
-    }
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
     let (provider, regions, clock) = cloud(&args).await?;
     // A real cloud's workers are real: only agents' reports move jobs forward.
     let simulated_workers = args.provider == ProviderKind::Sim && !args.no_simulated_workers;
-    let controller = Controller::open(
-        store.clone(),
-        provider,
-        ControllerConfig {
-            adopt_foreign: args.adopt,
-            probe: ProbeBounds {
-                max_seconds: args.probe_max_duration,
-                max_usd: args.probe_max_usd,
-            },
-            // A pass follows the last within the period plus the pass's own time, in the
-            // clock's time (virtual for an in-process simulated cloud): a second of work
-            // there, ten against a real cloud's API and a full MILP.
-            pass_gap: Duration::from_secs_f64(
-                if args.provider == ProviderKind::Sim && args.sim_endpoint.is_none() {
-                    (args.period.max(0.05) + 1.0) * args.speed
-                } else {
-                    args.period.max(0.05) + 10.0
-                },
-            ),
-            ..ControllerConfig::new(args.owner.clone(), regions)
-        },
-    )?;
+    let controller = Controller::open(store.clone(), provider, controller_config(&args, regions))?;
     let shared = Shared::new();
     let metrics = Arc::new(Metrics::new());
     let config = ServiceConfig {
@@ -456,6 +413,74 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             running.stop()?;
             Ok(())
         }
+    }
+}
+
+/// The store a leader acts on, and what keeps it the leader.
+struct Led {
+    store: Arc<Store>,
+    /// The store as the log shows it.
+    shown: String,
+    leadership: Option<Leadership>,
+    _file_lock: Option<std::fs::File>,
+}
+
+/// Wait until this process may act on the store: only one controller acts on a store (and
+/// serves the API); a standby waits here. A SQLite file is guarded by an OS lock (freed at once
+/// when its holder dies), taken before the file is opened; a shared PostgreSQL store by the
+/// leader lease. `None`: asked to shut down while waiting.
+async fn lead(args: &Args, holder: &str) -> anyhow::Result<Option<Led>> {
+    let url = state_url(args.state.as_deref())?;
+    let mut file_lock = None;
+    if let StoreUrl::Sqlite(path) = &url {
+        tokio::select! {
+            lock = lock_state_file(path) => {
+                file_lock = Some(lock.with_context(|| format!("locking {}", path.display()))?);
+            }
+            () = shutdown_signal() => return Ok(None),
+        }
+    }
+    let store = Arc::new(open_store(&url)?);
+    let shown = match &url {
+        StoreUrl::Sqlite(path) => path.display().to_string(),
+        StoreUrl::Postgres(_) => store.describe(),
+    };
+    let mut leadership = None;
+    if let StoreUrl::Postgres(_) = &url {
+        let ttl = Duration::from_secs_f64(args.lease_seconds);
+        let mut lease = Leadership::new(store.clone(), holder.to_string(), ttl);
+        tokio::select! {
+            () = lease.wait_to_lead() => {}
+            () = shutdown_signal() => return Ok(None),
+        }
+        leadership = Some(lease);
+    }
+    Ok(Some(Led {
+        store,
+        shown,
+        leadership,
+        _file_lock: file_lock,
+    }))
+}
+
+fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> ControllerConfig {
+    ControllerConfig {
+        adopt_foreign: args.adopt,
+        probe: ProbeBounds {
+            max_seconds: args.probe_max_duration,
+            max_usd: args.probe_max_usd,
+        },
+        // A pass follows the last within the period plus the pass's own time, in the clock's
+        // time (virtual for an in-process simulated cloud): a second of work there, ten against
+        // a real cloud's API and a full MILP.
+        pass_gap: Duration::from_secs_f64(
+            if args.provider == ProviderKind::Sim && args.sim_endpoint.is_none() {
+                (args.period.max(0.05) + 1.0) * args.speed
+            } else {
+                args.period.max(0.05) + 10.0
+            },
+        ),
+        ..ControllerConfig::new(args.owner.clone(), regions)
     }
 }
 
