@@ -83,118 +83,135 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             at,
             db,
             json,
-        } => {
-            let at = at.unwrap_or_else(Utc::now);
-            let mut history = db.open()?;
-            // Parse everything first, so one bad file imports nothing.
-            let catalogs: Vec<(String, Catalog)> = if bundled {
-                vec![("bundled".into(), tern_pricing::bundled()?)]
-            } else {
-                files
-                    .iter()
-                    .map(|f| Ok((f.display().to_string(), Catalog::load(f)?)))
-                    .collect::<anyhow::Result<_>>()?
-            };
-            let mut summaries = Vec::new();
-            for (source, catalog) in &catalogs {
-                summaries.push(history.record(&catalog.offers, at, source)?);
-            }
-            if json {
-                return print_json_line(&serde_json::json!({
-                    "db": db.path()?,
-                    "snapshots": summaries,
-                }));
-            }
-            for s in &summaries {
-                println!(
-                    "imported {}: {} offers at {}, {} new or changed prices (snapshot {})",
-                    s.source,
-                    s.offers,
-                    s.taken_at.to_rfc3339(),
-                    s.changed,
-                    s.id
-                );
-            }
-            println!("price history: {}", db.path()?.display());
-            Ok(())
-        }
+        } => import(&files, bundled, at, &db, json),
         Command::History {
             instance_type,
             zone,
             capacity,
             db,
             json,
-        } => {
-            let path = db.path()?;
-            if !path.exists() {
-                bail!(
-                    "no price history at {}; record one with `tern prices import FILE` (or --bundled)",
-                    path.display()
-                );
-            }
-            let history = db.open()?;
-            let points = history.history(&instance_type, zone.as_deref(), capacity)?;
-            if json {
-                return print_json_line(&serde_json::json!({
-                    "instance_type": instance_type,
-                    "points": points,
-                }));
-            }
-            if points.is_empty() {
-                eprintln!(
-                    "no recorded prices for {instance_type}{}{} in {}",
-                    zone.as_deref()
-                        .map(|z| format!(" in {z}"))
-                        .unwrap_or_default(),
-                    capacity.map(|c| format!(" ({c})")).unwrap_or_default(),
-                    path.display()
-                );
-                return Ok(());
-            }
-            let mut t = table(&[
-                "OBSERVED AT",
-                "CLOUD",
-                "REGION",
-                "ZONE",
-                "CAPACITY",
-                "$/h",
-                "SOURCE",
-            ]);
-            for p in &points {
-                t.add_row(vec![
-                    p.observed_at.format("%Y-%m-%d %H:%M:%S").to_string(),
-                    p.cloud.clone(),
-                    p.region.clone(),
-                    p.zone.clone(),
-                    p.capacity.clone(),
-                    money(Some(p.price_per_hour)),
-                    p.source.clone(),
-                ]);
-            }
-            println!("{t}");
-            println!(
-                "{} price points (a price holds until the next point for its zone and capacity)",
-                points.len()
-            );
-            Ok(())
-        }
-        Command::Snapshots { db, json } => {
-            let snapshots = db.open()?.snapshots()?;
-            if json {
-                return print_json_line(&serde_json::json!({ "snapshots": snapshots }));
-            }
-            let mut t = table(&["ID", "TAKEN AT", "OFFERS", "CHANGED", "SOURCE"]);
-            for s in &snapshots {
-                t.add_row(vec![
-                    s.id.to_string(),
-                    s.taken_at.to_rfc3339(),
-                    s.offers.to_string(),
-                    s.changed.to_string(),
-                    s.source.clone(),
-                ]);
-            }
-            println!("{t}");
-            Ok(())
-        }
+        } => history(&instance_type, zone.as_deref(), capacity, &db, json),
+        Command::Snapshots { db, json } => snapshots(&db, json),
     }
+}
+
+/// `tern prices import`: every catalog parsed first, so one bad file imports nothing.
+fn import(
+    files: &[PathBuf],
+    bundled: bool,
+    at: Option<DateTime<Utc>>,
+    db: &DbArgs,
+    json: bool,
+) -> anyhow::Result<()> {
+    let at = at.unwrap_or_else(Utc::now);
+    let mut history = db.open()?;
+    let catalogs: Vec<(String, Catalog)> = if bundled {
+        vec![("bundled".into(), tern_pricing::bundled()?)]
+    } else {
+        files
+            .iter()
+            .map(|f| Ok((f.display().to_string(), Catalog::load(f)?)))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let mut summaries = Vec::new();
+    for (source, catalog) in &catalogs {
+        summaries.push(history.record(&catalog.offers, at, source)?);
+    }
+    if json {
+        return print_json_line(&serde_json::json!({
+            "db": db.path()?,
+            "snapshots": summaries,
+        }));
+    }
+    for s in &summaries {
+        println!(
+            "imported {}: {} offers at {}, {} new or changed prices (snapshot {})",
+            s.source,
+            s.offers,
+            s.taken_at.to_rfc3339(),
+            s.changed,
+            s.id
+        );
+    }
+    println!("price history: {}", db.path()?.display());
+    Ok(())
+}
+
+/// `tern prices history`.
+fn history(
+    instance_type: &str,
+    zone: Option<&str>,
+    capacity: Option<Capacity>,
+    db: &DbArgs,
+    json: bool,
+) -> anyhow::Result<()> {
+    let path = db.path()?;
+    if !path.exists() {
+        bail!(
+            "no price history at {}; record one with `tern prices import FILE` (or --bundled)",
+            path.display()
+        );
+    }
+    let points = db.open()?.history(instance_type, zone, capacity)?;
+    if json {
+        return print_json_line(&serde_json::json!({
+            "instance_type": instance_type,
+            "points": points,
+        }));
+    }
+    if points.is_empty() {
+        eprintln!(
+            "no recorded prices for {instance_type}{}{} in {}",
+            zone.map(|z| format!(" in {z}")).unwrap_or_default(),
+            capacity.map(|c| format!(" ({c})")).unwrap_or_default(),
+            path.display()
+        );
+        return Ok(());
+    }
+    let mut t = table(&[
+        "OBSERVED AT",
+        "CLOUD",
+        "REGION",
+        "ZONE",
+        "CAPACITY",
+        "$/h",
+        "SOURCE",
+    ]);
+    for p in &points {
+        t.add_row(vec![
+            p.observed_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            p.cloud.clone(),
+            p.region.clone(),
+            p.zone.clone(),
+            p.capacity.clone(),
+            money(Some(p.price_per_hour)),
+            p.source.clone(),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "{} price points (a price holds until the next point for its zone and capacity)",
+        points.len()
+    );
+    Ok(())
+}
+
+/// `tern prices snapshots`.
+fn snapshots(db: &DbArgs, json: bool) -> anyhow::Result<()> {
+    let snapshots = db.open()?.snapshots()?;
+    if json {
+        return print_json_line(&serde_json::json!({ "snapshots": snapshots }));
+    }
+    let mut t = table(&["ID", "TAKEN AT", "OFFERS", "CHANGED", "SOURCE"]);
+    for s in &snapshots {
+        t.add_row(vec![
+            s.id.to_string(),
+            s.taken_at.to_rfc3339(),
+            s.offers.to_string(),
+            s.changed.to_string(),
+            s.source.clone(),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
 }
