@@ -65,31 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .single()
         .ok_or_else(|| anyhow::anyhow!("bad benchmark date"))?;
     let catalog = tern_pricing::bundled()?;
-    let templates = SPECS
-        .iter()
-        .map(|(name, text)| {
-            let spec = parse_job_spec(text, name)?;
-            Ok(LoadedJob::from_spec(
-                spec,
-                Some(Path::new("examples/jobs")),
-                name,
-                now,
-            )?)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let jobs: Vec<_> = (0..args.jobs)
-        .map(|i| {
-            let t = &templates[i % templates.len()];
-            let share = if args.distinct {
-                0.5 + (i * 7919 % 1000) as f64 / 1000.0
-            } else {
-                1.0
-            };
-            let mut j = t.plan_job(now, now, t.spec.work.samples() as f64 * share);
-            j.name = format!("job-{i}");
-            j
-        })
-        .collect();
+    let jobs = jobs(&args, now)?;
     let limits = match &args.quota {
         Some(p) => {
             let limits = super::plan::load_limits(p)?;
@@ -118,24 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t = Timings::from_samples(samples);
     let build = super::bench::build_profile();
     if !args.json {
-        println!(
-            "plan {} jobs x {} offers: p50 {:.1} ms, p95 {:.1} ms over {} runs ({build} build); solver {:?} (gap {}), {} placed; configurations {} generated, {} in the MILP as {} columns over {} components; solve {:.1} ms",
-            args.jobs,
-            catalog.offers.len(),
-            t.p50_ms,
-            t.p95_ms,
-            t.iterations,
-            report.solver,
-            report
-                .gap
-                .map_or("none".to_string(), |g| format!("{:.3} %", g * 100.0)),
-            report.placed,
-            report.candidates.generated,
-            report.candidates.considered,
-            report.milp_columns,
-            report.components,
-            report.solve_ms
-        );
+        print_text(&args, catalog.offers.len(), &t, &report, build);
     }
     print_json_line(&serde_json::json!({
         "bench": "plan",
@@ -164,4 +123,61 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "fairness": report.fairness,
         "teams": report.teams,
     }))
+}
+
+fn print_text(
+    args: &Args,
+    offers: usize,
+    t: &Timings,
+    report: &tern_plan::PlanReport,
+    build: &str,
+) {
+    println!(
+        "plan {} jobs x {} offers: p50 {:.1} ms, p95 {:.1} ms over {} runs ({build} build); solver {:?} (gap {}), {} placed; configurations {} generated, {} in the MILP as {} columns over {} components; solve {:.1} ms",
+        args.jobs,
+        offers,
+        t.p50_ms,
+        t.p95_ms,
+        t.iterations,
+        report.solver,
+        report
+            .gap
+            .map_or("none".to_string(), |g| format!("{:.3} %", g * 100.0)),
+        report.placed,
+        report.candidates.generated,
+        report.candidates.considered,
+        report.milp_columns,
+        report.components,
+        report.solve_ms
+    );
+}
+
+/// `args.jobs` jobs drawn in turn from the example specs (with `--distinct`, each with its own
+/// amount of work, so no two are alike).
+fn jobs(args: &Args, now: chrono::DateTime<Utc>) -> anyhow::Result<Vec<tern_plan::PlanJob>> {
+    let templates = SPECS
+        .iter()
+        .map(|(name, text)| {
+            let spec = parse_job_spec(text, name)?;
+            Ok(LoadedJob::from_spec(
+                spec,
+                Some(Path::new("examples/jobs")),
+                name,
+                now,
+            )?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((0..args.jobs)
+        .map(|i| {
+            let t = &templates[i % templates.len()];
+            let share = if args.distinct {
+                0.5 + (i * 7919 % 1000) as f64 / 1000.0
+            } else {
+                1.0
+            };
+            let mut j = t.plan_job(now, now, t.spec.work.samples() as f64 * share);
+            j.name = format!("job-{i}");
+            j
+        })
+        .collect())
 }
