@@ -30,11 +30,12 @@ const HOT: &[&str] = &[
     "rand_xoshiro",
 ];
 
-/// Workspace crates with hot loops (planner, forecaster and deadline DP, catalog parsing, the
-/// simulated cloud, the vocabulary they share).
+/// Workspace crates with hot loops (planner, forecaster and deadline DP, the replay, catalog
+/// parsing, the simulated cloud, the vocabulary they share).
 const HOT_MEMBERS: &[&str] = &[
     "tern-plan",
     "tern-policies",
+    "tern-replay",
     "tern-pricing",
     "tern-sim",
     "tern-cloud",
