@@ -378,6 +378,35 @@ impl fmt::Display for Placement {
 
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Three groups, one function each (each a match over its own events).
+        match self {
+            Event::Submitted { .. }
+            | Event::Cancelled { .. }
+            | Event::Failed { .. }
+            | Event::WorkersStarted { .. }
+            | Event::Planned { .. }
+            | Event::Unplaceable { .. }
+            | Event::Probing { .. }
+            | Event::Probed { .. }
+            | Event::ColdStart { .. }
+            | Event::Basis { .. }
+            | Event::Waiting { .. }
+            | Event::Finished { .. } => self.fmt_job(f),
+            Event::Notice { .. }
+            | Event::Preempted { .. }
+            | Event::LeakCollected { .. }
+            | Event::Terminated { .. }
+            | Event::ForeignInstance { .. }
+            | Event::LaunchTimedOut { .. }
+            | Event::QueueCancelled { .. } => self.fmt_nodes(f),
+            _ => self.fmt_capacity(f),
+        }
+    }
+}
+
+impl Event {
+    /// A job's life: submitted, planned or not, probed, measured, waiting, finished.
+    fn fmt_job(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::Submitted {
                 samples,
@@ -410,6 +439,59 @@ impl fmt::Display for Event {
                     "workers started on {instance}: {how} incarnation {incarnation}"
                 )
             }
+            Event::Planned { placement, .. } => write!(f, "{placement}"),
+            Event::Unplaceable { reason, .. } => write!(f, "{reason}"),
+            Event::Probing {
+                nodes,
+                instance_type,
+                capacity,
+                zone,
+                max_seconds,
+                max_usd,
+                why,
+                ..
+            } => write!(
+                f,
+                "probing on {nodes}× {instance_type} {capacity} in {zone} for at most {:.0} min or ${max_usd:.2}: {why}",
+                max_seconds / 60.0
+            ),
+            Event::Probed {
+                why,
+                seconds,
+                usd,
+                outcome,
+                ..
+            } => write!(
+                f,
+                "probe ended ({why}) after {:.1} min, ${usd:.2}; {outcome}",
+                seconds / 60.0
+            ),
+            Event::ColdStart { why, .. } => write!(f, "{why}"),
+            Event::Basis {
+                accelerator,
+                from,
+                to,
+                step_s,
+                ..
+            } => {
+                write!(f, "forecast on {accelerator}: {from} → {to}")?;
+                if let Some(s) = step_s {
+                    write!(f, " ({s:.4} s/step)")?;
+                }
+                Ok(())
+            }
+            Event::Waiting { reason, .. } => write!(f, "{reason}"),
+            Event::Finished { late_h, took_h, .. } => match late_h {
+                Some(h) => write!(f, "all work done; finished {h:.1} h after its deadline"),
+                None => write!(f, "all work done in {took_h:.1} h"),
+            },
+            _ => unreachable!("`Display::fmt` routes each event to its group"),
+        }
+    }
+
+    /// What happened to nodes: notices, reclaims, terminations, leaks, timeouts, queues.
+    fn fmt_nodes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Event::Notice {
                 pool, ids, lead_s, ..
             } => {
@@ -467,48 +549,13 @@ impl fmt::Display for Event {
                 f,
                 "{id} still queued for {offer} and the deadline needs on-demand now; cancelled"
             ),
-            Event::Planned { placement, .. } => write!(f, "{placement}"),
-            Event::Unplaceable { reason, .. } => write!(f, "{reason}"),
-            Event::Probing {
-                nodes,
-                instance_type,
-                capacity,
-                zone,
-                max_seconds,
-                max_usd,
-                why,
-                ..
-            } => write!(
-                f,
-                "probing on {nodes}× {instance_type} {capacity} in {zone} for at most {:.0} min or ${max_usd:.2}: {why}",
-                max_seconds / 60.0
-            ),
-            Event::Probed {
-                why,
-                seconds,
-                usd,
-                outcome,
-                ..
-            } => write!(
-                f,
-                "probe ended ({why}) after {:.1} min, ${usd:.2}; {outcome}",
-                seconds / 60.0
-            ),
-            Event::ColdStart { why, .. } => write!(f, "{why}"),
-            Event::Basis {
-                accelerator,
-                from,
-                to,
-                step_s,
-                ..
-            } => {
-                write!(f, "forecast on {accelerator}: {from} → {to}")?;
-                if let Some(s) = step_s {
-                    write!(f, " ({s:.4} s/step)")?;
-                }
-                Ok(())
-            }
-            Event::Waiting { reason, .. } => write!(f, "{reason}"),
+            _ => unreachable!("`Display::fmt` routes each event to its group"),
+        }
+    }
+
+    /// Capacity started, refused, replaced, regrouped, resized or moved.
+    fn fmt_capacity(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Event::Launched {
                 count,
                 instance_type,
@@ -585,10 +632,7 @@ impl fmt::Display for Event {
             Event::Migrated { released, .. } => {
                 write!(f, "released {released} old node(s) after checkpoint")
             }
-            Event::Finished { late_h, took_h, .. } => match late_h {
-                Some(h) => write!(f, "all work done; finished {h:.1} h after its deadline"),
-                None => write!(f, "all work done in {took_h:.1} h"),
-            },
+            _ => unreachable!("`Display::fmt` routes each event to its group"),
         }
     }
 }

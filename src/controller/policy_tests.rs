@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use tern_cloud::{Cloud, parse_job_spec};
+use tern_cloud::Cloud;
 use tern_policies::deadline::{self, Observation, Placement, Tern, ZoneView};
 use tern_sim::{SimCloud, Trace};
 
@@ -43,16 +43,9 @@ fn runs(mut seed: u64, ticks: usize) -> Vec<u32> {
 
 /// A one-node job due `deadline` after submission, with a measured step time.
 fn spec(deadline: &str) -> JobSpec {
-    parse_job_spec(
-        &format!(
-            "name = \"j\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
-             deadline = \"{deadline}\"\nlocal_batch = 64\n[work]\nsamples = 20_000_000\n\
-             [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\n\
-             step_seconds = 0.2\n"
-        ),
-        "j.toml",
-    )
-    .expect("spec")
+    tern_cloud::testkit::spec("j")
+        .deadline(Some(deadline))
+        .build()
 }
 
 fn trace(zone: &str, data: Vec<u32>, price: f64) -> Trace {
