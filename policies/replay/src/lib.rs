@@ -209,7 +209,48 @@ impl Scenario {
 
     /// A job that may run on `elastic.min_nodes..=nodes` instances.
     pub fn prepare_elastic(&self, elastic: &Elasticity) -> Result<Prepared, ReplayError> {
-        let invalid = |reason: String| ReplayError::Invalid { reason };
+        let gap = self.checked_gap()?;
+        let job = self.job(elastic, gap)?;
+        let od_by_zone = self.on_demand_by_zone()?;
+        let od = od_by_zone.iter().copied().fold(f64::INFINITY, f64::min);
+        let len = self.traces.iter().map(Trace::ticks).min().unwrap_or(0);
+        let t_len = job.deadline as usize;
+        if len < t_len {
+            return Err(invalid(format!(
+                "traces hold {:.1} h but the deadline is {} h",
+                len as f64 * f64::from(gap) / 3600.0,
+                self.deadline_hours
+            )));
+        }
+        let tick_hours = f64::from(gap) / 3600.0;
+        let stride = ((self.stride_hours / tick_hours).round() as usize).max(1);
+        let starts: Vec<usize> = (0..=len - t_len).step_by(stride).collect();
+        let (regions, count) = region_indices(&self.traces);
+        let mut od_by_region = vec![f64::INFINITY; count.max(1)];
+        for (&g, &p) in regions.iter().zip(&od_by_zone) {
+            od_by_region[g] = od_by_region[g].min(p);
+        }
+        Ok(Prepared {
+            reference: self.work_hours * od * f64::from(job.nodes),
+            od_by_region,
+            od_by_zone,
+            job,
+            tick_hours,
+            on_demand_price: od,
+            egress_cost: self.egress_cost.max(0.0),
+            starts,
+            avail: self
+                .traces
+                .iter()
+                .map(|t| t.available[..len].to_vec())
+                .collect(),
+            prices: self.spot_prices(len),
+            regions,
+        })
+    }
+
+    /// The traces' one tick length, and the scenario's hours checked.
+    fn checked_gap(&self) -> Result<u32, ReplayError> {
         let first = self
             .traces
             .first()
@@ -239,6 +280,17 @@ impl Scenario {
                 self.restart_hours
             )));
         }
+        if let Some(s) = self.spot_price.filter(|s| !(s.is_finite() && *s >= 0.0)) {
+            return Err(invalid(format!(
+                "spot price must be a finite $/h ≥ 0, got {s}"
+            )));
+        }
+        Ok(gap)
+    }
+
+    /// The job on the tick model; one that cannot meet its deadline even on on-demand is
+    /// refused.
+    fn job(&self, elastic: &Elasticity, gap: u32) -> Result<Job, ReplayError> {
         let job = Job::from_hours(
             self.work_hours,
             self.deadline_hours,
@@ -260,8 +312,12 @@ impl Scenario {
                 job.deadline
             )));
         }
-        // Each zone's own on-demand price (its trace's price_info), unless the flag sets one
-        // for all; the cheapest is the job's on-demand price and the ratios' denominator.
+        Ok(job)
+    }
+
+    /// Each zone's own on-demand price (its trace's price_info), unless the flag sets one for
+    /// all; the cheapest is the job's on-demand price and the ratios' denominator.
+    fn on_demand_by_zone(&self) -> Result<Vec<f64>, ReplayError> {
         let od_by_zone: Vec<f64> = self
             .traces
             .iter()
@@ -276,39 +332,13 @@ impl Scenario {
                 "on-demand price must be positive, got {bad}"
             )));
         }
-        let od = od_by_zone.iter().copied().fold(f64::INFINITY, f64::min);
-        if let Some(s) = self.spot_price.filter(|s| !(s.is_finite() && *s >= 0.0)) {
-            return Err(invalid(format!(
-                "spot price must be a finite $/h ≥ 0, got {s}"
-            )));
-        }
-        let len = self.traces.iter().map(Trace::ticks).min().unwrap_or(0);
-        let t_len = job.deadline as usize;
-        if len < t_len {
-            return Err(invalid(format!(
-                "traces hold {:.1} h but the deadline is {} h",
-                len as f64 * f64::from(gap) / 3600.0,
-                self.deadline_hours
-            )));
-        }
-        let tick_hours = f64::from(gap) / 3600.0;
-        let stride = ((self.stride_hours / tick_hours).round() as usize).max(1);
-        let starts: Vec<usize> = (0..=len - t_len).step_by(stride).collect();
-        let mut region_names: Vec<&str> = Vec::new();
-        let mut regions = Vec::new();
-        for t in &self.traces {
-            let key = t.region.as_str();
-            let idx = match region_names.iter().position(|r| *r == key) {
-                Some(i) => i,
-                None => {
-                    region_names.push(key);
-                    region_names.len() - 1
-                }
-            };
-            regions.push(idx);
-        }
-        let prices = self
-            .traces
+        Ok(od_by_zone)
+    }
+
+    /// Spot $/h per tick of each trace: its series, else a flat price (the flag's, the
+    /// trace's, else the default fraction of on-demand).
+    fn spot_prices(&self, len: usize) -> Vec<Vec<f64>> {
+        self.traces
             .iter()
             .map(|t| match &t.prices {
                 Some(p) => p[..len].to_vec(),
@@ -322,29 +352,30 @@ impl Scenario {
                     vec![flat; len]
                 }
             })
-            .collect();
-        let mut od_by_region = vec![f64::INFINITY; region_names.len().max(1)];
-        for (&g, &p) in regions.iter().zip(&od_by_zone) {
-            od_by_region[g] = od_by_region[g].min(p);
-        }
-        Ok(Prepared {
-            reference: self.work_hours * od * f64::from(job.nodes),
-            od_by_region,
-            od_by_zone,
-            job,
-            tick_hours,
-            on_demand_price: od,
-            egress_cost: self.egress_cost.max(0.0),
-            starts,
-            avail: self
-                .traces
-                .iter()
-                .map(|t| t.available[..len].to_vec())
-                .collect(),
-            prices,
-            regions,
-        })
+            .collect()
     }
+}
+
+fn invalid(reason: String) -> ReplayError {
+    ReplayError::Invalid { reason }
+}
+
+/// Each trace's region as an index (zones of one region share one), and how many regions.
+fn region_indices(traces: &[Trace]) -> (Vec<usize>, usize) {
+    let mut names: Vec<&str> = Vec::new();
+    let mut regions = Vec::new();
+    for t in traces {
+        let key = t.region.as_str();
+        let idx = match names.iter().position(|r| *r == key) {
+            Some(i) => i,
+            None => {
+                names.push(key);
+                names.len() - 1
+            }
+        };
+        regions.push(idx);
+    }
+    (regions, names.len())
 }
 
 impl Prepared {
