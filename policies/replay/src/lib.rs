@@ -505,49 +505,12 @@ impl Prepared {
             }
             if act != s.placement {
                 starts += 1;
-                let region = match act {
-                    Placement::Spot(z) => Some(self.regions[z]),
-                    _ => {
-                        od_region = self.on_demand_region(&s);
-                        Some(od_region)
-                    }
-                };
-                if let (Some(from), Some(to)) = (s.checkpoint_region, region)
-                    && from != to
-                {
-                    out.cost += self.egress_cost;
+                if act == Placement::OnDemand {
+                    od_region = self.on_demand_region(&s);
                 }
-                if let Placement::Spot(z) = act {
-                    if last_spot.is_some_and(|l| l != z) {
-                        out.moves += 1;
-                        s.last_move = Some(t);
-                    }
-                    last_spot = Some(z);
-                }
-                // The checkpoint lives where the job last ran.
-                s.checkpoint_region = region;
-                s.placement = act;
-                s.booting = job.restart;
-                s.started_at = t;
-                s.working = 0;
+                self.start_run(act, od_region, t, &mut s, &mut out, &mut last_spot);
             }
-            // Every node held is billed: min(available, K) on spot, K on on-demand.
-            let held = match act {
-                Placement::Spot(z) => job.held(self.avail[z][abs]),
-                _ => job.nodes,
-            };
-            let k = f64::from(held) * self.tick_hours;
-            let (spot_zone, price) = match act {
-                Placement::Spot(z) => {
-                    out.spot_ticks += held;
-                    (Some(z), self.prices[z][abs])
-                }
-                _ => {
-                    out.on_demand_ticks += held;
-                    (None, self.od_by_region[od_region])
-                }
-            };
-            out.cost += price * k;
+            let (spot_zone, held, price) = self.bill_tick(act, od_region, abs, &mut out);
             if let Some(trace) = trace.as_deref_mut() {
                 trace.push(TickUse {
                     tick: t,
@@ -570,6 +533,67 @@ impl Prepared {
         out.finished = s.done >= job.total();
         out.restarts = starts.saturating_sub(1);
         out
+    }
+
+    /// A new run at tick `t` on `act` (spot in a zone, or on-demand in region `od_region`):
+    /// egress when the checkpoint changes region, a move when spot changes zone, and the boot.
+    fn start_run(
+        &self,
+        act: Placement,
+        od_region: usize,
+        t: u32,
+        s: &mut JobState,
+        out: &mut WindowResult,
+        last_spot: &mut Option<usize>,
+    ) {
+        let region = match act {
+            Placement::Spot(z) => self.regions[z],
+            _ => od_region,
+        };
+        if s.checkpoint_region.is_some_and(|from| from != region) {
+            out.cost += self.egress_cost;
+        }
+        if let Placement::Spot(z) = act {
+            if last_spot.is_some_and(|l| l != z) {
+                out.moves += 1;
+                s.last_move = Some(t);
+            }
+            *last_spot = Some(z);
+        }
+        // The checkpoint lives where the job last ran.
+        s.checkpoint_region = Some(region);
+        s.placement = act;
+        s.booting = self.job.restart;
+        s.started_at = t;
+        s.working = 0;
+    }
+
+    /// Bill trace tick `abs` on `act`: every node held, min(available, K) on spot, K on
+    /// on-demand. The spot zone (if any), the nodes held and the $/h each.
+    fn bill_tick(
+        &self,
+        act: Placement,
+        od_region: usize,
+        abs: usize,
+        out: &mut WindowResult,
+    ) -> (Option<usize>, u32, f64) {
+        let held = match act {
+            Placement::Spot(z) => self.job.held(self.avail[z][abs]),
+            _ => self.job.nodes,
+        };
+        let (spot_zone, price) = match act {
+            Placement::Spot(z) => {
+                out.spot_ticks += held;
+                (Some(z), self.prices[z][abs])
+            }
+            _ => {
+                out.on_demand_ticks += held;
+                (None, self.od_by_region[od_region])
+            }
+        };
+        let k = f64::from(held) * self.tick_hours;
+        out.cost += price * k;
+        (spot_zone, held, price)
     }
 
     /// Every window of an online `policy`, with what it held at each tick (`None` for
