@@ -510,7 +510,6 @@ impl SimCloud {
                 message: "a launch needs at least one offer and a count > 0".into(),
             });
         }
-        let now = w.now;
         let mut out = LaunchOutcome::default();
         let mut ids = Vec::new();
         let mut left = req.count;
@@ -519,47 +518,13 @@ impl SimCloud {
                 break;
             }
             let key = offer.key();
-            let Some(zone) = self.zone_of(offer) else {
-                out.errors.push((
-                    key,
-                    ProviderError::InvalidRequest {
-                        message: format!("zone {} is not simulated", offer.zone),
-                    },
-                ));
-                continue;
-            };
-            let mut room = match offer.capacity {
-                Capacity::Spot => self
-                    .available(zone, now)
-                    .saturating_sub(Self::spot_in_use(w, zone)),
-                _ => u32::MAX,
-            };
-            if Self::draw(w) < self.config.faults.capacity {
-                room = 0;
-            }
-            if let Some(q) = self.config.quota {
-                let quota_room = q.saturating_sub(Self::alive(w));
-                if quota_room == 0 || Self::draw(w) < self.config.faults.quota {
-                    out.errors.push((
-                        key,
-                        ProviderError::Quota {
-                            code: "VcpuLimitExceeded".into(),
-                            message: format!("at most {q} instances"),
-                        },
-                    ));
+            let (zone, room) = match self.room(w, offer) {
+                Ok(zr) => zr,
+                Err(e) => {
+                    out.errors.push((key, e));
                     continue;
                 }
-                room = room.min(quota_room);
-            } else if Self::draw(w) < self.config.faults.quota {
-                out.errors.push((
-                    key,
-                    ProviderError::Quota {
-                        code: "MaxSpotInstanceCountExceeded".into(),
-                        message: "simulated quota".into(),
-                    },
-                ));
-                continue;
-            }
+            };
             let take = left.min(room);
             if take == 0 || (req.single_zone && take < left) {
                 out.errors.push((
@@ -572,35 +537,8 @@ impl SimCloud {
                 ));
                 continue;
             }
-            let bought = Arc::new(self.offer(zone, offer.capacity, now, 0));
-            let tags = Arc::new(req.tags.clone());
-            for _ in 0..take {
-                w.next_id += 1;
-                let id = InstanceId(format!("sim-{:08x}", w.next_id));
-                let instance = Instance {
-                    id: id.clone(),
-                    offer: bought.clone(),
-                    state: InstanceState::Pending,
-                    tags: tags.clone(),
-                    launched_at: now,
-                };
-                let ready_at = now + TimeDelta::from_std(self.config.boot).unwrap_or_default();
-                w.instances.insert(
-                    id.clone(),
-                    SimInstance {
-                        instance: instance.clone(),
-                        zone,
-                        ready_at,
-                        reclaim_at: None,
-                        quiet: false,
-                        notice_seen: None,
-                    },
-                );
-                w.alive += 1;
-                if offer.capacity == Capacity::Spot {
-                    w.spot_alive[zone] += 1;
-                }
-                ids.push(id);
+            for instance in self.start(w, req, offer, zone, take) {
+                ids.push(instance.id.clone());
                 out.instances.push(instance);
             }
             left -= take;
@@ -621,6 +559,84 @@ impl SimCloud {
         }
         w.launches.insert(req.key, ids);
         Ok(out)
+    }
+
+    /// The zone of `offer` and how many instances it can start now (capacity and quota
+    /// faults drawn from the schedule), or why none.
+    fn room(&self, w: &mut World, offer: &Offer) -> Result<(usize, u32), ProviderError> {
+        let Some(zone) = self.zone_of(offer) else {
+            return Err(ProviderError::InvalidRequest {
+                message: format!("zone {} is not simulated", offer.zone),
+            });
+        };
+        let mut room = match offer.capacity {
+            Capacity::Spot => self
+                .available(zone, w.now)
+                .saturating_sub(Self::spot_in_use(w, zone)),
+            _ => u32::MAX,
+        };
+        if Self::draw(w) < self.config.faults.capacity {
+            room = 0;
+        }
+        if let Some(q) = self.config.quota {
+            let quota_room = q.saturating_sub(Self::alive(w));
+            if quota_room == 0 || Self::draw(w) < self.config.faults.quota {
+                return Err(ProviderError::Quota {
+                    code: "VcpuLimitExceeded".into(),
+                    message: format!("at most {q} instances"),
+                });
+            }
+            room = room.min(quota_room);
+        } else if Self::draw(w) < self.config.faults.quota {
+            return Err(ProviderError::Quota {
+                code: "MaxSpotInstanceCountExceeded".into(),
+                message: "simulated quota".into(),
+            });
+        }
+        Ok((zone, room))
+    }
+
+    /// Start `take` instances of `offer` in `zone` for `req`, booting until the configured
+    /// boot time has passed.
+    fn start(
+        &self,
+        w: &mut World,
+        req: &LaunchRequest,
+        offer: &Offer,
+        zone: usize,
+        take: u32,
+    ) -> Vec<Instance> {
+        let now = w.now;
+        let bought = Arc::new(self.offer(zone, offer.capacity, now, 0));
+        let tags = Arc::new(req.tags.clone());
+        let ready_at = now + TimeDelta::from_std(self.config.boot).unwrap_or_default();
+        let mut started = Vec::new();
+        for _ in 0..take {
+            w.next_id += 1;
+            let id = InstanceId(format!("sim-{:08x}", w.next_id));
+            let instance = Instance {
+                id: id.clone(),
+                offer: bought.clone(),
+                state: InstanceState::Pending,
+                tags: tags.clone(),
+                launched_at: now,
+            };
+            let sim = SimInstance {
+                instance: instance.clone(),
+                zone,
+                ready_at,
+                reclaim_at: None,
+                quiet: false,
+                notice_seen: None,
+            };
+            w.instances.insert(id, sim);
+            w.alive += 1;
+            if offer.capacity == Capacity::Spot {
+                w.spot_alive[zone] += 1;
+            }
+            started.push(instance);
+        }
+        started
     }
 }
 
