@@ -110,65 +110,9 @@ impl Trace {
             .get("data")
             .and_then(Value::as_array)
             .ok_or_else(|| invalid("missing array \"data\"".into()))?;
-        if data.is_empty() {
-            return Err(invalid("\"data\" is empty".into()));
-        }
-        let mut available = Vec::with_capacity(data.len());
-        for (i, v) in data.iter().enumerate() {
-            let n = v
-                .as_u64()
-                .or_else(|| v.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0).map(|x| x as u64))
-                .filter(|n| *n <= u64::from(u32::MAX))
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "\"data[{i}]\" must be a non-negative whole count of available instances, got {v}"
-                    ))
-                })?;
-            available.push(n as u32);
-        }
-        let prices = match obj.get("prices") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(ps)) => {
-                if ps.len() != available.len() {
-                    return Err(invalid(format!(
-                        "\"prices\" has {} entries but \"data\" has {}",
-                        ps.len(),
-                        available.len()
-                    )));
-                }
-                let mut out = Vec::with_capacity(ps.len());
-                for (i, p) in ps.iter().enumerate() {
-                    out.push(price(p).ok_or_else(|| {
-                        invalid(format!("\"prices[{i}]\" must be a finite $/h ≥ 0, got {p}"))
-                    })?);
-                }
-                Some(out)
-            }
-            Some(other) => {
-                return Err(invalid(format!("\"prices\" must be an array, got {other}")));
-            }
-        };
-        let (spot_price, on_demand_price) = match meta.get("price_info") {
-            None | Some(Value::Null) => (None, None),
-            Some(Value::Object(info)) => {
-                let field = |k: &str| -> Result<Option<f64>, TraceError> {
-                    match info.get(k) {
-                        None | Some(Value::Null) => Ok(None),
-                        Some(v) => price(v).filter(|p| *p > 0.0).map(Some).ok_or_else(|| {
-                            invalid(format!(
-                                "\"metadata.price_info.{k}\" must be a positive $/h, got {v}"
-                            ))
-                        }),
-                    }
-                };
-                (field("price")?, field("on_demand_price")?)
-            }
-            Some(other) => {
-                return Err(invalid(format!(
-                    "\"metadata.price_info\" must be an object, got {other}"
-                )));
-            }
-        };
+        let available = counts(data).map_err(invalid)?;
+        let prices = price_series(obj.get("prices"), available.len()).map_err(invalid)?;
+        let (spot_price, on_demand_price) = price_info(meta.get("price_info")).map_err(invalid)?;
         let text = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_owned);
         let zone = text("zone").unwrap_or_else(|| zone_from_path(path));
         let region = text("region").unwrap_or_else(|| region_of(&zone));
@@ -217,6 +161,73 @@ impl Trace {
     pub fn notice_seconds(&self) -> u32 {
         notice_seconds(self.cloud)
     }
+}
+
+/// `data`: a non-negative whole count of available instances per tick.
+fn counts(data: &[Value]) -> Result<Vec<u32>, String> {
+    if data.is_empty() {
+        return Err("\"data\" is empty".into());
+    }
+    data.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_u64()
+                .or_else(|| v.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0).map(|x| x as u64))
+                .filter(|n| *n <= u64::from(u32::MAX))
+                .map(|n| n as u32)
+                .ok_or_else(|| {
+                    format!(
+                        "\"data[{i}]\" must be a non-negative whole count of available instances, got {v}"
+                    )
+                })
+        })
+        .collect()
+}
+
+/// `prices`: absent, or one finite $/h ≥ 0 per tick of `data`.
+fn price_series(prices: Option<&Value>, ticks: usize) -> Result<Option<Vec<f64>>, String> {
+    match prices {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(ps)) => {
+            if ps.len() != ticks {
+                return Err(format!(
+                    "\"prices\" has {} entries but \"data\" has {ticks}",
+                    ps.len()
+                ));
+            }
+            ps.iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    price(p)
+                        .ok_or_else(|| format!("\"prices[{i}]\" must be a finite $/h ≥ 0, got {p}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+        }
+        Some(other) => Err(format!("\"prices\" must be an array, got {other}")),
+    }
+}
+
+/// `metadata.price_info`: (spot, on-demand), each a positive $/h where given.
+fn price_info(info: Option<&Value>) -> Result<(Option<f64>, Option<f64>), String> {
+    let info = match info {
+        None | Some(Value::Null) => return Ok((None, None)),
+        Some(Value::Object(info)) => info,
+        Some(other) => {
+            return Err(format!(
+                "\"metadata.price_info\" must be an object, got {other}"
+            ));
+        }
+    };
+    let field = |k: &str| -> Result<Option<f64>, String> {
+        match info.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => price(v).filter(|p| *p > 0.0).map(Some).ok_or_else(|| {
+                format!("\"metadata.price_info.{k}\" must be a positive $/h, got {v}")
+            }),
+        }
+    };
+    Ok((field("price")?, field("on_demand_price")?))
 }
 
 /// Interruption notice lead time per cloud (DESIGN.md §5). The simulated cloud uses AWS's.
