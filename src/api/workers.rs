@@ -172,81 +172,7 @@ pub(super) async fn progress(
     let p = on_what_it_ran(p, &live);
     let now = state.clock.last();
     let (store, shared) = (state.store.clone(), state.shared.clone());
-    let reply = blocking(move || {
-        let record = store
-            .job(&name)?
-            .ok_or_else(|| ControllerError::UnknownJob(name.clone()))?;
-        let refused = |reason| ControllerError::Job {
-            job: name.clone(),
-            reason,
-        };
-        let judge = |state, incarnation: &crate::store::Incarnation| {
-            let side = JobSide {
-                name: &name,
-                state,
-                live: &live,
-                current: incarnation,
-            };
-            fencing::report(&side, p.instance.as_deref(), p.incarnation)
-        };
-        // Everything is checked before anything is written: a report refused for its
-        // fencing, its observation or its numbers leaves the job exactly as it was. Fencing
-        // first (a stale worker learns it is stale), and again under the writers' lock.
-        if let Report::Refuse { action, why } = judge(record.state, &store.incarnation(&name)?) {
-            return Ok(Outcome::Refused(action, why));
-        }
-        let loaded = match &p.observation {
-            Some(o) => Some(refit_with(&store, &record, o)?),
-            None => None,
-        };
-        let _one_writer = shared.progress.lock().unwrap_or_else(|e| e.into_inner());
-        let current = store.job(&name)?.unwrap_or(record);
-        let (drain, stop) = match judge(current.state, &store.incarnation(&name)?) {
-            Report::Accept { drain, stop } => (drain, stop),
-            Report::Refuse { action, why } => return Ok(Outcome::Refused(action, why)),
-        };
-        let checked = current
-            .progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now)
-            .map_err(refused)?;
-        if let (Some(o), Some(loaded)) = (&p.observation, loaded) {
-            store.add_observation(o)?;
-            shared.send(
-                Change::Observed {
-                    job: name.clone(),
-                    loaded,
-                    at: now,
-                },
-                false,
-            );
-        }
-        store.set_progress(&name, &checked.progress, now)?;
-        let finished = checked.progress.done_samples >= current.total_samples;
-        // A finished job or a taken checkpoint is an event: release or move on now.
-        shared.send(
-            Change::Progress {
-                job: name.clone(),
-                progress: checked.progress,
-            },
-            finished || p.checkpointed || p.stopped,
-        );
-        if p.stopped
-            && let (Some(instance), Some(k)) = (&p.instance, p.incarnation)
-        {
-            store.stop_workers(&name, k, instance, p.failure.as_deref(), now)?;
-            if let Some(failure) = &p.failure
-                && !finished
-            {
-                fail(&store, &shared, &name, instance, failure, now)?;
-            }
-        }
-        Ok(Outcome::Done(Verdict {
-            drain,
-            stop,
-            state: current.state,
-            clamped: checked.clamped,
-        }))
-    })
-    .await;
+    let reply = blocking(move || record_progress(&store, &shared, &name, &live, &p, now)).await;
     match reply {
         Ok(Outcome::Done(v)) => axum::Json(ProgressReply {
             drain: v.drain,
@@ -258,6 +184,90 @@ pub(super) async fn progress(
         Ok(Outcome::Refused(action, why)) => fenced(action, why),
         Err(r) => r,
     }
+}
+
+/// A progress report, judged and recorded. Everything is checked before anything is written: a
+/// report refused for its fencing, its observation or its numbers leaves the job exactly as it
+/// was. Fencing first (a stale worker learns it is stale), and again under the writers' lock.
+fn record_progress(
+    store: &crate::store::Store,
+    shared: &crate::controller::service::Shared,
+    name: &str,
+    live: &[Live],
+    p: &Progress,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Outcome<Verdict>, ControllerError> {
+    let record = store
+        .job(name)?
+        .ok_or_else(|| ControllerError::UnknownJob(name.to_string()))?;
+    let judge = |state, incarnation: &crate::store::Incarnation| {
+        let side = JobSide {
+            name,
+            state,
+            live,
+            current: incarnation,
+        };
+        fencing::report(&side, p.instance.as_deref(), p.incarnation)
+    };
+    if let Report::Refuse { action, why } = judge(record.state, &store.incarnation(name)?) {
+        return Ok(Outcome::Refused(action, why));
+    }
+    let loaded = match &p.observation {
+        Some(o) => Some(refit_with(store, &record, o)?),
+        None => None,
+    };
+    let _one_writer = shared.progress.lock().unwrap_or_else(|e| e.into_inner());
+    let current = store.job(name)?.unwrap_or(record);
+    let (drain, stop) = match judge(current.state, &store.incarnation(name)?) {
+        Report::Accept { drain, stop } => (drain, stop),
+        Report::Refuse { action, why } => return Ok(Outcome::Refused(action, why)),
+    };
+    let checked = current
+        .progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now)
+        .map_err(|reason| ControllerError::Job {
+            job: name.to_string(),
+            reason,
+        })?;
+    if let (Some(o), Some(loaded)) = (&p.observation, loaded) {
+        store.add_observation(o)?;
+        let job = name.to_string();
+        shared.send(
+            Change::Observed {
+                job,
+                loaded,
+                at: now,
+            },
+            false,
+        );
+    }
+    store.set_progress(name, &checked.progress, now)?;
+    let finished = checked.progress.done_samples >= current.total_samples;
+    // A finished job or a taken checkpoint is an event: release or move on now.
+    let progress = checked.progress;
+    let urgent = finished || p.checkpointed || p.stopped;
+    shared.send(
+        Change::Progress {
+            job: name.to_string(),
+            progress,
+        },
+        urgent,
+    );
+    if p.stopped
+        && let (Some(instance), Some(k)) = (&p.instance, p.incarnation)
+    {
+        store.stop_workers(name, k, instance, p.failure.as_deref(), now)?;
+        if let Some(failure) = &p.failure
+            && !finished
+        {
+            fail(store, shared, name, instance, failure, now)?;
+        }
+    }
+    Ok(Outcome::Done(Verdict {
+        drain,
+        stop,
+        state: current.state,
+        clamped: checked.clamped,
+    }))
 }
 
 /// The workers on `instance` failed for good: the job fails with how.
