@@ -554,34 +554,7 @@ pub async fn run(
             started.incarnation,
             config.argv.join(" ")
         );
-        let _ = std::fs::remove_file(stop_file(&config.progress_file));
-        let env = training_env(&config, &instance, &started);
-        let spawned = Tree::spawn(&Spawn {
-            argv: &config.argv,
-            env: &env,
-            watchdog: config
-                .watchdog_exe
-                .clone()
-                .map(|exe| (exe, config.stop_grace)),
-        });
-        let tree = match spawned {
-            Ok(t) => t,
-            Err(source) => {
-                let e = AgentError::Start {
-                    program: config.argv.first().cloned().unwrap_or_default(),
-                    source,
-                };
-                give_up(
-                    &config,
-                    &client,
-                    &instance,
-                    started.incarnation,
-                    &e.to_string(),
-                )
-                .await;
-                return Err(e);
-            }
-        };
+        let tree = spawn_training(&config, &client, &instance, &started).await?;
         let mut run = Run {
             config: &config,
             client: &client,
@@ -592,43 +565,113 @@ pub async fn run(
             complaints: Complaints::default(),
             last: None,
         };
-        match run.supervise(&mut signals).await? {
-            End::Stopped { again: true } => continue,
-            End::Stopped { again: false } => return Ok(()),
+        let again = match run.supervise(&mut signals).await? {
+            End::Stopped { again } => again,
             End::Exited {
                 status,
                 progressed,
                 tail,
             } => {
-                if progressed {
-                    restarts.used = 0;
-                }
-                // The last progress first, so the controller counts it before the check.
-                let _ = run.report(false, false, None).await;
-                if status.success()
-                    && job_over(&client, &config.job, &["finished", "cancelled"]).await
-                {
-                    run.final_report(true).await;
-                    eprintln!("tern agent: training finished");
-                    return Ok(());
-                }
-                let Some(delay) = restarts.delay() else {
-                    let failure = failure_text(status, restarts.max, &tail);
-                    let _ = run.report(false, true, Some(failure.clone())).await;
-                    return Err(AgentError::TrainingFailed(failure));
+                let exited = Exited {
+                    status,
+                    progressed,
+                    tail,
                 };
-                run.final_report(status.success()).await;
-                eprintln!(
-                    "tern agent: training exited with {status}; restart {} of {} in {} s",
-                    restarts.used,
-                    restarts.max,
-                    delay.as_secs()
-                );
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = signals.next() => return Ok(()),
-                }
+                run.after_exit(exited, &mut restarts, &mut signals).await?
             }
+        };
+        if !again {
+            return Ok(());
+        }
+    }
+}
+
+/// How the training exited by itself.
+struct Exited {
+    status: std::process::ExitStatus,
+    progressed: bool,
+    tail: String,
+}
+
+/// Start the training's process tree for an incarnation; a command that cannot start fails
+/// the job at once (reported to the controller) rather than being restarted.
+async fn spawn_training(
+    config: &AgentConfig,
+    client: &Client,
+    instance: &str,
+    started: &StartReply,
+) -> Result<Tree, AgentError> {
+    let _ = std::fs::remove_file(stop_file(&config.progress_file));
+    let env = training_env(config, instance, started);
+    let spawned = Tree::spawn(&Spawn {
+        argv: &config.argv,
+        env: &env,
+        watchdog: config
+            .watchdog_exe
+            .clone()
+            .map(|exe| (exe, config.stop_grace)),
+    });
+    match spawned {
+        Ok(tree) => Ok(tree),
+        Err(source) => {
+            let e = AgentError::Start {
+                program: config.argv.first().cloned().unwrap_or_default(),
+                source,
+            };
+            give_up(
+                config,
+                client,
+                instance,
+                started.incarnation,
+                &e.to_string(),
+            )
+            .await;
+            Err(e)
+        }
+    }
+}
+
+impl Run<'_> {
+    /// The training exited by itself: done if the controller says the job is over; else
+    /// restarted after a backoff (true), until the restarts run out (the job fails).
+    async fn after_exit(
+        &mut self,
+        exited: Exited,
+        restarts: &mut Restarts,
+        signals: &mut Signals,
+    ) -> Result<bool, AgentError> {
+        let Exited {
+            status,
+            progressed,
+            tail,
+        } = exited;
+        if progressed {
+            restarts.used = 0;
+        }
+        // The last progress first, so the controller counts it before the check.
+        let _ = self.report(false, false, None).await;
+        if status.success()
+            && job_over(self.client, &self.config.job, &["finished", "cancelled"]).await
+        {
+            self.final_report(true).await;
+            eprintln!("tern agent: training finished");
+            return Ok(false);
+        }
+        let Some(delay) = restarts.delay() else {
+            let failure = failure_text(status, restarts.max, &tail);
+            let _ = self.report(false, true, Some(failure.clone())).await;
+            return Err(AgentError::TrainingFailed(failure));
+        };
+        self.final_report(status.success()).await;
+        eprintln!(
+            "tern agent: training exited with {status}; restart {} of {} in {} s",
+            restarts.used,
+            restarts.max,
+            delay.as_secs()
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => Ok(true),
+            _ = signals.next() => Ok(false),
         }
     }
 }
