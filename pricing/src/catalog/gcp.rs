@@ -75,9 +75,7 @@ pub(super) fn parse(
     reader: &mut csv::Reader<&[u8]>,
     cols: &Columns<'_>,
 ) -> Result<(Vec<Offer>, usize), CatalogError> {
-    let mut offers = Vec::new();
-    let mut hosts: HashMap<(String, String), Host> = HashMap::new();
-    let mut gpus: Vec<GpuRow> = Vec::new();
+    let mut parts = Parts::default();
     let mut record = csv::StringRecord::new();
     let mut seen = Seen::default();
     let mut rows = 0;
@@ -94,6 +92,35 @@ pub(super) fn parse(
         };
         row.check_labels()?;
         seen.check(&row)?;
+        parts.read(&row, cols, line)?;
+    }
+    let Parts {
+        mut offers,
+        hosts,
+        gpus,
+    } = parts;
+    assemble(&gpus, &hosts, &mut offers);
+    Ok((offers, rows))
+}
+
+/// What the rows hold so far: offers complete in one row, host machines by (zone, name), and
+/// GPU rows waiting for their host.
+#[derive(Default)]
+struct Parts {
+    offers: Vec<Offer>,
+    hosts: HashMap<(String, String), Host>,
+    gpus: Vec<GpuRow>,
+}
+
+impl Parts {
+    /// One row: a TPU slice, a GPU row, or a machine (with or without its accelerators).
+    fn read(
+        &mut self,
+        row: &Row<'_, '_>,
+        cols: &Columns<'_>,
+        line: u64,
+    ) -> Result<(), CatalogError> {
+        let (offers, hosts, gpus) = (&mut self.offers, &mut self.hosts, &mut self.gpus);
         let region = row.required_text(cols.region)?;
         let zone = row.required_text(cols.zone)?;
         let price = [row.price(cols.price)?, row.price(cols.spot)?];
@@ -125,7 +152,7 @@ pub(super) fn parse(
                     memory_gib: row.quantity(cols.memory)?.unwrap_or(0.0),
                     accelerator: Some(Accelerator { count: 1, ..acc }),
                 };
-                push_offers(&mut offers, region, zone, &shape, price, |p| {
+                push_offers(offers, region, zone, &shape, price, |p| {
                     vec![PriceComponent {
                         label: shape.name.clone(),
                         price_per_hour: p,
@@ -149,7 +176,7 @@ pub(super) fn parse(
                         memory_gib,
                         accelerator,
                     };
-                    push_offers(&mut offers, region, zone, &shape, price, |p| {
+                    push_offers(offers, region, zone, &shape, price, |p| {
                         vec![PriceComponent {
                             label: machine.to_owned(),
                             price_per_hour: p,
@@ -166,8 +193,13 @@ pub(super) fn parse(
                 );
             }
         }
+        Ok(())
     }
-    for gpu in &gpus {
+}
+
+/// GPU rows on the host machine GCP sells them with, in the same zone and capacity.
+fn assemble(gpus: &[GpuRow], hosts: &HashMap<(String, String), Host>, offers: &mut Vec<Offer>) {
+    for gpu in gpus {
         let acc = &gpu.accelerator;
         let Some(host_name) = gcp_host_for(&acc.name, acc.count) else {
             continue;
@@ -206,7 +238,6 @@ pub(super) fn parse(
             }
         }
     }
-    Ok((offers, rows))
 }
 
 fn push_offers(
