@@ -470,104 +470,112 @@ async fn handle(
     }
     if let Some(rest) = path.strip_prefix("/v2/projects/") {
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let mut w = lock(&world);
-        if method != Method::GET {
-            w.calls.push((
-                method.to_string(),
-                path.clone(),
-                query.get("requestId").cloned(),
-            ));
-        }
-        if w.tpu_disabled {
-            let message = format!(
-                "Cloud TPU API has not been used in project {} before or it is disabled.",
-                w.project
-            );
-            return status_error(StatusCode::FORBIDDEN, "PERMISSION_DENIED", &message)
-                .into_response();
-        }
-        return tpu::handle(&mut w, &method, rest, &query, &body)
-            .unwrap_or_else(IntoResponse::into_response);
+        return tpu_call(&mut lock(&world), &method, &path, rest, &query, &body);
     }
     let Some(rest) = path.strip_prefix("/compute/v1/projects/") else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "notFound",
-            &format!("no route {path}"),
-        )
-        .into_response();
+        let message = format!("no route {path}");
+        return error(StatusCode::NOT_FOUND, "notFound", &message).into_response();
     };
     let parts: Vec<&str> = rest.split('/').collect();
     let mut w = lock(&world);
+    compute_call(&mut w, &method, &path, &parts, &query, &body)
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A Cloud TPU call: recorded when it mutates, refused while the API is disabled.
+fn tpu_call(
+    w: &mut World,
+    method: &Method,
+    path: &str,
+    rest: &str,
+    query: &HashMap<String, String>,
+    body: &Value,
+) -> Response {
+    if method != Method::GET {
+        let id = query.get("requestId").cloned();
+        w.calls.push((method.to_string(), path.to_owned(), id));
+    }
+    if w.tpu_disabled {
+        let message = format!(
+            "Cloud TPU API has not been used in project {} before or it is disabled.",
+            w.project
+        );
+        return status_error(StatusCode::FORBIDDEN, "PERMISSION_DENIED", &message).into_response();
+    }
+    tpu::handle(w, method, rest, query, body).unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A Compute Engine call on `parts` (the path after `/compute/v1/projects/`): the project
+/// checked, the body parsed, a mutating call recorded, rate-limited or answered from its
+/// `requestId`, then routed.
+fn compute_call(
+    w: &mut World,
+    method: &Method,
+    path: &str,
+    parts: &[&str],
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> Reply {
     if parts.first() != Some(&w.project.as_str()) {
-        return error(
-            StatusCode::NOT_FOUND,
-            "notFound",
-            &format!(
-                "The resource 'projects/{}' was not found",
-                parts.first().unwrap_or(&"")
-            ),
-        )
-        .into_response();
+        let message = format!(
+            "The resource 'projects/{}' was not found",
+            parts.first().unwrap_or(&"")
+        );
+        return Err(error(StatusCode::NOT_FOUND, "notFound", &message));
     }
     let body: Value = if body.is_empty() {
         Value::Null
     } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                return error(StatusCode::BAD_REQUEST, "parseError", &e.to_string())
-                    .into_response();
-            }
-        }
+        serde_json::from_slice(body)
+            .map_err(|e| error(StatusCode::BAD_REQUEST, "parseError", &e.to_string()))?
     };
-    let mutating = method != Method::GET;
-    if mutating {
-        w.calls.push((
-            method.to_string(),
-            path.clone(),
-            query.get("requestId").cloned(),
-        ));
+    if method != Method::GET {
+        let id = query.get("requestId").cloned();
+        w.calls.push((method.to_string(), path.to_owned(), id));
         if w.rate_limited > 0 {
             w.rate_limited -= 1;
-            return error(
+            return Err(error(
                 StatusCode::FORBIDDEN,
                 "rateLimitExceeded",
                 "Rate Limit Exceeded",
-            )
-            .into_response();
+            ));
         }
         if let Some(op) = query
             .get("requestId")
             .and_then(|rid| w.requests.get(rid))
             .and_then(|n| w.ops.get(n))
         {
-            return ok(op.body.clone());
+            return Ok(ok(op.body.clone()));
         }
     }
-    let resp = match (method.as_str(), &parts[1..]) {
-        ("GET", ["zones"]) => list_zones(&w, &query),
-        ("GET", ["zones", zone, "machineTypes"]) => list_machine_types(&w, zone, &query),
-        ("GET", ["zones", zone, "acceleratorTypes"]) => list_accelerators(&w, zone, &query),
-        ("GET", ["zones", zone, "instances"]) => list_instances(&w, zone, &query),
-        ("GET", ["zones", zone, "instances", name]) => get_instance(&w, zone, name),
-        ("GET", ["zones", zone, "operations"]) => list_operations(&w, zone, &query),
-        ("GET", ["zones", _, "operations", name]) => get_operation(&mut w, name),
-        ("POST", ["zones", zone, "instances"]) => insert(&mut w, zone, &query, &body),
-        ("POST", ["zones", zone, "instances", "bulkInsert"]) => {
-            bulk_insert(&mut w, zone, &query, &body)
-        }
-        ("DELETE", ["zones", zone, "instances", name]) => delete(&mut w, zone, name, &query),
-        _ => {
-            return error(
-                StatusCode::NOT_FOUND,
-                "notFound",
-                &format!("no route {method} {path}"),
-            )
-            .into_response();
-        }
-    };
-    resp.unwrap_or_else(IntoResponse::into_response)
+    route(w, method, path, &parts[1..], query, &body)
+}
+
+fn route(
+    w: &mut World,
+    method: &Method,
+    path: &str,
+    parts: &[&str],
+    query: &HashMap<String, String>,
+    body: &Value,
+) -> Reply {
+    match (method.as_str(), parts) {
+        ("GET", ["zones"]) => list_zones(w, query),
+        ("GET", ["zones", zone, "machineTypes"]) => list_machine_types(w, zone, query),
+        ("GET", ["zones", zone, "acceleratorTypes"]) => list_accelerators(w, zone, query),
+        ("GET", ["zones", zone, "instances"]) => list_instances(w, zone, query),
+        ("GET", ["zones", zone, "instances", name]) => get_instance(w, zone, name),
+        ("GET", ["zones", zone, "operations"]) => list_operations(w, zone, query),
+        ("GET", ["zones", _, "operations", name]) => get_operation(w, name),
+        ("POST", ["zones", zone, "instances"]) => insert(w, zone, query, body),
+        ("POST", ["zones", zone, "instances", "bulkInsert"]) => bulk_insert(w, zone, query, body),
+        ("DELETE", ["zones", zone, "instances", name]) => delete(w, zone, name, query),
+        _ => Err(error(
+            StatusCode::NOT_FOUND,
+            "notFound",
+            &format!("no route {method} {path}"),
+        )),
+    }
 }
 
 type Reply = Result<Response, ApiError>;
