@@ -57,6 +57,63 @@ impl FleetCall<'_> {
         client: &Client,
         zones: &ZoneMap,
     ) -> Result<CreateFleetFluentBuilder, ProviderError> {
+        let spot = self.capacity == Capacity::Spot;
+        let config = self.template_config(zones)?;
+        let tags: Vec<Tag> = self
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .chain([Tag::builder().key(LAUNCH_TAG).value(&self.launch).build()])
+            .collect();
+        let tagged = |kind| {
+            TagSpecification::builder()
+                .resource_type(kind)
+                .set_tags(Some(tags.clone()))
+                .build()
+        };
+        let min = (self.single_zone && self.min_count > 0).then_some(self.min_count as i32);
+        let mut call = client
+            .create_fleet()
+            .r#type(FleetType::Instant)
+            .client_token(&self.token)
+            .launch_template_configs(config)
+            .target_capacity_specification(
+                TargetCapacitySpecificationRequest::builder()
+                    .total_target_capacity(self.count as i32)
+                    .default_target_capacity_type(if spot {
+                        DefaultTargetCapacityType::Spot
+                    } else {
+                        DefaultTargetCapacityType::OnDemand
+                    })
+                    .build(),
+            )
+            .tag_specifications(tagged(ResourceType::Instance))
+            .tag_specifications(tagged(ResourceType::Volume));
+        if spot {
+            call = call.spot_options(
+                SpotOptionsRequest::builder()
+                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                    .single_availability_zone(self.single_zone)
+                    .set_min_target_capacity(min)
+                    .build(),
+            );
+        } else {
+            call = call.on_demand_options(
+                OnDemandOptionsRequest::builder()
+                    .allocation_strategy(FleetOnDemandAllocationStrategy::Prioritized)
+                    .single_availability_zone(self.single_zone)
+                    .set_min_target_capacity(min)
+                    .build(),
+            );
+        }
+        Ok(call)
+    }
+
+    /// The launch template with one override per offer (in the plan's order).
+    fn template_config(
+        &self,
+        zones: &ZoneMap,
+    ) -> Result<FleetLaunchTemplateConfigRequest, ProviderError> {
         let spec = if self.template.name_or_id.starts_with("lt-") {
             FleetLaunchTemplateSpecificationRequest::builder()
                 .launch_template_id(&self.template.name_or_id)
@@ -94,54 +151,7 @@ impl FleetCall<'_> {
             }
             config = config.overrides(o.build());
         }
-        let tags: Vec<Tag> = self
-            .tags
-            .iter()
-            .map(|(k, v)| Tag::builder().key(k).value(v).build())
-            .chain([Tag::builder().key(LAUNCH_TAG).value(&self.launch).build()])
-            .collect();
-        let tagged = |kind| {
-            TagSpecification::builder()
-                .resource_type(kind)
-                .set_tags(Some(tags.clone()))
-                .build()
-        };
-        let min = (self.single_zone && self.min_count > 0).then_some(self.min_count as i32);
-        let mut call = client
-            .create_fleet()
-            .r#type(FleetType::Instant)
-            .client_token(&self.token)
-            .launch_template_configs(config.build())
-            .target_capacity_specification(
-                TargetCapacitySpecificationRequest::builder()
-                    .total_target_capacity(self.count as i32)
-                    .default_target_capacity_type(if spot {
-                        DefaultTargetCapacityType::Spot
-                    } else {
-                        DefaultTargetCapacityType::OnDemand
-                    })
-                    .build(),
-            )
-            .tag_specifications(tagged(ResourceType::Instance))
-            .tag_specifications(tagged(ResourceType::Volume));
-        if spot {
-            call = call.spot_options(
-                SpotOptionsRequest::builder()
-                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
-                    .single_availability_zone(self.single_zone)
-                    .set_min_target_capacity(min)
-                    .build(),
-            );
-        } else {
-            call = call.on_demand_options(
-                OnDemandOptionsRequest::builder()
-                    .allocation_strategy(FleetOnDemandAllocationStrategy::Prioritized)
-                    .single_availability_zone(self.single_zone)
-                    .set_min_target_capacity(min)
-                    .build(),
-            );
-        }
-        Ok(call)
+        Ok(config.build())
     }
 
     /// The offer an instance or error entry belongs to: same type and zone, else same type,
