@@ -186,8 +186,14 @@ fn a_job_nobody_measured_probes_on_aws_and_is_planned_on_its_reported_steps() {
     let spec = dir.path().join("cold.toml");
     std::fs::write(
         &spec,
-        "name = \"cold\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
-         local_batch = 32\n[work]\nsamples = 100000\n",
+        tern_cloud::testkit::spec("cold")
+            .team("ml")
+            .accelerators(&["T4"])
+            .deadline(None)
+            .local_batch(Some(32))
+            .samples(100_000)
+            .unmeasured()
+            .text(),
     )
     .expect("spec");
     common::submit(&spec, &server, TOKEN);

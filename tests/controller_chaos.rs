@@ -18,12 +18,14 @@ use common::{
 const TOKEN: &str = "chaos-token";
 
 fn spec(name: &str, workers: &str, gang: bool, samples: u64) -> String {
-    format!(
-        "name = \"{name}\"\nteam = \"chaos\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
-         gang = {gang}\ndeadline = \"24h\"\nlocal_batch = 64\n[work]\nsamples = {samples}\n\
-         [checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
-    )
+    tern_cloud::testkit::spec(name)
+        .team("chaos")
+        .workers(workers)
+        .gang(gang)
+        .deadline(Some("24h"))
+        .samples(samples)
+        .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20")
+        .text()
 }
 
 #[test]

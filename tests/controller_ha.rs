@@ -41,10 +41,13 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
     let job = dir.path().join("ha.toml");
     std::fs::write(
         &job,
-        "name = \"ha\"\nteam = \"sre\"\naccelerators = [\"V100\"]\nworkers = 2\n\
-         deadline = \"24h\"\nlocal_batch = 64\n[work]\nsamples = 4000000\n\
-         [checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n",
+        tern_cloud::testkit::spec("ha")
+            .team("sre")
+            .workers("2")
+            .deadline(Some("24h"))
+            .samples(4_000_000)
+            .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20")
+            .text(),
     )
     .expect("spec");
     let a_url = format!("http://{a_addr}");

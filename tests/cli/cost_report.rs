@@ -21,12 +21,13 @@ use common::{
 const TOKEN: &str = "cost-token";
 
 fn spec(name: &str, team: &str, workers: &str, samples: u64) -> String {
-    format!(
-        "name = \"{name}\"\nteam = \"{team}\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
-         deadline = \"24h\"\nlocal_batch = 64\n[work]\nsamples = {samples}\n\
-         [checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n"
-    )
+    tern_cloud::testkit::spec(name)
+        .team(team)
+        .workers(workers)
+        .deadline(Some("24h"))
+        .samples(samples)
+        .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20")
+        .text()
 }
 
 /// `tern ARGS`: (success, stdout, stderr).

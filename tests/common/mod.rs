@@ -292,9 +292,14 @@ pub fn submit_t4_small(dir: &Path, server: &str, token: &str) {
     let spec = dir.join("t4.toml");
     std::fs::write(
         &spec,
-        "name = \"t4-small\"\nteam = \"ml\"\naccelerators = [\"T4\"]\nworkers = 1\n\
-         deadline = \"12h\"\nlocal_batch = 32\n[work]\nsamples = 100000\n\
-         [[observation]]\naccelerator = \"T4\"\ngpus = 1\nlocal_batch = 32\nstep_seconds = 0.25\n",
+        tern_cloud::testkit::spec("t4-small")
+            .team("ml")
+            .accelerators(&["T4"])
+            .deadline(Some("12h"))
+            .local_batch(Some(32))
+            .samples(100_000)
+            .measured("T4", 1, 0.25)
+            .text(),
     )
     .expect("spec");
     submit(&spec, server, token);

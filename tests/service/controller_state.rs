@@ -18,9 +18,12 @@ fn write_job(dir: &std::path::Path) -> std::path::PathBuf {
     let job = dir.join("keep.toml");
     std::fs::write(
         &job,
-        "name = \"keep\"\nteam = \"sre\"\naccelerators = [\"V100\"]\nworkers = 2\n\
-         deadline = \"100h\"\nlocal_batch = 64\n[work]\nsamples = 40000000\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 64\nstep_seconds = 0.2\n",
+        tern_cloud::testkit::spec("keep")
+            .team("sre")
+            .workers("2")
+            .deadline(Some("100h"))
+            .samples(40_000_000)
+            .text(),
     )
     .expect("spec");
     job
