@@ -330,19 +330,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .token
         .get()?
         .context("the API needs a bearer token: --token, --token-file or TERN_TOKEN")?;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(tern::serve::tls::server_config(cert, key)?),
-        _ => None,
-    };
-    let budgets = match &args.quota {
-        Some(p) => super::plan::load_limits(p)?.budgets(),
-        None => Default::default(),
-    };
-    anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
-    anyhow::ensure!(
-        args.lease_seconds >= 1.0,
-        "--lease-seconds must be at least 1"
-    );
+    let (tls, budgets) = checked(&args)?;
     let holder = args.id.clone().unwrap_or_else(default_holder);
     let Some(Led {
         store,
@@ -389,13 +377,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         tern::serve::scheme(tls.as_ref()),
         listener.local_addr()?,
         shown,
-        match (&args.provider, &args.sim_endpoint) {
-            (ProviderKind::Aws, _) => "AWS".to_string(),
-            (ProviderKind::Gcp, _) => "GCP".to_string(),
-            (ProviderKind::Sim, Some(url)) => format!("simulated cloud at {url}"),
-            (ProviderKind::Sim, None) =>
-                format!("simulated cloud in process at {}× speed", args.speed),
-        }
+        cloud_shown(&args)
     );
     let server = tokio::spawn(tern::serve::run(listener, tls, router(state)));
     let mut running = service.spawn()?;
@@ -412,6 +394,41 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             tracing::info!("shutting down");
             running.stop()?;
             Ok(())
+        }
+    }
+}
+
+/// The TLS config and the team budgets, and the flags checked, before anything is opened.
+fn checked(
+    args: &Args,
+) -> anyhow::Result<(
+    Option<std::sync::Arc<rustls::ServerConfig>>,
+    std::collections::BTreeMap<String, tern_cloud::Budget>,
+)> {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tern::serve::tls::server_config(cert, key)?),
+        _ => None,
+    };
+    let budgets = match &args.quota {
+        Some(p) => super::plan::load_limits(p)?.budgets(),
+        None => Default::default(),
+    };
+    anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
+    anyhow::ensure!(
+        args.lease_seconds >= 1.0,
+        "--lease-seconds must be at least 1"
+    );
+    Ok((tls, budgets))
+}
+
+/// The cloud as the log shows it.
+fn cloud_shown(args: &Args) -> String {
+    match (&args.provider, &args.sim_endpoint) {
+        (ProviderKind::Aws, _) => "AWS".to_string(),
+        (ProviderKind::Gcp, _) => "GCP".to_string(),
+        (ProviderKind::Sim, Some(url)) => format!("simulated cloud at {url}"),
+        (ProviderKind::Sim, None) => {
+            format!("simulated cloud in process at {}× speed", args.speed)
         }
     }
 }
