@@ -216,28 +216,7 @@ fn availability_key<'a>(
 pub fn run(args: Args) -> anyhow::Result<()> {
     let now = Utc::now();
     let catalog = args.catalog.load()?;
-    let loaded = args
-        .jobs
-        .iter()
-        .map(|p| LoadedJob::load(p, now))
-        .collect::<Result<Vec<_>, _>>()?;
-    let regions: std::collections::BTreeSet<&str> =
-        catalog.offers.iter().map(|o| o.region.as_str()).collect();
-    for (j, path) in loaded.iter().zip(&args.jobs) {
-        check_regions(
-            &j.spec,
-            regions.iter().copied(),
-            &path.display().to_string(),
-        )?;
-    }
-    let mut names = std::collections::HashSet::new();
-    for j in &loaded {
-        anyhow::ensure!(
-            names.insert(j.spec.name.as_str()),
-            "two job specs are named '{}'; job names must be unique",
-            j.spec.name
-        );
-    }
+    let loaded = load_jobs(&args, &catalog.offers, now)?;
     let jobs: Vec<_> = loaded
         .iter()
         .map(|j| j.plan_job(now, now, j.spec.work.samples() as f64))
@@ -258,15 +237,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.spot_hazard.is_finite() && args.spot_hazard >= 0.0,
         "--spot-hazard must be a non-negative rate per hour"
     );
-    let mut hazards = std::collections::HashMap::new();
-    for spec in &args.availability {
-        let (zone, ty, file) = availability_key(spec, &catalog.offers)?;
-        let trace = tern_sim::Trace::load(Path::new(file))?;
-        let rate = hazard_per_hour(&trace.available, f64::from(trace.gap_seconds), 1).ok_or_else(
-            || anyhow::anyhow!("{file}: the trace never has capacity, so no rate can be learned"),
-        )?;
-        hazards.insert((zone.to_owned(), ty.to_owned()), rate);
-    }
+    let hazards = hazards(&args, &catalog.offers)?;
     let options = PlanOptions {
         hazards,
         objective: match args.objective {
@@ -301,6 +272,54 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The job specs, each checked against the catalog's regions, their names unique.
+fn load_jobs(
+    args: &Args,
+    offers: &[tern_cloud::Offer],
+    now: chrono::DateTime<Utc>,
+) -> anyhow::Result<Vec<LoadedJob>> {
+    let loaded = args
+        .jobs
+        .iter()
+        .map(|p| LoadedJob::load(p, now))
+        .collect::<Result<Vec<_>, _>>()?;
+    let regions: std::collections::BTreeSet<&str> =
+        offers.iter().map(|o| o.region.as_str()).collect();
+    for (j, path) in loaded.iter().zip(&args.jobs) {
+        check_regions(
+            &j.spec,
+            regions.iter().copied(),
+            &path.display().to_string(),
+        )?;
+    }
+    let mut names = std::collections::HashSet::new();
+    for j in &loaded {
+        anyhow::ensure!(
+            names.insert(j.spec.name.as_str()),
+            "two job specs are named '{}'; job names must be unique",
+            j.spec.name
+        );
+    }
+    Ok(loaded)
+}
+
+/// Spot interruption rates learned from `--availability ZONE:TYPE=TRACE` files.
+fn hazards(
+    args: &Args,
+    offers: &[tern_cloud::Offer],
+) -> anyhow::Result<std::collections::HashMap<(String, String), f64>> {
+    let mut hazards = std::collections::HashMap::new();
+    for spec in &args.availability {
+        let (zone, ty, file) = availability_key(spec, offers)?;
+        let trace = tern_sim::Trace::load(Path::new(file))?;
+        let rate = hazard_per_hour(&trace.available, f64::from(trace.gap_seconds), 1).ok_or_else(
+            || anyhow::anyhow!("{file}: the trace never has capacity, so no rate can be learned"),
+        )?;
+        hazards.insert((zone.to_owned(), ty.to_owned()), rate);
+    }
+    Ok(hazards)
 }
 
 fn print_report(r: &PlanReport, catalog: &str) {
