@@ -361,57 +361,14 @@ impl SimCloud {
     /// Boot finished instances, send notices for capacity about to vanish, reclaim on time.
     fn reconcile(&self, w: &mut World) {
         let now = w.now;
-        let mut notices = Vec::new();
         for i in w.instances.values_mut() {
             if i.instance.state == InstanceState::Pending && i.ready_at <= now {
                 i.instance.state = InstanceState::Running;
             }
         }
+        let mut notices = Vec::new();
         for zone in 0..self.zones.len() {
-            let lead = TimeDelta::seconds(self.zones[zone].notice_seconds().into());
-            // Capacity over the next `lead`: the smallest count any tick in it shows.
-            let (from, to) = (self.tick_of(zone, now), self.tick_of(zone, now + lead));
-            let Some((tick, low)) = (from..=to)
-                .map(|t| (t, self.zones[zone].available[t]))
-                .min_by_key(|&(t, n)| (n, t))
-            else {
-                continue;
-            };
-            let mut doomed: Vec<&mut SimInstance> = w
-                .instances
-                .values_mut()
-                .filter(|i| {
-                    i.zone == zone
-                        && i.instance.offer.capacity == Capacity::Spot
-                        && i.instance.state != InstanceState::Terminated
-                })
-                .collect();
-            let keep = low as usize;
-            let noticed = doomed.iter().filter(|i| i.reclaim_at.is_some()).count();
-            if doomed.len() > keep + noticed {
-                let gone_at = self.tick_start(zone, tick).max(now);
-                // Newest first: the cloud reclaims what it gave last.
-                doomed.sort_by_key(|i| {
-                    std::cmp::Reverse((i.instance.launched_at, i.instance.id.clone()))
-                });
-                let extra = doomed.len() - keep - noticed;
-                for i in doomed
-                    .iter_mut()
-                    .filter(|i| i.reclaim_at.is_none())
-                    .take(extra)
-                {
-                    i.reclaim_at = Some(gone_at);
-                    notices.push((
-                        Interruption {
-                            instance: i.instance.id.clone(),
-                            kind: InterruptionKind::SpotNotice,
-                            deadline: Some(gone_at),
-                            received_at: (gone_at - lead).max(i.instance.launched_at),
-                        },
-                        gone_at - lead / 4,
-                    ));
-                }
-            }
+            self.notice_zone(w, zone, &mut notices);
         }
         for (notice, late_at) in notices {
             self.deliver(w, notice, late_at);
@@ -421,6 +378,67 @@ impl SimCloud {
             .partition(|(at, _)| *at <= now);
         w.delayed = later;
         w.pending.extend(due.into_iter().map(|(_, n)| n));
+        Self::reclaim(w);
+    }
+
+    /// Notices for the spot instances of `zone` its trace will not hold over the notice lead
+    /// (newest first), each with when it may arrive late.
+    fn notice_zone(
+        &self,
+        w: &mut World,
+        zone: usize,
+        notices: &mut Vec<(Interruption, DateTime<Utc>)>,
+    ) {
+        let now = w.now;
+        let lead = TimeDelta::seconds(self.zones[zone].notice_seconds().into());
+        // Capacity over the next `lead`: the smallest count any tick in it shows.
+        let (from, to) = (self.tick_of(zone, now), self.tick_of(zone, now + lead));
+        let Some((tick, low)) = (from..=to)
+            .map(|t| (t, self.zones[zone].available[t]))
+            .min_by_key(|&(t, n)| (n, t))
+        else {
+            return;
+        };
+        let mut doomed: Vec<&mut SimInstance> = w
+            .instances
+            .values_mut()
+            .filter(|i| {
+                i.zone == zone
+                    && i.instance.offer.capacity == Capacity::Spot
+                    && i.instance.state != InstanceState::Terminated
+            })
+            .collect();
+        let keep = low as usize;
+        let noticed = doomed.iter().filter(|i| i.reclaim_at.is_some()).count();
+        if doomed.len() > keep + noticed {
+            let gone_at = self.tick_start(zone, tick).max(now);
+            // Newest first: the cloud reclaims what it gave last.
+            doomed.sort_by_key(|i| {
+                std::cmp::Reverse((i.instance.launched_at, i.instance.id.clone()))
+            });
+            let extra = doomed.len() - keep - noticed;
+            for i in doomed
+                .iter_mut()
+                .filter(|i| i.reclaim_at.is_none())
+                .take(extra)
+            {
+                i.reclaim_at = Some(gone_at);
+                notices.push((
+                    Interruption {
+                        instance: i.instance.id.clone(),
+                        kind: InterruptionKind::SpotNotice,
+                        deadline: Some(gone_at),
+                        received_at: (gone_at - lead).max(i.instance.launched_at),
+                    },
+                    gone_at - lead / 4,
+                ));
+            }
+        }
+    }
+
+    /// Spot instances whose reclaim time has come end, with a preemption event unless quiet.
+    fn reclaim(w: &mut World) {
+        let now = w.now;
         let mut preempted = Vec::new();
         let mut ended = Vec::new();
         for i in w.instances.values_mut() {
