@@ -610,19 +610,7 @@ impl Provider for AwsProvider {
         }
 
         let zones = self.zones(region).await?;
-        // One fleet per capacity type, in the order the plan ranks them.
-        let mut groups: Vec<(Capacity, Vec<&Offer>)> = Vec::new();
-        for o in &request.offers {
-            let capacity = if o.capacity == Capacity::Spot {
-                Capacity::Spot
-            } else {
-                Capacity::OnDemand
-            };
-            match groups.iter_mut().find(|(c, _)| *c == capacity) {
-                Some((_, list)) => list.push(o),
-                None => groups.push((capacity, vec![o])),
-            }
-        }
+        let groups = by_capacity(&request.offers);
         let mut outcome = LaunchOutcome::default();
         for (n, (capacity, offers)) in groups.into_iter().enumerate() {
             let launched = outcome.instances.len() as u32;
@@ -778,4 +766,21 @@ impl Provider for AwsProvider {
         }
         Ok(found)
     }
+}
+
+/// One fleet per capacity type, in the order the plan ranks them.
+fn by_capacity(offers: &[Offer]) -> Vec<(Capacity, Vec<&Offer>)> {
+    let mut groups: Vec<(Capacity, Vec<&Offer>)> = Vec::new();
+    for o in offers {
+        let capacity = if o.capacity == Capacity::Spot {
+            Capacity::Spot
+        } else {
+            Capacity::OnDemand
+        };
+        match groups.iter_mut().find(|(c, _)| *c == capacity) {
+            Some((_, list)) => list.push(o),
+            None => groups.push((capacity, vec![o])),
+        }
+    }
+    groups
 }
