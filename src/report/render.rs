@@ -120,6 +120,14 @@ pub fn table_text(report: &CostReport) -> String {
     }
     t.add_row(row_cells(&report.total, report.by));
     let mut out = format!("{t}\n");
+    out.push_str(&segments_text(report));
+    out.push_str(&budgets_text(report));
+    out
+}
+
+/// Each usage segment (one instance's billed interval), after the rows; empty without any.
+fn segments_text(report: &CostReport) -> String {
+    let mut out = String::new();
     if !report.segments.is_empty() {
         let mut s = table(
             [
@@ -145,6 +153,13 @@ pub fn table_text(report: &CostReport) -> String {
         }
         out.push_str(&format!("\n{s}\n"));
     }
+    out
+}
+
+/// Teams with a budget (every team when grouped by team): spend, budget, what is left, the
+/// budget per hour, the burn rate and the projection to the deadline.
+fn budgets_text(report: &CostReport) -> String {
+    let mut out = String::new();
     let with_budget: Vec<_> = report
         .budgets
         .iter()
@@ -159,6 +174,7 @@ pub fn table_text(report: &CostReport) -> String {
                 "spent $",
                 "budget $",
                 "left $",
+                "budget $/h",
                 "burn $/h",
                 "at deadline $",
             ]

@@ -211,6 +211,37 @@ fn a_team_is_measured_against_its_budget() {
     assert_eq!(nlp.projected_at_deadline.map(|x| x.round()), Some(45.0));
 }
 
+/// The text budget table has a header over every column: team, spent, budget, left, the
+/// budget per hour, the burn rate and the projection (it once had six headers over seven).
+#[test]
+fn the_budget_table_has_a_header_for_every_column() {
+    let mut l = ledger();
+    l.jobs.push(job("c", "nlp", JobState::Running));
+    l.usage
+        .push((usage("c", "i-9", Capacity::Spot, 1.0, 8.0, None), None));
+    let q = CostQuery {
+        by: GroupBy::Team,
+        ..CostQuery::default()
+    };
+    let text = render::table_text(&build(&l, &q, t(10.0)).expect("report"));
+    let header = text
+        .lines()
+        .find(|l| l.contains("spent $"))
+        .expect("a budget table");
+    for h in ["budget $/h", "burn $/h", "at deadline $"] {
+        assert!(header.contains(h), "{header}");
+    }
+    let cells = |line: &str| line.split_whitespace().count();
+    let row = text
+        .lines()
+        .skip_while(|l| !l.contains("spent $"))
+        .find(|l| l.trim_start().starts_with("nlp"))
+        .expect("the nlp row");
+    // Seven columns; an empty cell prints nothing, so a row has at most as many words.
+    assert!(cells(row) <= 7, "{row}");
+    assert_eq!(header.matches(" $").count() + 1, 7, "{header}");
+}
+
 /// A probe that ran `[from, to)` hours (`to` None: still open). Its recorded price is far off
 /// the usage's, so a test fails if the report bills the record instead of the usage.
 fn probe(from: f64, to: Option<f64>) -> ProbeRecord {
