@@ -399,12 +399,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 }
 
 /// The TLS config and the team budgets, and the flags checked, before anything is opened.
-fn checked(
-    args: &Args,
-) -> anyhow::Result<(
+/// The TLS config, if any, and each team's budget.
+type TlsAndBudgets = (
     Option<std::sync::Arc<rustls::ServerConfig>>,
     std::collections::BTreeMap<String, tern_cloud::Budget>,
-)> {
+);
+
+fn checked(args: &Args) -> anyhow::Result<TlsAndBudgets> {
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tern::serve::tls::server_config(cert, key)?),
         _ => None,

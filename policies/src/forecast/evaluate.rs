@@ -256,19 +256,27 @@ pub fn select_probes(current: &Fit, candidates: &[Shape], n: usize) -> Vec<Shape
         }
         -v
     };
+    pick(n.min(uniq.len()), uniq.len(), score)
+        .into_iter()
+        .map(|i| uniq[i])
+        .collect()
+}
+
+/// `n` of `len` candidates that maximise `score`: the best one; the best pair, exhaustively
+/// (a few hundred candidates at most); beyond two, greedy additions to that pair.
+fn pick(n: usize, len: usize, score: impl Fn(&[usize]) -> f64) -> Vec<usize> {
     let mut picked: Vec<usize> = Vec::new();
-    match n.min(uniq.len()) {
+    match n {
         0 => {}
         1 => {
-            if let Some(i) = (0..uniq.len()).max_by(|&i, &j| score(&[i]).total_cmp(&score(&[j]))) {
+            if let Some(i) = (0..len).max_by(|&i, &j| score(&[i]).total_cmp(&score(&[j]))) {
                 picked.push(i);
             }
         }
         _ => {
-            // Exhaustive over pairs: a few hundred candidates at most.
             let mut best = (f64::MIN, 0, 0);
-            for i in 0..uniq.len() {
-                for j in i + 1..uniq.len() {
+            for i in 0..len {
+                for j in i + 1..len {
                     let d = score(&[i, j]);
                     if d > best.0 {
                         best = (d, i, j);
@@ -276,17 +284,14 @@ pub fn select_probes(current: &Fit, candidates: &[Shape], n: usize) -> Vec<Shape
                 }
             }
             picked.extend([best.1, best.2]);
-            // More than two: greedy additions.
-            while picked.len() < n.min(uniq.len()) {
-                let next = (0..uniq.len())
-                    .filter(|i| !picked.contains(i))
-                    .max_by(|&i, &j| {
-                        let mut pi = picked.clone();
-                        pi.push(i);
-                        let mut pj = picked.clone();
-                        pj.push(j);
-                        score(&pi).total_cmp(&score(&pj))
-                    });
+            while picked.len() < n {
+                let next = (0..len).filter(|i| !picked.contains(i)).max_by(|&i, &j| {
+                    let mut pi = picked.clone();
+                    pi.push(i);
+                    let mut pj = picked.clone();
+                    pj.push(j);
+                    score(&pi).total_cmp(&score(&pj))
+                });
                 match next {
                     Some(i) => picked.push(i),
                     None => break,
@@ -294,7 +299,7 @@ pub fn select_probes(current: &Fit, candidates: &[Shape], n: usize) -> Vec<Shape
             }
         }
     }
-    picked.into_iter().map(|i| uniq[i]).collect()
+    picked
 }
 
 /// Determinant of a 3×3 matrix.
