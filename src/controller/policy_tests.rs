@@ -300,7 +300,7 @@ async fn the_controller_acts_on_the_policys_choice() {
         trace("us-west-2a", vec![2; 40], 0.9),
         trace("us-west-2b", vec![0; 40], 0.5),
     ]);
-    let (store, mut ctl) = controller("acts", &sim);
+    let (_, mut ctl) = controller("acts", &sim);
     let spec = spec("72h");
     ctl.submit(spec, start).expect("submit");
     ctl.pass(start).await.expect("pass");
@@ -308,17 +308,17 @@ async fn the_controller_acts_on_the_policys_choice() {
     assert_eq!(launched.len(), 1);
     assert_eq!(launched[0].offer.capacity, tern_cloud::Capacity::Spot);
     assert_eq!(launched[0].offer.zone.as_str(), "us-west-2a");
-    let plan = store
-        .events(0, Some("j"))
+    let plan = ctl
+        .typed_events(Some("j"))
         .expect("events")
         .into_iter()
-        .find(|e| e.kind == "plan")
+        .find_map(|e| match e {
+            Event::Planned { placement, .. } => Some(placement),
+            _ => None,
+        })
         .expect("a plan event");
-    assert!(
-        plan.message.contains("policy: expected cost to finish"),
-        "{}",
-        plan.message
-    );
+    let why = plan.policy.expect("the deadline policy's reasons");
+    assert!(why.contains("expected cost to finish"), "{why}");
     let input = ctl
         .policy_input("j", &launched[0].offer.clone(), 1, start)
         .expect("input");

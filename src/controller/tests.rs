@@ -291,7 +291,12 @@ async fn another_stores_instances_are_reported_never_collected_unless_adopted() 
     let reported = second.events(0, None).expect("events");
     let foreign: Vec<_> = reported.iter().filter(|e| e.kind == "foreign").collect();
     assert_eq!(foreign.len(), 4, "each reported once: {foreign:?}");
-    assert!(foreign[0].message.contains(first.cluster_id()));
+    // Typed: the other store's id; and the message tells the operator what to do.
+    let typed = b.typed_events(None).expect("events");
+    assert!(typed.iter().any(|e| matches!(
+        e,
+        Event::ForeignInstance { cluster: Some(c), .. } if c == first.cluster_id()
+    )));
     assert!(foreign[0].message.contains("--adopt"));
 
     // Told to adopt, it collects them as its own leaks (after the grace).
@@ -748,10 +753,15 @@ async fn a_spot_price_rise_moves_nodes_to_cheaper_spot_elsewhere() {
     let events = store.events(0, Some("mover")).expect("events");
     let moves: Vec<_> = events.iter().filter(|e| e.kind == "migrate").collect();
     assert!(!moves.is_empty(), "{events:?}");
+    let typed = ctl.typed_events(Some("mover")).expect("events");
+    let first_move = typed
+        .iter()
+        .find(|e| matches!(e, Event::Migrating { .. }))
+        .expect("a typed migrate event");
     assert!(
-        moves[0].message.contains("spot") && moves[0].message.contains("us-west-2b"),
-        "{}",
-        moves[0].message
+        matches!(first_move, Event::Migrating { to_capacity: Capacity::Spot, to_zone, .. }
+            if to_zone.as_str() == "us-west-2b"),
+        "{first_move:?}"
     );
     assert!(
         zones(&ctl).iter().all(|z| z == "us-west-2b"),
