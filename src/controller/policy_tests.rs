@@ -7,9 +7,6 @@
 //! the policy, asked through `deadline::step` as the replay asks it, must decide the same on
 //! both for the job's state.
 
-use std::path::PathBuf;
-
-use tern_cloud::Cloud;
 use tern_policies::deadline::{self, Observation, Placement, Tern, ZoneView};
 use tern_sim::{SimCloud, Trace};
 
@@ -50,15 +47,9 @@ fn spec(deadline: &str) -> JobSpec {
 
 fn trace(zone: &str, data: Vec<u32>, price: f64) -> Trace {
     Trace {
-        source: PathBuf::from(format!("{zone}.json")),
-        cloud: Cloud::Aws,
-        region: "us-west-2".into(),
-        zone: zone.into(),
         gap_seconds: GAP,
-        available: data,
-        prices: None,
         spot_price: Some(price),
-        on_demand_price: Some(3.06),
+        ..tern_sim::testkit::trace(zone, data)
     }
 }
 

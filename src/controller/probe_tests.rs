@@ -2,10 +2,8 @@
 //! (simulated) workers, and is planned on what they measured; the deadline-tight case; and the
 //! probe's bounds, as a property of [`probe::verdict`] under any pass timing.
 
-use std::path::PathBuf;
-
 use proptest::prelude::*;
-use tern_cloud::{Accelerator, Cloud, InstanceType, parse_job_spec};
+use tern_cloud::{Accelerator, InstanceType, parse_job_spec};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
@@ -18,15 +16,9 @@ use crate::store::ProbeRecord;
 
 fn trace(zone: &str, spot: f64, on_demand: f64) -> Trace {
     Trace {
-        source: PathBuf::from(format!("{zone}.json")),
-        cloud: Cloud::Aws,
-        region: "us-west-2".into(),
-        zone: zone.into(),
-        gap_seconds: 300,
-        available: vec![8; 2000],
-        prices: None,
         spot_price: Some(spot),
         on_demand_price: Some(on_demand),
+        ..tern_sim::testkit::trace(zone, vec![8; 2000])
     }
 }
 

@@ -1,7 +1,6 @@
 //! Scenario tests of the reconcile loop on the simulated cloud, including crashes at the two
 //! dangerous points (after the intent is written, after the cloud acted) and a leak.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use chrono::TimeZone;
@@ -15,15 +14,8 @@ use tern_cloud::{Capacity, IntentKind, IntentState, LaunchRequest, Tags, tag};
 
 fn trace(zone: &str, data: Vec<u32>) -> Trace {
     Trace {
-        source: PathBuf::from(format!("{zone}.json")),
-        cloud: Cloud::Aws,
-        region: "us-west-2".into(),
-        zone: zone.into(),
-        gap_seconds: 300,
-        available: data,
-        prices: None,
         spot_price: Some(0.9),
-        on_demand_price: Some(3.06),
+        ..tern_sim::testkit::trace(zone, data)
     }
 }
 
