@@ -8,6 +8,7 @@ use tern_cloud::{Cloud, IdempotencyKey, Instance, InstanceState};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{Asked, Intercepted, SimCloud, Trace, Verdict};
 
+use super::world::SimWorld;
 use super::*;
 use crate::store::JobState;
 use tern_cloud::{Capacity, IntentKind, IntentState, LaunchRequest, Tags, tag};
@@ -427,15 +428,18 @@ async fn a_gang_the_deadline_sends_to_on_demand_goes_whole() {
         .samples(2_304_000)
         .build();
     ctl.submit(spec, sim.now()).expect("submit");
-    let mut workload = workload::Workload::watching(sim.clone());
+    let workload = workload::Workload::watching(sim.clone());
     let tick = Duration::from_secs(300);
     let mut on_spot_first = false;
-    for _ in 0..8 {
-        ctl.pass(sim.now()).await.expect("pass");
-        on_spot_first |= ctl.instances().any(|i| i.offer.capacity == Capacity::Spot);
-        sim.advance(tick);
-        workload.step(&mut ctl, tick, sim.now()).expect("step");
-    }
+    let mut world = SimWorld::new(sim.clone(), ctl, tick).with_workers(Some(workload));
+    world
+        .run(8, |ctl| {
+            on_spot_first |= ctl.instances().any(|i| i.offer.capacity == Capacity::Spot);
+            false
+        })
+        .await
+        .expect("pass");
+    let mut ctl = world.ctl;
     ctl.pass(sim.now()).await.expect("pass");
     let events = store.events(0, Some("gang")).expect("events");
     let log: Vec<String> = events
@@ -646,22 +650,20 @@ async fn seeded_cloud_faults_slow_the_controller_down_but_lose_nothing() {
         .expect("submit");
     ctl.submit(job("elastic", "{ min = 2, max = 6 }", false), sim.now())
         .expect("submit");
-    let mut workload = workload::Workload::new();
     let mut seen: HashMap<InstanceId, IntentId> = HashMap::new();
-    for _ in 0..3000 {
-        sim.advance(Duration::from_secs(60));
-        let now = sim.now();
-        ctl.pass(now).await.expect("pass");
-        for i in ctl.instances() {
-            seen.insert(i.id.clone(), i.intent);
-        }
-        workload
-            .step(&mut ctl, Duration::from_secs(60), now)
-            .expect("step");
-        if ctl.jobs().all(|j| j.state.is_final()) && ctl.instances().next().is_none() {
-            break;
-        }
-    }
+    let minute = Duration::from_secs(60);
+    let workers = Some(workload::Workload::new());
+    let mut world = SimWorld::new(sim.clone(), ctl, minute).with_workers(workers);
+    world
+        .run(3000, |ctl| {
+            for i in ctl.instances() {
+                seen.insert(i.id.clone(), i.intent);
+            }
+            SimWorld::settled(ctl)
+        })
+        .await
+        .expect("pass");
+    let ctl = world.ctl;
     let errors: u64 = ctl.stats().cloud_errors.values().sum();
     assert!(
         errors > 10,
