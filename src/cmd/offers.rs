@@ -178,6 +178,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("no offers match these filters ({source})");
         return Ok(());
     }
+    println!("{}", offers_table(&shown));
+    // The prices' source as the JSON gives it: `--live` says so, the catalogs say which.
+    let source = if args.live {
+        source
+    } else {
+        format!("the {source}")
+    };
+    println!(
+        "{} of {} rows, cheapest first; prices from {source}.",
+        shown.len(),
+        matching
+    );
+    Ok(())
+}
+
+fn offers_table(shown: &[Row<'_>]) -> comfy_table::Table {
     let mut t = table(&[
         "CLOUD",
         "REGION",
@@ -191,7 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "OD $/acc-h",
         "SPOT $/acc-h",
     ]);
-    for r in &shown {
+    for r in shown {
         t.add_row(vec![
             r.cloud.to_string(),
             r.region.to_owned(),
@@ -211,14 +227,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             c.set_cell_alignment(comfy_table::CellAlignment::Right);
         }
     }
-    println!("{t}");
-    println!(
-        "{} of {} rows, cheapest first; prices from the {}.",
-        shown.len(),
-        matching,
-        args.catalog.describe()
-    );
-    Ok(())
+    t
 }
 
 /// Group sorted offers into rows by (cloud, zone, shape), keeping the order of each row's
