@@ -1,13 +1,14 @@
 //! Decisions as values. The phases gather a read-only view of one job (its instances, the
 //! offers it may use, the deadline policy's step, the spot-wait rule's answer, the on-demand
-//! pick) and ask a pure function here what to do; the answer is a [`Decision`] that the phase
-//! then carries out (intents, then cloud calls, then store writes, then events:
-//! `Controller::carry_out`).
+//! pick) and ask a pure function here what to do; the answer is a [`Decision`] that
+//! `Controller::carry_out` carries out (its event, its intent before the cloud, the store).
 //!
 //! [`capacity`] is the one question a first launch, a replacement of lost nodes and a spot
 //! request waiting in the cloud's queue all ask: "spot, on-demand, or wait?", answered from the
 //! deadline policy's step where the job has a deadline, else from the spot-wait rule
-//! ([`fleet::spot_wait`]). [`replace`] and [`grow`] decide for a running job short of nodes.
+//! ([`fleet::spot_wait`]). Over it: [`launch`] (a placed job), [`replace`] and [`grow`] (a
+//! running job short of nodes), [`movement`] (a running job that may move) and [`queued`] (a
+//! spot request in the cloud's queue).
 //!
 //! [`fleet::spot_wait`]: tern_policies::fleet::spot_wait
 
