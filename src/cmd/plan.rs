@@ -324,54 +324,7 @@ fn hazards(
 
 fn print_report(r: &PlanReport, catalog: &str) {
     for j in &r.jobs {
-        let deadline = j
-            .deadline_h
-            .map(|d| format!(", deadline in {d:.1} h"))
-            .unwrap_or_default();
-        match &j.choice {
-            Some(c) => {
-                println!(
-                    "{} (team {}): {} x {} [{}] {} in {}{}",
-                    j.job,
-                    j.team,
-                    c.nodes,
-                    c.instance_type,
-                    c.accelerator,
-                    c.capacity,
-                    c.zone,
-                    if c.prior {
-                        " (throughput from a prior)"
-                    } else {
-                        ""
-                    }
-                );
-                println!(
-                    "    ${:.2}/h, expected ${:.2} in total, finishes in {:.1} h (at worst {:.1} h){deadline}",
-                    c.hourly, c.expected_cost, c.finish_h, c.finish_high_h
-                );
-            }
-            None => {
-                println!("{} (team {}): NOT PLACED{deadline}", j.job, j.team);
-                if let Some(reason) = &j.reason {
-                    println!("    why: {reason}");
-                }
-            }
-        }
-        if let Some(v) = &j.versus_cheapest_per_accelerator_hour {
-            println!("    note: {v}");
-        }
-        for a in &j.alternatives {
-            println!(
-                "    instead of {} x {} [{}] {} in {}: {}",
-                a.config.nodes,
-                a.config.instance_type,
-                a.config.accelerator,
-                a.config.capacity,
-                a.config.zone,
-                a.why_not
-            );
-        }
-        println!();
+        print_job(j);
     }
     let c = &r.candidates;
     println!(
@@ -406,6 +359,58 @@ fn print_report(r: &PlanReport, catalog: &str) {
         r.milp_columns,
         r.components
     );
+}
+
+/// One job's choice (or why it has none), the note on its price and its alternatives.
+fn print_job(j: &tern_plan::JobPlan) {
+    let deadline = j
+        .deadline_h
+        .map(|d| format!(", deadline in {d:.1} h"))
+        .unwrap_or_default();
+    match &j.choice {
+        Some(c) => {
+            println!(
+                "{} (team {}): {} x {} [{}] {} in {}{}",
+                j.job,
+                j.team,
+                c.nodes,
+                c.instance_type,
+                c.accelerator,
+                c.capacity,
+                c.zone,
+                if c.prior {
+                    " (throughput from a prior)"
+                } else {
+                    ""
+                }
+            );
+            println!(
+                "    ${:.2}/h, expected ${:.2} in total, finishes in {:.1} h (at worst {:.1} h){deadline}",
+                c.hourly, c.expected_cost, c.finish_h, c.finish_high_h
+            );
+        }
+        None => {
+            println!("{} (team {}): NOT PLACED{deadline}", j.job, j.team);
+            if let Some(reason) = &j.reason {
+                println!("    why: {reason}");
+            }
+        }
+    }
+    if let Some(v) = &j.versus_cheapest_per_accelerator_hour {
+        println!("    note: {v}");
+    }
+    for a in &j.alternatives {
+        println!(
+            "    instead of {} x {} [{}] {} in {}: {}",
+            a.config.nodes,
+            a.config.instance_type,
+            a.config.accelerator,
+            a.config.capacity,
+            a.config.zone,
+            a.why_not
+        );
+    }
+    println!();
 }
 
 /// Each team's accelerators against its entitlement, when there is more than one team or
