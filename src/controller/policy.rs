@@ -507,22 +507,7 @@ impl Controller {
         let job = self.policy_job(name, offer, nodes)?;
         let r = &self.fleet.jobs.get(name)?.record;
         let shape = offer.instance_type.name.as_str();
-        // Only the spot pools the job's placement constraints allow.
-        let allowed = &r.spec.constraints;
-        let pools: Vec<&PoolLog> = self
-            .pools
-            .of_type(shape)
-            .into_iter()
-            .filter(|p| {
-                allowed.allows_pool(
-                    &p.region,
-                    p.zone.as_str(),
-                    shape,
-                    Capacity::Spot,
-                    p.spot_price,
-                )
-            })
-            .collect();
+        let pools = self.allowed_pools(&r.spec.constraints, shape);
         if pools.is_empty() {
             return None;
         }
@@ -534,17 +519,7 @@ impl Controller {
         let first = pools.iter().map(|p| p.first).min().unwrap_or(sub);
         let back = (sub - (sub - LOOKBACK_TICKS).max(first)).max(0);
         let from = sub - (back + k - 1) / k * k;
-        let mut region_names: Vec<&str> = Vec::new();
-        let regions: Vec<usize> = pools
-            .iter()
-            .map(|p| match region_names.iter().position(|r| *r == p.region) {
-                Some(i) => i,
-                None => {
-                    region_names.push(&p.region);
-                    region_names.len() - 1
-                }
-            })
-            .collect();
+        let regions = region_indices(pools.iter().map(|p| p.region.as_str()));
         let zones: Vec<Zone> = pools.iter().map(|p| p.zone.clone()).collect();
         let on_demand_price = self
             .cloud
@@ -578,6 +553,23 @@ impl Controller {
                 k,
             },
         ))
+    }
+
+    /// The spot pools of `shape` that a job's placement constraints allow.
+    fn allowed_pools(&self, allowed: &tern_cloud::Constraints, shape: &str) -> Vec<&PoolLog> {
+        self.pools
+            .of_type(shape)
+            .into_iter()
+            .filter(|p| {
+                allowed.allows_pool(
+                    &p.region,
+                    p.zone.as_str(),
+                    shape,
+                    Capacity::Spot,
+                    p.spot_price,
+                )
+            })
+            .collect()
     }
 
     /// Ask the deadline policy about the job at `nodes` nodes of `offer`'s shape. `None` when
@@ -670,6 +662,21 @@ struct Frame<'a> {
 }
 
 /// A history in ticks of `k` samples each: the least of each (the last may be partial).
+/// Each pool's region as an index, zones of one region sharing one (moving a checkpoint
+/// between them is free), in the order the pools come.
+fn region_indices<'a>(regions: impl Iterator<Item = &'a str>) -> Vec<usize> {
+    let mut names: Vec<&str> = Vec::new();
+    regions
+        .map(|r| match names.iter().position(|n| *n == r) {
+            Some(i) => i,
+            None => {
+                names.push(r);
+                names.len() - 1
+            }
+        })
+        .collect()
+}
+
 fn coarse(fine: &[u32], k: i64) -> Vec<u32> {
     if k <= 1 {
         return fine.to_vec();
