@@ -137,7 +137,7 @@ pub use tern_sim::trace::{DEFAULT_ON_DEMAND, DEFAULT_SPOT_FRACTION};
 pub const MAX_TABLE_BYTES: u64 = 4 << 30;
 
 /// One policy on one window.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct WindowResult {
     pub cost: f64,
     pub finished: bool,
@@ -459,14 +459,7 @@ impl Prepared {
     ) -> WindowResult {
         let job = &self.job;
         let mut s = JobState::new();
-        let mut out = WindowResult {
-            cost: 0.0,
-            finished: false,
-            spot_ticks: 0,
-            on_demand_ticks: 0,
-            restarts: 0,
-            moves: 0,
-        };
+        let mut out = WindowResult::default();
         let (mut starts, mut last_spot) = (0u32, None);
         // Region of the current on-demand run (the cheapest net of moving the checkpoint).
         let mut od_region = 0usize;
@@ -520,15 +513,7 @@ impl Prepared {
                     price_per_hour: price,
                 });
             }
-            if s.booting > 0 {
-                s.booting -= 1;
-            } else if let Placement::Spot(z) = act {
-                let working = job.working(views[z].history);
-                s.done += job.spot_gain(working, s.working);
-                s.working = working;
-            } else {
-                s.done += job.unit;
-            }
+            job.advance(&mut s, act, &views);
         }
         out.finished = s.done >= job.total();
         out.restarts = starts.saturating_sub(1);

@@ -200,6 +200,20 @@ impl Job {
             self.speed.get(working as usize).copied().unwrap_or(0)
         }
     }
+
+    /// One tick of a run on `act` (not idle): a booting run boots on; spot gains by the nodes
+    /// working in its zone (`zones[z]`'s history up to this tick); on-demand a full unit.
+    pub fn advance(&self, s: &mut JobState, act: Placement, zones: &[ZoneView<'_>]) {
+        if s.booting > 0 {
+            s.booting -= 1;
+        } else if let Placement::Spot(z) = act {
+            let working = self.working(zones[z].history);
+            s.done += self.spot_gain(working, s.working);
+            s.working = working;
+        } else {
+            s.done += self.unit;
+        }
+    }
 }
 
 /// Rejects an elastic shape [`Job::elastic`] cannot model: `min_nodes` outside `1..=k`, or a

@@ -159,15 +159,7 @@ fn replay_online(p: &mut dyn DeadlinePolicy, j: &Job, avail: &[u32], spot: f64) 
             Placement::OnDemand => f64::from(j.nodes),
             _ => spot * f64::from(j.held(avail[t as usize])),
         };
-        if s.booting > 0 {
-            s.booting -= 1;
-        } else if act == Placement::OnDemand {
-            s.done += j.unit;
-        } else {
-            let w = j.working(views[0].history);
-            s.done += j.spot_gain(w, s.working);
-            s.working = w;
-        }
+        j.advance(&mut s, act, &views);
     }
     (s.done, cost)
 }
