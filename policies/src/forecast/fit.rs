@@ -215,29 +215,7 @@ pub fn initial(samples: &[Sample], opts: &FitOptions) -> Result<(Params, Prior),
     if samples.is_empty() {
         return Err(ForecastError::NoData);
     }
-    // Compute terms: least squares T = a + b·m on the rows with the fewest replicas.
-    let min_k = samples.iter().map(|s| s.shape.gpus).min().unwrap_or(1);
-    let base: Vec<&Sample> = samples.iter().filter(|s| s.shape.gpus == min_k).collect();
-    let n = base.len() as f64;
-    let mean_m = base.iter().map(|s| s.shape.local_batch).sum::<f64>() / n;
-    let mean_t = base.iter().map(|s| s.step_s).sum::<f64>() / n;
-    let sxx: f64 = base
-        .iter()
-        .map(|s| (s.shape.local_batch - mean_m).powi(2))
-        .sum();
-    let sxy: f64 = base
-        .iter()
-        .map(|s| (s.shape.local_batch - mean_m) * (s.step_s - mean_t))
-        .sum();
-    let (mut a, mut b) = if sxx > 0.0 && sxy > 0.0 {
-        let b = sxy / sxx;
-        (mean_t - b * mean_m, b)
-    } else {
-        // One batch size: split the step 20/80 between fixed overhead and per-sample work.
-        (0.2 * mean_t, 0.8 * mean_t / mean_m.max(1.0))
-    };
-    a = a.max(0.02 * mean_t);
-    b = b.max(1e-3 * mean_t / mean_m.max(1.0));
+    let (a, b, mean_t) = compute_terms(samples);
     let grad = |m: f64| a + b * m;
 
     let excess = |keep: &dyn Fn(&Shape) -> bool| -> Option<f64> {
@@ -293,6 +271,36 @@ pub fn initial(samples: &[Sample], opts: &FitOptions) -> Result<(Params, Prior),
             cross_sd: CROSS_NODE_SD,
         },
     ))
+}
+
+/// Compute terms `(a, b)` of T = a + b·m, least squares on the rows with the fewest replicas
+/// (floored so neither vanishes), and those rows' mean step.
+fn compute_terms(samples: &[Sample]) -> (f64, f64, f64) {
+    let min_k = samples.iter().map(|s| s.shape.gpus).min().unwrap_or(1);
+    let base: Vec<&Sample> = samples.iter().filter(|s| s.shape.gpus == min_k).collect();
+    let n = base.len() as f64;
+    let mean_m = base.iter().map(|s| s.shape.local_batch).sum::<f64>() / n;
+    let mean_t = base.iter().map(|s| s.step_s).sum::<f64>() / n;
+    let sxx: f64 = base
+        .iter()
+        .map(|s| (s.shape.local_batch - mean_m).powi(2))
+        .sum();
+    let sxy: f64 = base
+        .iter()
+        .map(|s| (s.shape.local_batch - mean_m) * (s.step_s - mean_t))
+        .sum();
+    let (a, b) = if sxx > 0.0 && sxy > 0.0 {
+        let b = sxy / sxx;
+        (mean_t - b * mean_m, b)
+    } else {
+        // One batch size: split the step 20/80 between fixed overhead and per-sample work.
+        (0.2 * mean_t, 0.8 * mean_t / mean_m.max(1.0))
+    };
+    (
+        a.max(0.02 * mean_t),
+        b.max(1e-3 * mean_t / mean_m.max(1.0)),
+        mean_t,
+    )
 }
 
 /// The MAP objective: Σ (ln T̂ − ln T)² + σ²·prior, divided by the number of rows.
