@@ -11,10 +11,13 @@ fn t(h: f64) -> DateTime<Utc> {
 }
 
 fn job(name: &str, team: &str, state: JobState) -> JobRecord {
-    let spec: JobSpec = tern_cloud::parse_job_spec(&format!(
-        "name = \"{name}\"\nteam = \"{team}\"\naccelerators = [\"V100\"]\ndeadline = \"48h\"\nworkers = 1\n[work]\nsteps = 100\nbatch = 10\n"
-    ), "job.toml")
-    .expect("spec");
+    // 100 steps of 10: 1,000 samples.
+    let spec: JobSpec = tern_cloud::testkit::spec(name)
+        .team(team)
+        .local_batch(None)
+        .samples(1000)
+        .unmeasured()
+        .build();
     let mut j = JobRecord::new(spec, t(0.0));
     j.state = state;
     j

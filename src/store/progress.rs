@@ -118,12 +118,12 @@ mod tests {
     use chrono::TimeZone;
 
     fn job(done: f64, checkpoint: f64) -> JobRecord {
-        let spec = tern_cloud::parse_job_spec(
-            "name = \"p\"\nteam = \"t\"\naccelerators = [\"V100\"]\nworkers = 1\n\
-             deadline = \"10h\"\nlocal_batch = 32\n[work]\nsamples = 1000\n",
-            "p.toml",
-        )
-        .expect("spec");
+        let spec = tern_cloud::testkit::spec("p")
+            .deadline(Some("10h"))
+            .local_batch(Some(32))
+            .samples(1000)
+            .unmeasured()
+            .build();
         let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
         let mut r = JobRecord::new(spec, t0);
         r.done_samples = done;
