@@ -164,8 +164,39 @@ fn decide_as_the_replay(
         on_demand: od.clone(),
     });
     let queued = decide::queued(node, Some(&call), None);
-    for d in [&launch, &replace, &moved, &queued] {
+    // A gang of two on this node, one short: it stays only in its zone.
+    let gang = decide::replace(&decide::Running {
+        gang: true,
+        live: vec![node.clone()],
+        held: vec![node.id.clone()],
+        target: 2,
+        min_nodes: 2,
+        offers,
+        policy: Some(call.clone()),
+        spot_wait: None,
+        on_demand_here: od.clone(),
+        on_demand_anywhere: od.clone(),
+    });
+    for d in [&launch, &replace, &moved, &queued, &gang] {
         seen.insert(kind(d));
+    }
+    // Spot in the zone the gang's node is in (whatever that node's capacity).
+    let home = want.as_ref().is_some_and(|(c, z)| {
+        *c == tern_cloud::Capacity::Spot && *z == node.offer.zone.to_string()
+    });
+    match &want {
+        // Waiting, or spot in another zone: the gang gives its zone back, whole.
+        None => assert!(
+            matches!(gang, Decision::Regroup { anew: true, .. }),
+            "{gang:?}"
+        ),
+        Some(_) if !home && step.placement != Placement::OnDemand => {
+            assert!(
+                matches!(gang, Decision::Regroup { anew: true, .. }),
+                "{gang:?}"
+            )
+        }
+        Some(w) => assert_eq!(lands(&gang).as_ref(), Some(w), "gang: {gang:?}"),
     }
     assert_eq!(lands(&launch), want.clone(), "launch: {launch:?}");
     match &want {
@@ -275,6 +306,7 @@ async fn the_controller_hands_the_policy_the_replays_view_and_gets_its_decision(
         "launch",
         "move",
         "nothing",
+        "regroup",
         "replace",
         "resize",
         "wait",
