@@ -5,22 +5,10 @@
 
 use std::process::{Command, Output};
 
-fn tern(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .env_remove("TERN_DB")
-        .output()
-        .expect("run tern")
-}
+use crate::run::{last_json, tern};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn last_json(o: &Output) -> serde_json::Value {
-    let out = stdout(o);
-    let line = out.lines().last().expect("some output");
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}"))
 }
 
 fn shared(rel: &str) -> String {

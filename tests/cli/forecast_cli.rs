@@ -4,15 +4,9 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn tern(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .env_remove("TERN_DB")
-        .output()
-        .expect("run tern")
-}
+use crate::run::tern;
 
 fn last_json(o: &Output) -> serde_json::Value {
     let out = String::from_utf8_lossy(&o.stdout);

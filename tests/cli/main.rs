@@ -3,6 +3,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod run;
+
 mod cli_offers;
 mod cli_plan;
 mod controller_demo;
