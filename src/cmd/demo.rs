@@ -216,16 +216,15 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     };
     let mut last_event = 0;
     let mut printed = Ok(());
-    let clock = world.sim.clone();
     world
-        .run(usize::MAX, |ctl| {
+        .run(usize::MAX, |ctl, now| {
             printed = print_new_events(&store, &mut last_event, &mut log, &args, start);
             let active = ctl
                 .jobs()
                 .any(|j| matches!(j.state, JobState::Pending | JobState::Running));
             printed.is_err()
                 || (!active && ctl.instances().next().is_none())
-                || clock.now() - start >= horizon
+                || now - start >= horizon
         })
         .await?;
     printed?;

@@ -82,13 +82,13 @@ pub(super) fn capacity(
     spot_wait: impl FnOnce() -> Option<WaitReason>,
 ) -> CapacityCall {
     if let Some(call) = call {
-        let why = Some(call.why());
+        let why = call.why();
         return match call.step.placement {
-            Policy::Idle => CapacityCall::Wait(WaitReason::Policy { why: call.why() }),
-            Policy::OnDemand => CapacityCall::OnDemand { why },
+            Policy::Idle => CapacityCall::Wait(WaitReason::Policy { why }),
+            Policy::OnDemand => CapacityCall::OnDemand { why: Some(why) },
             p => CapacityCall::Spot {
                 zone: call.zone(p).cloned(),
-                why,
+                why: Some(why),
             },
         };
     }
@@ -192,8 +192,8 @@ pub(super) struct Running<'a> {
     /// The spot-wait rule's reason to wait at the job's pessimistic speed; `None` when the
     /// deadline needs on-demand now.
     pub spot_wait: Option<WaitReason>,
-    /// The on-demand pick (`on_demand_pool`), in the zone of the job's first node and
-    /// anywhere.
+    /// The on-demand pick (`on_demand_pool`), in the zone of the job's first node (read for a
+    /// gang only) and anywhere.
     pub on_demand_here: Vec<Offer>,
     pub on_demand_anywhere: Vec<Offer>,
 }

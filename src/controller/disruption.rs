@@ -140,7 +140,8 @@ impl Controller {
         offers: &'a [Offer],
         now: DateTime<Utc>,
     ) -> Option<decide::Running<'a>> {
-        let first = self.live_of(name).first().map(|i| i.offer.clone())?;
+        let live: Vec<InstanceRecord> = self.live_of(name).into_iter().cloned().collect();
+        let first = live.first()?.offer.clone();
         let r = &self.fleet.jobs.get(name)?.record;
         let (gang, target) = (r.spec.gang, r.target_count);
         let min_nodes = r
@@ -154,16 +155,21 @@ impl Controller {
         let spot_wait = self.spot_wait(name, self.work_hours(name, pessimistic), now);
         let shape = first.instance_type.name.as_str();
         let owned = |v: Vec<&Offer>| v.into_iter().cloned().collect::<Vec<_>>();
+        // Only a gang is pinned to its zone; an elastic job's pick is anywhere.
+        let here = match gang {
+            true => owned(self.on_demand_pool(name, offers, shape, Some(&first.zone))),
+            false => Vec::new(),
+        };
         Some(decide::Running {
             gang,
-            live: self.live_of(name).into_iter().cloned().collect(),
+            live,
             held: self.held_by(name),
             target,
             min_nodes,
             offers,
             policy,
             spot_wait,
-            on_demand_here: owned(self.on_demand_pool(name, offers, shape, Some(&first.zone))),
+            on_demand_here: here,
             on_demand_anywhere: owned(self.on_demand_pool(name, offers, shape, None)),
         })
     }

@@ -97,7 +97,7 @@ async fn run(
     let minute = Duration::from_secs(60);
     let mut world = SimWorld::new(sim.clone(), ctl, minute).with_workers(Some(w));
     world
-        .run(minutes, |ctl| {
+        .run(minutes, |ctl, _| {
             ctl.job(job).is_some_and(|j| j.state.is_final())
         })
         .await

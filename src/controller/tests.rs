@@ -433,7 +433,7 @@ async fn a_gang_the_deadline_sends_to_on_demand_goes_whole() {
     let mut on_spot_first = false;
     let mut world = SimWorld::new(sim.clone(), ctl, tick).with_workers(Some(workload));
     world
-        .run(8, |ctl| {
+        .run(8, |ctl, _| {
             on_spot_first |= ctl.instances().any(|i| i.offer.capacity == Capacity::Spot);
             false
         })
@@ -655,11 +655,11 @@ async fn seeded_cloud_faults_slow_the_controller_down_but_lose_nothing() {
     let workers = Some(workload::Workload::new());
     let mut world = SimWorld::new(sim.clone(), ctl, minute).with_workers(workers);
     world
-        .run(3000, |ctl| {
+        .run(3000, |ctl, now| {
             for i in ctl.instances() {
                 seen.insert(i.id.clone(), i.intent);
             }
-            SimWorld::settled(ctl)
+            SimWorld::settled(ctl, now)
         })
         .await
         .expect("pass");

@@ -54,14 +54,15 @@ impl SimWorld {
         self.sim.now()
     }
 
-    /// One round: a pass now; then, unless `stop` says so after it, a tick of the clock and
-    /// of the workers. Whether it stopped.
+    /// One round: a pass now; then, unless `stop` says so after it (told the pass's time), a
+    /// tick of the clock and of the workers. Whether it stopped.
     pub async fn round(
         &mut self,
-        stop: impl FnOnce(&Controller) -> bool,
+        stop: impl FnOnce(&Controller, DateTime<Utc>) -> bool,
     ) -> Result<bool, ControllerError> {
-        self.ctl.pass(self.sim.now()).await?;
-        if stop(&self.ctl) {
+        let now = self.sim.now();
+        self.ctl.pass(now).await?;
+        if stop(&self.ctl, now) {
             return Ok(true);
         }
         self.sim.advance(self.tick);
@@ -75,7 +76,7 @@ impl SimWorld {
     pub async fn run(
         &mut self,
         limit: usize,
-        mut stop: impl FnMut(&Controller) -> bool,
+        mut stop: impl FnMut(&Controller, DateTime<Utc>) -> bool,
     ) -> Result<usize, ControllerError> {
         for k in 0..limit {
             if self.round(&mut stop).await? {
@@ -85,8 +86,8 @@ impl SimWorld {
         Ok(limit)
     }
 
-    /// Whether every job has ended and nothing runs.
-    pub fn settled(ctl: &Controller) -> bool {
+    /// Whether every job has ended and nothing runs (a `stop` for [`Self::run`]).
+    pub fn settled(ctl: &Controller, _: DateTime<Utc>) -> bool {
         ctl.jobs().all(|j| j.state.is_final()) && ctl.instances().next().is_none()
     }
 }

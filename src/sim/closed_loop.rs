@@ -378,11 +378,10 @@ impl LoopSetup<'_> {
         if self.cold_start {
             workload = workload.with_truth("job", truth);
         }
-        let clock = sim.clone();
         let mut world = SimWorld::new(sim, ctl, tick).with_workers(Some(workload));
         world
-            .run(usize::MAX, |ctl| {
-                ctl.job("job").is_none_or(|j| j.state.is_final()) || clock.now() >= deadline
+            .run(usize::MAX, |ctl, now| {
+                ctl.job("job").is_none_or(|j| j.state.is_final()) || now >= deadline
             })
             .await?;
         let (now, ctl) = (world.now(), world.ctl);
