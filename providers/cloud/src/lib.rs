@@ -16,6 +16,7 @@ mod location;
 pub mod name;
 mod offer;
 mod provider;
+mod quota;
 mod spec;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testkit;
@@ -33,6 +34,10 @@ pub use job::{
 pub use location::{Cloud, Region, Zone};
 pub use offer::{Availability, Capacity, InstanceType, Offer, PriceComponent};
 pub use provider::{LaunchOutcome, LaunchRequest, Provider};
+pub use quota::{
+    AWS_ACCELERATOR_BUCKETS, AwsBucket, CloudQuota, QuotaScope, aws_bucket, aws_instance_class,
+    gcp_gpu_metric, quota_named,
+};
 pub use spec::{MAX_DEADLINE_S, SpecError, parse_duration, parse_job_spec};
 
 /// Tag keys tern puts on every instance it launches. The leak collector relies on them.

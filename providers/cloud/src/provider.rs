@@ -2,8 +2,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Cloud, IdempotencyKey, Instance, InstanceId, IntentId, Interruption, Offer, ProviderError,
-    Region, Tags,
+    Cloud, CloudQuota, IdempotencyKey, Instance, InstanceId, IntentId, Interruption, Offer,
+    ProviderError, Region, Tags,
 };
 
 /// One launch: "give me `count` VMs from the first of these offers that has capacity".
@@ -64,6 +64,16 @@ pub trait Provider: Send + Sync {
     /// Interruption notices received since the last call. Pull-based because every source is
     /// (SQS receive, instance metadata polls, the simulator's clock).
     async fn interruptions(&self) -> Result<Vec<Interruption>, ProviderError>;
+
+    /// The account's accelerator quotas in `region` as the cloud enforces them (AWS Service
+    /// Quotas, GCE `regions.get`, the simulated cloud's configuration), so the planner places
+    /// no more than a launch could get. Empty when the provider cannot read them: a provider
+    /// that does not know its quotas learns them from refused launches
+    /// ([`crate::quota_named`]).
+    async fn quotas(&self, region: &Region) -> Result<Vec<CloudQuota>, ProviderError> {
+        let _ = region;
+        Ok(Vec::new())
+    }
 }
 
 #[cfg(test)]
