@@ -13,12 +13,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use tern_cloud::{
-    Accelerator, Availability, Capacity, Cloud, IdempotencyKey, Instance, InstanceId,
+    Accelerator, Availability, Capacity, Cloud, CloudQuota, IdempotencyKey, Instance, InstanceId,
     InstanceState, InstanceType, Interruption, InterruptionKind, LaunchOutcome, LaunchRequest,
     Offer, PriceComponent, PriceSteps, Provider, ProviderError, Region, Zone,
 };
 
 use crate::Trace;
+
+#[path = "quota.rs"]
+mod quota;
+pub use quota::SimQuota;
 
 /// Which faults to inject and how often. Rates are per call (throttle, transient) or per offer
 /// tried (capacity, quota); `scripted` forces an error on the n-th call (0-based), whatever the
@@ -78,7 +82,7 @@ impl Default for SimConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     pub at: DateTime<Utc>,
-    /// `offers`, `launch`, `terminate`, `get`, `list` or `interruptions`.
+    /// `offers`, `launch`, `terminate`, `get`, `list`, `interruptions` or `quotas`.
     pub op: &'static str,
     /// The argument that identifies the call (region, idempotency key, instance id, owner).
     pub target: String,
@@ -142,6 +146,8 @@ pub struct SimCloud {
     zones: Vec<Trace>,
     types: Vec<InstanceType>,
     config: SimConfig,
+    /// Accelerator quotas enforced on launch ([`SimCloud::with_quota`]).
+    quotas: Vec<SimQuota>,
     world: Mutex<World>,
 }
 
@@ -175,6 +181,7 @@ impl SimCloud {
             zones,
             types,
             config,
+            quotas: Vec::new(),
             world: Mutex::new(world),
         }
     }
@@ -543,21 +550,25 @@ impl SimCloud {
                     continue;
                 }
             };
-            let take = left.min(room);
+            // A quota refuses what it cuts short, even when the rest fits.
+            let (quota_room, quota) = self.quota_room(w, offer, left);
+            let quota = quota.filter(|_| quota_room < room);
+            let take = left.min(room).min(quota_room);
             if take == 0 || (req.single_zone && take < left) {
-                out.errors.push((
-                    key.clone(),
-                    ProviderError::Capacity {
-                        offer: key,
-                        code: self.capacity_code(zone).into(),
-                        message: format!("{} available, {left} asked", room.min(left)),
-                    },
-                ));
+                let error = quota.unwrap_or_else(|| ProviderError::Capacity {
+                    offer: key.clone(),
+                    code: self.capacity_code(zone).into(),
+                    message: format!("{} available, {left} asked", room.min(left)),
+                });
+                out.errors.push((key, error));
                 continue;
             }
             for instance in self.start(w, req, offer, zone, take) {
                 ids.push(instance.id.clone());
                 out.instances.push(instance);
+            }
+            if let Some(error) = quota {
+                out.errors.push((key, error));
             }
             left -= take;
         }
@@ -734,6 +745,12 @@ impl Provider for SimCloud {
         let mut w = self.world();
         self.enter(&mut w, "interruptions", String::new())?;
         Ok(std::mem::take(&mut w.pending))
+    }
+
+    async fn quotas(&self, region: &Region) -> Result<Vec<CloudQuota>, ProviderError> {
+        let mut w = self.world();
+        self.enter(&mut w, "quotas", region.to_string())?;
+        Ok(self.quotas_in(&w, region.as_str()))
     }
 }
 

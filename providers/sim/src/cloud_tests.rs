@@ -310,3 +310,100 @@ async fn notices_can_be_lost_or_late() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_quota_cuts_a_launch_short_with_an_error_that_names_its_limit() {
+    let sim = SimCloud::new(
+        vec![trace("us-east-1a", Cloud::Aws, 60, vec![10; 100])],
+        SimConfig::default(),
+    )
+    .with_quota(SimQuota::new("us-east-1", "V100", Some(Capacity::Spot), 3));
+    let out = sim
+        .launch(&request(&sim, "us-east-1a", Capacity::Spot, 5, 0))
+        .await
+        .unwrap();
+    assert_eq!(out.instances.len(), 3, "the quota's 3 of the 5 asked");
+    let (key, error) = &out.errors[0];
+    assert!(error.is_quota(), "{error}");
+    let offer = &out.instances[0].offer;
+    assert_eq!(key, &offer.key());
+    let named = tern_cloud::quota_named(error, offer).unwrap();
+    assert_eq!((named.limit, named.capacity), (3, Some(Capacity::Spot)));
+    assert_eq!(named.units(offer), 1);
+
+    let read = sim.quotas(&Region::new("us-east-1")).await.unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(
+        read[0],
+        SimQuota::new("us-east-1", "V100", Some(Capacity::Spot), 3).cloud_quota(Some(3))
+    );
+    assert!(
+        sim.quotas(&Region::new("us-west-2"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(sim.calls().iter().any(|c| c.op == "quotas"));
+
+    // Full: a spot launch gets nothing; on-demand is not limited by a spot quota.
+    let none = sim
+        .launch(&request(&sim, "us-east-1a", Capacity::Spot, 1, 1))
+        .await
+        .unwrap();
+    assert!(none.instances.is_empty() && none.errors[0].1.is_quota());
+    let od = sim
+        .launch(&request(&sim, "us-east-1a", Capacity::OnDemand, 2, 2))
+        .await
+        .unwrap();
+    assert_eq!((od.instances.len(), od.errors.len()), (2, 0));
+    // An instance ended gives its accelerators back.
+    sim.terminate(&out.instances[0].id).await.unwrap();
+    let read = sim.quotas(&Region::new("us-east-1")).await.unwrap();
+    assert_eq!(read[0].used, Some(2));
+    let one = sim
+        .launch(&request(&sim, "us-east-1a", Capacity::Spot, 1, 3))
+        .await
+        .unwrap();
+    assert_eq!(one.instances.len(), 1);
+}
+
+#[tokio::test]
+async fn a_quota_on_both_capacities_counts_accelerators_and_honours_min_count() {
+    let a100 = InstanceType {
+        name: "p4de.24xlarge".into(),
+        vcpus: 96.0,
+        memory_gib: 1152.0,
+        accelerator: Some(Accelerator::new("A100-80GB", 8)),
+    };
+    let sim = SimCloud::new(
+        vec![trace("us-east-1a", Cloud::Aws, 60, vec![10; 100])],
+        SimConfig {
+            instance_type: a100,
+            ..SimConfig::default()
+        },
+    )
+    .with_quota(SimQuota::new("us-east-1", "A100", None, 20));
+    let mut gang = request(&sim, "us-east-1a", Capacity::Spot, 3, 0);
+    gang.min_count = 3;
+    let out = sim.launch(&gang).await.unwrap();
+    assert!(
+        out.instances.is_empty(),
+        "24 GPUs asked, 20 allowed, all or none"
+    );
+    assert!(out.errors.iter().any(|(_, e)| e.is_quota()));
+    let spot = sim
+        .launch(&request(&sim, "us-east-1a", Capacity::Spot, 1, 1))
+        .await
+        .unwrap();
+    let od = sim
+        .launch(&request(&sim, "us-east-1a", Capacity::OnDemand, 2, 2))
+        .await
+        .unwrap();
+    assert_eq!((spot.instances.len(), od.instances.len()), (1, 1));
+    assert!(
+        od.errors[0].1.is_quota(),
+        "16 of 20 used: one more VM of 8 does not fit"
+    );
+    let read = sim.quotas(&Region::new("us-east-1")).await.unwrap();
+    assert_eq!((read[0].used, read[0].limit), (Some(16), 20));
+}

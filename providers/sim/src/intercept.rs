@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tern_cloud::{
-    Cloud, Instance, InstanceId, Interruption, LaunchOutcome, LaunchRequest, Offer, Provider,
-    ProviderError, Region,
+    Cloud, CloudQuota, Instance, InstanceId, Interruption, LaunchOutcome, LaunchRequest, Offer,
+    Provider, ProviderError, Region,
 };
 
 /// A call about to be made, as the hook sees it.
@@ -140,5 +140,11 @@ impl Provider for Intercepted {
     async fn interruptions(&self) -> Result<Vec<Interruption>, ProviderError> {
         self.through(Asked::Interruptions, self.inner.interruptions())
             .await
+    }
+
+    /// Straight through, past the hook: a quota read changes nothing in the cloud, and no
+    /// drill scripts one yet.
+    async fn quotas(&self, region: &Region) -> Result<Vec<CloudQuota>, ProviderError> {
+        self.inner.quotas(region).await
     }
 }

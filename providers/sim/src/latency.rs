@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tern_cloud::{
-    Cloud, Instance, InstanceId, Interruption, LaunchOutcome, LaunchRequest, Offer, Provider,
-    ProviderError, Region,
+    Cloud, CloudQuota, Instance, InstanceId, Interruption, LaunchOutcome, LaunchRequest, Offer,
+    Provider, ProviderError, Region,
 };
 
 /// Wraps a provider; every call first sleeps for the current delay (adjustable while running,
@@ -84,6 +84,11 @@ impl Provider for Delayed {
     async fn interruptions(&self) -> Result<Vec<Interruption>, ProviderError> {
         self.wait().await;
         self.inner.interruptions().await
+    }
+
+    async fn quotas(&self, region: &Region) -> Result<Vec<CloudQuota>, ProviderError> {
+        self.wait().await;
+        self.inner.quotas(region).await
     }
 }
 
