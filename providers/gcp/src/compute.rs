@@ -3,10 +3,10 @@
 //! them through [`crate::errors`] with the offer they belong to.
 
 use google_cloud_compute_v1::client::{
-    AcceleratorTypes, Instances, MachineTypes, ZoneOperations, Zones,
+    AcceleratorTypes, Instances, MachineTypes, Regions, ZoneOperations, Zones,
 };
 use google_cloud_compute_v1::model::{
-    BulkInsertInstanceResource, Instance, MachineType, Operation,
+    BulkInsertInstanceResource, Instance, MachineType, Operation, Quota,
 };
 use google_cloud_lro::Poller;
 use tern_cloud::ProviderError;
@@ -24,6 +24,7 @@ pub struct Compute {
     machine_types: MachineTypes,
     accelerator_types: AcceleratorTypes,
     zones: Zones,
+    regions: Regions,
 }
 
 pub(crate) fn invalid(message: String) -> ProviderError {
@@ -41,6 +42,7 @@ impl Compute {
             machine_types: client!(MachineTypes, config, &config.endpoint),
             accelerator_types: client!(AcceleratorTypes, config, &config.endpoint),
             zones: client!(Zones, config, &config.endpoint),
+            regions: client!(Regions, config, &config.endpoint),
         })
     }
 
@@ -56,6 +58,18 @@ impl Compute {
             .collect();
         out.sort();
         Ok(out)
+    }
+
+    /// The project's quotas in `region` (`regions.get`'s `quotas`: metric, limit, usage).
+    pub async fn region_quotas(&self, region: &str) -> Result<Vec<Quota>> {
+        let region = self
+            .regions
+            .get()
+            .set_project(&self.project)
+            .set_region(region)
+            .send()
+            .await?;
+        Ok(region.quotas)
     }
 
     pub async fn machine_types(&self, zone: &str) -> Result<Vec<MachineType>> {

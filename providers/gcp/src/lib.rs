@@ -80,6 +80,7 @@ pub mod labels;
 mod offers;
 pub mod permissions;
 mod provider;
+mod quotas;
 mod tpu;
 
 #[cfg(feature = "fake")]

@@ -5,6 +5,10 @@
 pub const PERMISSIONS: &[(&str, &str)] = &[
     ("compute.zones.list", "zones.list: the region's zones"),
     (
+        "compute.regions.get",
+        "regions.get: the project's GPU quotas in the region",
+    ),
+    (
         "compute.machineTypes.list",
         "machineTypes.list: shapes per zone",
     ),

@@ -3,7 +3,9 @@
 
 mod support;
 
-use tern_cloud::{Availability, Capacity, LaunchRequest, Offer, Provider, Region, tag};
+use tern_cloud::{
+    Availability, Capacity, LaunchRequest, Offer, Provider, QuotaScope, Region, quota_named, tag,
+};
 use tern_gcp::fake::{FakeCompute, FakeZone};
 use tern_gcp::{GcpConfig, GcpProvider, labels};
 
@@ -254,6 +256,114 @@ async fn quota_inside_the_operation_names_its_metric() {
     assert!(e.is_quota(), "{e:?}");
     assert!(e.to_string().contains("NVIDIA_V100_GPUS"), "{e}");
     assert!(fake.instances().is_empty());
+}
+
+/// The T4 quotas of the test region, as the provider reads them, by metric.
+async fn t4_quotas(provider: &GcpProvider) -> Vec<(String, Option<Capacity>, u32, Option<u32>)> {
+    let mut read: Vec<_> = provider
+        .quotas(&Region::new(REGION))
+        .await
+        .expect("quotas")
+        .into_iter()
+        .filter(|q| q.name.contains("T4"))
+        .map(|q| (q.name, q.capacity, q.limit, q.used))
+        .collect();
+    read.sort();
+    read
+}
+
+#[tokio::test]
+async fn regions_get_lists_gpu_quotas_and_an_insert_past_one_is_refused_with_its_limit() {
+    let (fake, provider) = setup().await;
+    fake.set_region_quota(REGION, "NVIDIA_T4_GPUS", 2.0);
+    fake.set_region_quota("europe-west4", "NVIDIA_V100_GPUS", 8.0);
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let quotas = provider.quotas(&Region::new(REGION)).await.expect("quotas");
+    assert_eq!(
+        quotas.len(),
+        1,
+        "only GPU metrics, only this region: {quotas:?}"
+    );
+    assert_eq!(quotas[0].scope, QuotaScope::Model { name: "T4".into() });
+    // No preemptible T4 quota: spot VMs count on the standard one, which limits both.
+    assert_eq!(
+        t4_quotas(&provider).await,
+        [("NVIDIA_T4_GPUS".into(), None, 2, Some(0))]
+    );
+    let on_demand = find(&offers, "us-central1-a", "T4", 1, Capacity::OnDemand).clone();
+    let spot = find(&offers, "us-central1-b", "T4", 1, Capacity::Spot).clone();
+    for (offer, n) in [(&on_demand, 1), (&spot, 2)] {
+        let out = provider
+            .launch(&request(vec![offer.clone()], 1, 1))
+            .await
+            .expect("launch");
+        assert_eq!(out.instances.len(), 1, "{:?}", out.errors);
+        assert_eq!(t4_quotas(&provider).await[0].3, Some(n));
+    }
+    let out = provider
+        .launch(&request(vec![on_demand.clone()], 1, 1))
+        .await
+        .expect("call");
+    let (key, e) = &out.errors[0];
+    assert!(out.instances.is_empty() && e.is_quota(), "{e:?}");
+    assert_eq!(key, &on_demand.key());
+    let named = quota_named(e, &on_demand).expect("the limit is in the message");
+    assert_eq!((named.name.as_str(), named.limit), ("NVIDIA_T4_GPUS", 2));
+    assert_eq!(named.units(&on_demand), 1);
+    // Another region's quotas are not this provider's to read.
+    let elsewhere = provider.quotas(&Region::new("europe-west4")).await;
+    assert_eq!(elsewhere.expect("quotas"), []);
+}
+
+#[tokio::test]
+async fn spot_vms_count_on_the_preemptible_quota_and_a_gang_past_it_gets_nothing() {
+    let (fake, provider) = setup().await;
+    fake.set_region_quota(REGION, "NVIDIA_T4_GPUS", 1.0);
+    fake.set_region_quota(REGION, "PREEMPTIBLE_NVIDIA_T4_GPUS", 3.0);
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let spot = find(&offers, "us-central1-a", "T4", 1, Capacity::Spot).clone();
+    let on_demand = find(&offers, "us-central1-a", "T4", 1, Capacity::OnDemand).clone();
+    let gang = provider
+        .launch(&request(vec![spot.clone()], 2, 2))
+        .await
+        .expect("launch");
+    assert_eq!(gang.instances.len(), 2, "{:?}", gang.errors);
+    let single = provider
+        .launch(&request(vec![on_demand], 1, 1))
+        .await
+        .expect("launch");
+    assert_eq!(single.instances.len(), 1, "{:?}", single.errors);
+    assert_eq!(
+        t4_quotas(&provider).await,
+        [
+            (
+                "NVIDIA_T4_GPUS".into(),
+                Some(Capacity::OnDemand),
+                1,
+                Some(1)
+            ),
+            (
+                "PREEMPTIBLE_NVIDIA_T4_GPUS".into(),
+                Some(Capacity::Spot),
+                3,
+                Some(2)
+            ),
+        ]
+    );
+    // A gang of two more spot VMs: one GPU left, all or nothing.
+    let out = provider
+        .launch(&request(vec![spot.clone()], 2, 2))
+        .await
+        .expect("call");
+    assert!(out.instances.is_empty());
+    let e = &out.errors[0].1;
+    let named = quota_named(e, &spot).expect("the limit is in the message");
+    assert_eq!(named.capacity, Some(Capacity::Spot));
+    assert_eq!(
+        (named.name.as_str(), named.limit),
+        ("PREEMPTIBLE_NVIDIA_T4_GPUS", 3)
+    );
+    assert_eq!(fake.instances().len(), 3);
 }
 
 #[tokio::test]

@@ -37,6 +37,7 @@ resource "google_project_iam_custom_role" "controller" {
     "compute.instances.setMetadata",
     "compute.instances.setServiceAccount",
     "compute.machineTypes.list",
+    "compute.regions.get",
     "compute.subnetworks.use",
     "compute.subnetworks.useExternalIp",
     "compute.zoneOperations.get",

@@ -15,7 +15,8 @@
 //!   (the guest's 30 s soft-off) until the test reclaims it: deleted, or TERMINATED;
 //! - `$alt`, `$apiVersion` and other client parameters are ignored.
 //!
-//! Tests script it through [`FakeCompute`]: capacity per zone and machine type, quota errors,
+//! Tests script it through [`FakeCompute`]: capacity per zone and machine type, quota errors
+//! and regional GPU quotas (`regions.get`, enforced on inserts),
 //! rate limits, preemptions; and read back every mutating call it received.
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,12 +31,14 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 mod billing;
+mod quotas;
 mod reads;
 mod tpu;
 mod writes;
 
 use billing::list_skus;
 pub use billing::{sku, skus_from_catalog};
+use quotas::get_region;
 use reads::*;
 use writes::*;
 
@@ -71,6 +74,8 @@ struct World {
     capacity: HashMap<(String, String), u32>,
     /// Accelerator or machine type → the quota metric a launch of it exceeds.
     quota: HashMap<String, String>,
+    /// (region, metric) → the project's limit, listed by `regions.get` and enforced.
+    region_quotas: BTreeMap<(String, String), f64>,
     /// The next this-many mutating calls get a 403 rateLimitExceeded.
     rate_limited: u32,
     /// Every mutating call received: (method, path, requestId).
@@ -561,6 +566,7 @@ fn route(
 ) -> Reply {
     match (method.as_str(), parts) {
         ("GET", ["zones"]) => list_zones(w, query),
+        ("GET", ["regions", region]) => get_region(w, region),
         ("GET", ["zones", zone, "machineTypes"]) => list_machine_types(w, zone, query),
         ("GET", ["zones", zone, "acceleratorTypes"]) => list_accelerators(w, zone, query),
         ("GET", ["zones", zone, "instances"]) => list_instances(w, zone, query),

@@ -63,7 +63,10 @@ pub(super) fn insert(
         "{BASE}/projects/{}/zones/{zone}/instances/{name}",
         w.project
     );
-    let refusal = w.refusal(zone, &machine, accelerator_of(body).as_deref(), 1, 1);
+    let refusal = w
+        .quota_room(zone, body, 1)
+        .1
+        .or_else(|| w.refusal(zone, &machine, accelerator_of(body).as_deref(), 1, 1));
     if refusal.is_none() {
         w.take_capacity(zone, &machine, 1);
         w.create(zone, &name, body);
@@ -99,15 +102,18 @@ pub(super) fn bulk_insert(
     let props = body["instanceProperties"].clone();
     let machine = props["machineType"].as_str().unwrap_or_default().to_owned();
     let target = format!("{BASE}/projects/{}/zones/{zone}/instances", w.project);
-    let refusal = w.refusal(
-        zone,
-        &machine,
-        accelerator_of(&props).as_deref(),
-        count,
-        min,
-    );
+    let (fits, over_quota) = w.quota_room(zone, &props, min);
+    let refusal = over_quota.or_else(|| {
+        w.refusal(
+            zone,
+            &machine,
+            accelerator_of(&props).as_deref(),
+            count,
+            min,
+        )
+    });
     if refusal.is_none() {
-        let got = w.take_capacity(zone, &machine, count);
+        let got = w.take_capacity(zone, &machine, count.min(fits));
         let mut n = 0;
         let mut made = 0;
         while made < got {

@@ -14,7 +14,7 @@ use google_cloud_compute_v1::model::{
     Operation, Scheduling, ServiceAccount,
 };
 use tern_cloud::{
-    Availability, Capacity, Cloud, Instance, InstanceId, InstanceState, Interruption,
+    Availability, Capacity, Cloud, CloudQuota, Instance, InstanceId, InstanceState, Interruption,
     InterruptionKind, LaunchOutcome, LaunchRequest, Offer, Provider, ProviderError, Region, tag,
 };
 use tern_pricing::PriceHistory;
@@ -29,7 +29,7 @@ use crate::compute::Compute;
 use crate::errors::{from_call, from_operation, is_already_exists};
 use crate::offers::{self, ZoneShapes};
 use crate::tpu::Tpus;
-use crate::{GcpConfig, labels};
+use crate::{GcpConfig, labels, quotas};
 
 /// A spot VM gets an ACPI soft-off and 30 s before it is stopped.
 const PREEMPTION_LEAD: Duration = Duration::from_secs(30);
@@ -787,5 +787,9 @@ impl Provider for GcpProvider {
             }
         }
         Ok(found)
+    }
+
+    async fn quotas(&self, region: &Region) -> Result<Vec<CloudQuota>, ProviderError> {
+        quotas::read(&self.compute, &self.config, region).await
     }
 }
