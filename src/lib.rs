@@ -12,6 +12,7 @@ pub mod api;
 pub mod controller;
 pub mod http;
 pub mod jobs;
+pub mod limits;
 pub mod report;
 pub mod scratch;
 pub mod serve;

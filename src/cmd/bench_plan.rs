@@ -67,21 +67,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let catalog = tern_pricing::bundled()?;
     let jobs = jobs(&args, now)?;
     let limits = match &args.quota {
-        Some(p) => {
-            let limits = super::plan::load_limits(p)?;
-            super::plan::check_limits(&limits, &catalog.offers, &p.display().to_string())?;
-            limits
-        }
-        None => super::plan::LimitsFile::default(),
+        Some(p) => super::plan::load_limits(p, &catalog.offers)?,
+        None => tern::limits::Limits::default(),
     };
-    let options = PlanOptions {
+    let base = PlanOptions {
         time_limit: Duration::from_secs_f64(args.time_limit.max(0.001)),
-        team_budgets: limits.budgets(),
-        team_weights: limits.weights(),
-        fairness: args.fairness,
-        quotas: limits.quota,
         ..PlanOptions::default()
     };
+    let options = limits.plan_options(base, Some(args.fairness));
     let mut samples = Vec::new();
     let mut last = None;
     for _ in 0..args.iterations.max(1) {

@@ -40,10 +40,14 @@ pub struct Args {
     /// Spot availability traces for the simulated cloud (default: the demo's AWS V100 traces).
     #[arg(long = "trace", value_name = "FILE")]
     traces: Vec<PathBuf>,
-    /// Quota and budget file (see examples/quota.toml); its team budgets appear in cost
-    /// reports (`GET /v1/costs`).
+    /// Quota and budget file (see examples/quota.toml): its quotas, team budgets and shares
+    /// hold for every plan and launch, and its budgets appear in cost reports. Read again on
+    /// SIGHUP and `PUT /v1/quotas`.
     #[arg(long, value_name = "FILE")]
     quota: Option<PathBuf>,
+    /// Fairness between teams, as `tern plan --fairness` (wins over the quota file's).
+    #[arg(long, value_name = "F", value_parser = super::number::non_negative, allow_negative_numbers = true)]
+    fairness: Option<f64>,
     /// Use the simulated cloud of a `tern sim serve` process instead of one in this process.
     #[arg(long, value_name = "URL")]
     sim_endpoint: Option<String>,
@@ -330,7 +334,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .token
         .get()?
         .context("the API needs a bearer token: --token, --token-file or TERN_TOKEN")?;
-    let (tls, budgets) = checked(&args)?;
+    let (tls, limits) = checked(&args)?;
+    let budgets = limits.budgets();
     let holder = args.id.clone().unwrap_or_else(default_holder);
     let Some(Led {
         store,
@@ -345,7 +350,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let (provider, regions, clock) = cloud(&args).await?;
     // A real cloud's workers are real: only agents' reports move jobs forward.
     let simulated_workers = args.provider == ProviderKind::Sim && !args.no_simulated_workers;
-    let controller = Controller::open(store.clone(), provider, controller_config(&args, regions))?;
+    let config = ControllerConfig {
+        limits: Arc::new(limits),
+        ..controller_config(&args, regions)
+    };
+    let controller = Controller::open(store.clone(), provider, config)?;
     let shared = Shared::new();
     let metrics = Arc::new(Metrics::new());
     let config = ServiceConfig {
@@ -398,11 +407,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// The TLS config and the team budgets, and the flags checked, before anything is opened.
-/// The TLS config, if any, and each team's budget.
+/// The TLS config, if any, and the quota file (empty without `--quota`), and the flags
+/// checked, before anything is opened.
 type TlsAndBudgets = (
     Option<std::sync::Arc<rustls::ServerConfig>>,
-    std::collections::BTreeMap<String, tern_cloud::Budget>,
+    tern::limits::Limits,
 );
 
 fn checked(args: &Args) -> anyhow::Result<TlsAndBudgets> {
@@ -410,8 +419,8 @@ fn checked(args: &Args) -> anyhow::Result<TlsAndBudgets> {
         (Some(cert), Some(key)) => Some(tern::serve::tls::server_config(cert, key)?),
         _ => None,
     };
-    let budgets = match &args.quota {
-        Some(p) => super::plan::load_limits(p)?.budgets(),
+    let limits = match &args.quota {
+        Some(p) => tern::limits::Limits::load(p)?,
         None => Default::default(),
     };
     anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
@@ -419,7 +428,7 @@ fn checked(args: &Args) -> anyhow::Result<TlsAndBudgets> {
         args.lease_seconds >= 1.0,
         "--lease-seconds must be at least 1"
     );
-    Ok((tls, budgets))
+    Ok((tls, limits))
 }
 
 /// The cloud as the log shows it.
@@ -498,6 +507,7 @@ fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> Controlle
                 args.period.max(0.05) + 10.0
             },
         ),
+        fairness: args.fairness,
         ..ControllerConfig::new(args.owner.clone(), regions)
     }
 }

@@ -76,7 +76,7 @@ fn parse_by(s: &str) -> Result<GroupBy, String> {
 }
 
 /// RFC 3339, a UTC date, or a duration before now.
-fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+pub(super) fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&Utc));
     }
@@ -158,7 +158,7 @@ fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<CostReport> {
     }
     let store = Store::at(&url).with_context(|| format!("opening {}", describe(&url)))?;
     let budgets = match &args.quota {
-        Some(p) => super::plan::load_limits(p)?.budgets(),
+        Some(p) => tern::limits::Limits::load(p)?.budgets(),
         None => Default::default(),
     };
     let ledger = Ledger::load(&store, budgets).context("reading usage and prices")?;

@@ -1,15 +1,14 @@
 //! `tern plan`: the chosen fleet for a set of job specs, its expected cost and finish, and the
 //! runners-up with why they lost.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context;
 use chrono::Utc;
-use serde::Deserialize;
-use tern_cloud::{Budget, Offer};
-use tern_plan::{Objective, PlanOptions, PlanReport, Quota, hazard_per_hour, plan};
+use tern::limits::Limits;
+use tern_cloud::Offer;
+use tern_plan::{Objective, PlanOptions, PlanReport, hazard_per_hour, plan};
 
 use super::catalog_source::CatalogArgs;
 use super::output::print_json_line;
@@ -47,8 +46,9 @@ pub struct Args {
     /// some plan serves it, then prices each accelerator a team falls short of its
     /// entitlement at F times the cost-only plan's cost per accelerator (placing a job still
     /// comes first). Weights come from `share` in the quota file's [team.NAME].
-    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = super::number::non_negative, allow_negative_numbers = true)]
-    pub fairness: f64,
+    /// The quota file's `fairness` applies when this is not given; 0 when neither is.
+    #[arg(long, value_name = "F", value_parser = super::number::non_negative, allow_negative_numbers = true)]
+    pub fairness: Option<f64>,
     /// Runners-up listed per job.
     #[arg(long, default_value_t = 3)]
     pub alternatives: usize,
@@ -63,114 +63,11 @@ pub enum ObjectiveArg {
     Time,
 }
 
-/// The `--quota` file: `[[quota]]` tables and `[team.NAME]` budgets.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsFile {
-    #[serde(default)]
-    pub quota: Vec<Quota>,
-    #[serde(default)]
-    pub team: BTreeMap<String, TeamBudget>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TeamBudget {
-    pub total_usd: Option<f64>,
-    pub per_hour_usd: Option<f64>,
-    /// The team's weight in the pool when `--fairness` is on (1 when absent).
-    pub share: Option<f64>,
-}
-
-impl LimitsFile {
-    pub fn budgets(&self) -> BTreeMap<String, Budget> {
-        self.team
-            .iter()
-            .map(|(k, b)| {
-                (
-                    k.clone(),
-                    Budget {
-                        total_usd: b.total_usd,
-                        per_hour_usd: b.per_hour_usd,
-                    },
-                )
-            })
-            .collect()
-    }
-
-    /// Teams' weights for `--fairness` (`share`), where set.
-    pub fn weights(&self) -> BTreeMap<String, f64> {
-        self.team
-            .iter()
-            .filter_map(|(k, b)| Some((k.clone(), b.share?)))
-            .collect()
-    }
-}
-
-pub fn load_limits(path: &Path) -> anyhow::Result<LimitsFile> {
-    let shown = path.display().to_string();
-    let text = tern_cloud::input::read_text_capped(path, tern_cloud::input::Limit::SETTINGS)
-        .with_context(|| format!("reading {shown}"))?;
-    let limits: LimitsFile = toml::from_str(&text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
-        anyhow::anyhow!(
-            "{shown}{}: {}",
-            line.map(|l| format!(":{l}")).unwrap_or_default(),
-            e.message()
-        )
-    })?;
-    for (name, b) in &limits.team {
-        tern_cloud::name::check_name(name).map_err(|found| {
-            anyhow::anyhow!(
-                "{shown}: team name {found}: expected {}",
-                tern_cloud::name::NAME_RULE
-            )
-        })?;
-        for v in [b.total_usd, b.per_hour_usd].into_iter().flatten() {
-            anyhow::ensure!(
-                v.is_finite() && v >= 0.0,
-                "{shown}: team.{name}: budgets must be non-negative numbers, got {v}"
-            );
-        }
-        if let Some(share) = b.share {
-            anyhow::ensure!(
-                share.is_finite() && share > 0.0,
-                "{shown}: team.{name}.share: expected a weight > 0, got {share}"
-            );
-        }
-    }
+/// The `--quota` file, checked against the catalog's offers.
+pub fn load_limits(path: &Path, offers: &[Offer]) -> anyhow::Result<Limits> {
+    let limits = Limits::load(path)?;
+    limits.check_against(offers, &path.display().to_string())?;
     Ok(limits)
-}
-
-/// Refuses quotas that no offer of the catalog could ever count against: an unknown family or
-/// region is a typo that would otherwise leave the real limit unenforced.
-pub fn check_limits(limits: &LimitsFile, offers: &[Offer], shown: &str) -> anyhow::Result<()> {
-    for (i, q) in limits.quota.iter().enumerate() {
-        let of_cloud = || offers.iter().filter(|o| o.cloud == q.cloud);
-        let families: BTreeSet<String> = of_cloud()
-            .filter_map(|o| o.accelerator().map(|a| a.family()))
-            .collect();
-        anyhow::ensure!(
-            families.iter().any(|f| f.eq_ignore_ascii_case(&q.family)),
-            "{shown}: quota[{i}].family: no {} offer in the catalog has family {}; known: {}",
-            q.cloud,
-            tern_cloud::name::shown(&q.family),
-            families.into_iter().collect::<Vec<_>>().join(", ")
-        );
-        if let Some(r) = &q.region {
-            let regions: BTreeSet<&str> = of_cloud().map(|o| o.region.as_str()).collect();
-            anyhow::ensure!(
-                regions.contains(r.as_str()),
-                "{shown}: quota[{i}].region: no {} offer in the catalog is in region {}; known: {}",
-                q.cloud,
-                tern_cloud::name::shown(r),
-                regions.into_iter().collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
-    Ok(())
 }
 
 /// `--availability ZONE:TYPE=FILE` split, with ZONE:TYPE checked against the catalog's offers
@@ -222,12 +119,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|j| j.plan_job(now, now, j.spec.work.samples() as f64))
         .collect();
     let limits = match &args.quota {
-        Some(p) => {
-            let limits = load_limits(p)?;
-            check_limits(&limits, &catalog.offers, &p.display().to_string())?;
-            limits
-        }
-        None => LimitsFile::default(),
+        Some(p) => load_limits(p, &catalog.offers)?,
+        None => Limits::default(),
     };
     anyhow::ensure!(
         args.time_limit.is_finite() && args.time_limit > 0.0,
@@ -238,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "--spot-hazard must be a non-negative rate per hour"
     );
     let hazards = hazards(&args, &catalog.offers)?;
-    let options = PlanOptions {
+    let base = PlanOptions {
         hazards,
         objective: match args.objective {
             ObjectiveArg::Cost => Objective::Cost,
@@ -248,12 +141,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         default_spot_hazard_per_hour: args.spot_hazard,
         alternatives: args.alternatives,
         use_milp: !args.greedy,
-        team_budgets: limits.budgets(),
-        team_weights: limits.weights(),
-        fairness: args.fairness,
-        quotas: limits.quota,
         ..PlanOptions::default()
     };
+    let options = limits.plan_options(base, args.fairness);
     let report = plan(&jobs, &catalog.offers, &options);
     if args.json {
         return print_json_line(&report);

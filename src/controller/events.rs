@@ -11,72 +11,7 @@ use tern_cloud::{Capacity, InstanceId, IntentId, Zone};
 
 use super::{Controller, Result};
 
-/// Why a job waits for spot instead of paying for on-demand.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "reason", rename_all = "kebab-case")]
-pub enum WaitReason {
-    /// No deadline: tern never pays on-demand for such a job.
-    NoDeadline,
-    /// Slack above the reserve ([`tern_policies::fleet::spot_wait`]).
-    Slack {
-        slack_h: f64,
-        left_h: f64,
-        work_h: f64,
-        reserve_h: f64,
-    },
-    /// As above, while the job runs on the nodes it still has.
-    OnSurvivors {
-        why: Box<WaitReason>,
-        survivors: u32,
-    },
-    /// No offer of the job's shape, spot or on-demand.
-    NoCapacity,
-    /// The deadline policy expects waiting to cost least ([`tern_policies::deadline::Why`]).
-    Policy { why: String },
-    /// The job launched its hour's budget of instances
-    /// ([`tern_policies::capacity::launch_budget`]).
-    LaunchBudget { launched: u32, budget: u32 },
-}
-
-impl fmt::Display for WaitReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WaitReason::NoDeadline => write!(
-                f,
-                "no spot capacity now; without a deadline tern never pays on-demand"
-            ),
-            WaitReason::Slack {
-                slack_h,
-                left_h,
-                work_h,
-                reserve_h,
-            } => write!(
-                f,
-                "no spot capacity now; waiting: slack {slack_h:.1} h ({left_h:.1} h left, {work_h:.1} h of work) is above the {reserve_h:.1} h reserve"
-            ),
-            WaitReason::OnSurvivors { why, survivors } => {
-                write!(f, "{why}; running on {survivors} survivor(s)")
-            }
-            WaitReason::NoCapacity => write!(f, "no capacity of the job's shape anywhere"),
-            WaitReason::Policy { why } => write!(f, "the deadline policy waits: {why}"),
-            WaitReason::LaunchBudget { launched, budget } => write!(
-                f,
-                "launched {launched} instance(s) in the last hour, at its budget of {budget}; \
-                 capacity keeps failing, so it waits instead of launching more"
-            ),
-        }
-    }
-}
-
-/// Why an elastic job changes size.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "why", content = "wait", rename_all = "kebab-case")]
-pub enum ResizeWhy {
-    /// Down to the survivors while spot is out.
-    SpotOut(WaitReason),
-    /// Back up: spot of the shape is offered again.
-    SpotBack,
-}
+pub use super::wait::{ResizeWhy, WaitReason};
 
 /// The planner's choice for a job, as the event log explains it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -260,6 +195,27 @@ pub enum Event {
         usd: f64,
         outcome: String,
     },
+    /// A job's or a team's spend passed 80 % of its budget (`scope`: `job` or `team`; `name`
+    /// the team's name for a team).
+    #[serde(rename = "budget-warning")]
+    BudgetWarning {
+        job: Option<String>,
+        scope: String,
+        name: String,
+        spent: f64,
+        limit: f64,
+    },
+    /// A budget will run out within the drain lead: the job checkpoints and stops, then ends
+    /// `over-budget` (`drain`) or waits for budget (`hold`).
+    #[serde(rename = "over-budget")]
+    OverBudget {
+        job: String,
+        scope: String,
+        name: String,
+        spent: f64,
+        limit: f64,
+        then: String,
+    },
     /// A job nobody has measured is planned without a probe, and why.
     #[serde(rename = "cold-start")]
     ColdStart { job: String, why: String },
@@ -305,6 +261,8 @@ impl Event {
             Event::Probed { .. } => "probed",
             Event::Basis { .. } => "basis",
             Event::ColdStart { .. } => "cold-start",
+            Event::BudgetWarning { .. } => "budget-warning",
+            Event::OverBudget { .. } => "over-budget",
         }
     }
 
@@ -317,6 +275,7 @@ impl Event {
     pub fn job(&self) -> Option<&str> {
         match self {
             Event::LeakCollected { job, .. }
+            | Event::BudgetWarning { job, .. }
             | Event::ForeignInstance { job, .. }
             | Event::Terminated { job, .. } => job.as_deref(),
             Event::Submitted { job, .. }
@@ -342,7 +301,8 @@ impl Event {
             | Event::Probing { job, .. }
             | Event::Probed { job, .. }
             | Event::Basis { job, .. }
-            | Event::ColdStart { job, .. } => Some(job),
+            | Event::ColdStart { job, .. }
+            | Event::OverBudget { job, .. } => Some(job),
         }
     }
 }
@@ -391,6 +351,8 @@ impl fmt::Display for Event {
             | Event::ColdStart { .. }
             | Event::Basis { .. }
             | Event::Waiting { .. }
+            | Event::BudgetWarning { .. }
+            | Event::OverBudget { .. }
             | Event::Finished { .. } => self.fmt_job(f),
             Event::Notice { .. }
             | Event::Preempted { .. }
@@ -467,6 +429,28 @@ impl Event {
                 seconds / 60.0
             ),
             Event::ColdStart { why, .. } => write!(f, "{why}"),
+            Event::BudgetWarning {
+                scope,
+                name,
+                spent,
+                limit,
+                ..
+            } => write!(
+                f,
+                "{scope} {name} has spent ${spent:.2}, {:.0} % of its ${limit:.2} budget",
+                100.0 * spent / limit.max(1e-9)
+            ),
+            Event::OverBudget {
+                scope,
+                name,
+                spent,
+                limit,
+                then,
+                ..
+            } => write!(
+                f,
+                "{scope} {name}'s budget runs out (${spent:.2} spent of ${limit:.2}): checkpoint and stop, then {then}"
+            ),
             Event::Basis {
                 accelerator,
                 from,

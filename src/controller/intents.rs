@@ -80,6 +80,9 @@ impl Controller {
         if starts > 0 && !self.within_launch_budget(job, starts, now)? {
             return Ok(());
         }
+        let Some(kind) = self.admit(job, kind, now)? else {
+            return Ok(());
+        };
         let intent = self.new_intent(job, kind, now)?;
         self.execute(intent, now).await?;
         Ok(())
@@ -403,10 +406,22 @@ impl Controller {
         };
         let outcome = match self.provider.launch(&request).await {
             Ok(o) => o,
-            Err(e) => return self.launch_refused(intent, &e, now),
+            Err(e) => {
+                if e.is_quota()
+                    && let Some(offer) = request.offers.first()
+                {
+                    self.note_refused_quota(offer, &e, now);
+                }
+                return self.launch_refused(intent, &e, now);
+            }
         };
         for (key, err) in &outcome.errors {
             self.cloud_error(err);
+            if err.is_quota()
+                && let Some(offer) = request.offers.iter().find(|o| &o.key() == key)
+            {
+                self.note_refused_quota(offer, err, now);
+            }
             if err.is_capacity() || err.is_quota() {
                 let avoided = self.avoid(key.clone(), now);
                 self.emit(

@@ -182,6 +182,7 @@ impl Metrics {
             "unplaceable",
             "cancelled",
             "failed",
+            "over-budget",
         ] {
             let n = ctl.jobs().filter(|j| j.state.as_str() == state).count();
             self.jobs

@@ -19,6 +19,7 @@
 //! controller itself.
 
 mod basis;
+mod budget;
 mod carry_out;
 mod decide;
 mod disruption;
@@ -33,8 +34,12 @@ mod notices;
 mod policy;
 pub mod probe;
 mod provision;
+mod quotas;
+mod room;
 pub mod service;
+mod spend;
 mod sync;
+mod wait;
 pub mod workload;
 pub mod world;
 
@@ -113,7 +118,18 @@ pub struct ControllerConfig {
     /// The longest a pass may follow the one before (the service's period, in the clock's
     /// time): a probe ends at the last pass before its bound.
     pub pass_gap: Duration,
+    /// The base of every plan; the quota file ([`ControllerConfig::limits`]) adds to it.
     pub plan: PlanOptions,
+    /// The quota file: quotas, team budgets and shares, fairness (`tern controller --quota`;
+    /// replaced by a reload).
+    pub limits: Arc<crate::limits::Limits>,
+    /// `--fairness`, which wins over the file's.
+    pub fairness: Option<f64>,
+    /// How long before a budget runs out its jobs are asked to checkpoint and stop.
+    pub budget_lead: Duration,
+    /// How long a quota the cloud refused a launch with is kept (the quotas the cloud lists
+    /// are read again every hour).
+    pub quota_memory: Duration,
 }
 
 impl ControllerConfig {
@@ -136,6 +152,10 @@ impl ControllerConfig {
                 time_limit: Duration::from_secs(2),
                 ..PlanOptions::default()
             },
+            limits: Arc::default(),
+            fairness: None,
+            budget_lead: Duration::from_secs(120),
+            quota_memory: Duration::from_secs(3600),
         }
     }
 }
@@ -185,6 +205,8 @@ struct JobEntry {
     cold_plan: Option<String>,
     /// Whether a probe of a second accelerator was weighed for this job (once per process).
     second_probe_weighed: bool,
+    /// Stopping because a budget runs out ([`budget`]).
+    stopping: Option<budget::Stop>,
 }
 
 /// What the controller manages: its jobs, their live instances and the open intents.
@@ -217,6 +239,11 @@ struct CloudMemory {
     /// The latest offers of every region, as `GET /v1/offers` shows them, and when read.
     offers: Arc<Vec<Offer>>,
     offers_at: Option<DateTime<Utc>>,
+    /// Quotas the cloud refused a launch with, until when they are kept.
+    refused_quotas: Vec<(tern_plan::Quota, DateTime<Utc>)>,
+    /// Quotas the cloud lists, by region, and when they were read.
+    listed_quotas: BTreeMap<String, Vec<tern_plan::Quota>>,
+    quotas_read_at: Option<DateTime<Utc>>,
 }
 
 /// Intent ids: per-process randomness plus a counter, so a restarted controller never reuses
@@ -247,6 +274,14 @@ pub struct Controller {
     /// The deadline policy's objects (learned counts, value table, histories), one per class
     /// of jobs it cannot tell apart.
     policies: policy::PolicyCache,
+    /// Dollars each job has spent, kept while a budget is set.
+    spend: spend::Spend,
+    /// What the limits leave this pass.
+    room: room::Room,
+    /// Budgets warned about (`job NAME`, `team NAME`), so each warns once.
+    warned: std::collections::HashSet<String>,
+    /// Teams whose budget ran out, with that budget: held until it is raised.
+    exhausted: BTreeMap<String, f64>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -318,6 +353,7 @@ impl JobEntry {
             ending_probe: None,
             cold_plan: None,
             second_probe_weighed: false,
+            stopping: None,
         }
     }
 }
@@ -372,6 +408,10 @@ impl Controller {
             prices,
             sampled: None,
             policies: policy::PolicyCache::default(),
+            spend: spend::Spend::default(),
+            room: room::Room::default(),
+            warned: Default::default(),
+            exhausted: BTreeMap::new(),
         })
     }
 
@@ -474,6 +514,8 @@ impl Controller {
             return Ok(Requeue::After(Duration::from_secs(2)));
         }
         let requeue = self.resume_intents(now).await?;
+        self.read_quotas(now).await;
+        self.watch_budgets(now).await?;
         let probe = self.reconcile_jobs(now).await?;
         Ok(match (requeue, probe) {
             (Requeue::After(a), Some(b)) => Requeue::After(a.min(b)),

@@ -271,6 +271,10 @@ impl Controller {
         let loaded = e.loaded.as_ref()?;
         let remaining = (e.record.total_samples - e.record.checkpoint_samples).max(0.0);
         let mut job = loaded.plan_job(e.record.submitted_at, now, remaining);
+        // What the job has spent comes off its own total.
+        if let Some(total) = &mut job.budget.total_usd {
+            *total = (*total - self.spend.of(name)).max(0.0);
+        }
         job.model = self.shaped(job.model);
         if let Some(d) = e.record.deadline_at {
             job.deadline_s = Some(((d - now).num_milliseconds() as f64 / 1e3).max(0.0));
@@ -309,17 +313,54 @@ impl Controller {
         if jobs.is_empty() {
             return Ok(());
         }
-        let report = solve(jobs, offers.to_vec(), self.config.plan.clone()).await;
+        let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+        let options = self.plan_options(&names);
+        let report = solve(jobs, offers.to_vec(), options).await;
         for mut jp in report.jobs {
             if !jp.placed
                 && let Some(best) = self.at_expected_speed(&jp.job, offers, now).await
             {
                 jp = best;
             }
+            if !jp.placed && self.held_by_limits(&jp.job, offers, now).await {
+                let limit = jp.reason.clone().unwrap_or_else(|| "the limits".into());
+                self.wait(&jp.job, WaitReason::Limit { limit }, now)?;
+                continue;
+            }
             self.take_plan(jp, report.solver_family, offers, now)
                 .await?;
         }
         Ok(())
+    }
+
+    /// The planner's options for placing `planned` together: the base, the quota file and
+    /// `--fairness`, with what the limits leave ([`super::room`]). Every plan the controller
+    /// makes reads them, and `tern plan` builds the same from the same file.
+    pub(super) fn plan_options(&self, planned: &[&str]) -> PlanOptions {
+        let base = self
+            .config
+            .limits
+            .plan_options(self.config.plan.clone(), self.config.fairness);
+        self.room.plan_options(base, planned)
+    }
+
+    /// Whether the limits alone keep `name` unplaced: planned alone without them, it places.
+    async fn held_by_limits(&self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> bool {
+        if !self.room.limits_anything() {
+            return false;
+        }
+        let Some(job) = self.plan_job(name, now) else {
+            return false;
+        };
+        let offers = self.allowed_offers(name, offers).into_owned();
+        let free = PlanOptions {
+            quotas: Vec::new(),
+            team_budgets: Default::default(),
+            ..self.config.plan.clone()
+        };
+        solve_alone(job, offers, free)
+            .await
+            .is_some_and(|j| j.placed)
     }
 
     /// A job planned on its hint whose deadline no plan meets at the hint's pessimistic
@@ -339,7 +380,8 @@ impl Controller {
         }
         let job = self.plan_job(name, now)?;
         let offers = self.allowed_offers(name, offers).into_owned();
-        solve_at_expected(job, offers, self.config.plan.clone()).await
+        let options = self.plan_options(&[name]);
+        solve_at_expected(job, offers, options).await
     }
 
     /// Act on the planner's answer for one job: launch it, let it wait for spot, or say why

@@ -123,7 +123,7 @@ impl Store {
     ) -> Result<bool> {
         let n = self.exec(
             "UPDATE jobs SET state = ?4, reason = ?2, finished_at = ?3, updated_at = ?3
-             WHERE name = ?1 AND state NOT IN ('finished', 'cancelled', 'failed')",
+             WHERE name = ?1 AND state NOT IN ('finished', 'cancelled', 'failed', 'over-budget')",
             params![name, reason, ms(now), state.as_str()],
         )?;
         self.changed_job(n, name)?;

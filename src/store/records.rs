@@ -16,6 +16,9 @@ pub enum JobState {
     /// Its training failed for good on a worker (the agent's restarts ran out); the reason
     /// names the exit status and the last lines of stderr.
     Failed,
+    /// Its own budget, or its team's (`on_exhausted = "drain"`), ran out: it checkpointed
+    /// and stopped; the reason gives the figures.
+    OverBudget,
 }
 
 impl JobState {
@@ -27,6 +30,7 @@ impl JobState {
             JobState::Unplaceable => "unplaceable",
             JobState::Cancelled => "cancelled",
             JobState::Failed => "failed",
+            JobState::OverBudget => "over-budget",
         }
     }
 
@@ -38,15 +42,16 @@ impl JobState {
             "unplaceable" => JobState::Unplaceable,
             "cancelled" => JobState::Cancelled,
             "failed" => JobState::Failed,
+            "over-budget" => JobState::OverBudget,
             other => return Err(StoreError::Invalid(format!("unknown job state {other}"))),
         })
     }
 
-    /// Finished, cancelled or failed: nothing more will run for it.
+    /// Finished, cancelled, failed or over budget: nothing more will run for it.
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            JobState::Finished | JobState::Cancelled | JobState::Failed
+            JobState::Finished | JobState::Cancelled | JobState::Failed | JobState::OverBudget
         )
     }
 }

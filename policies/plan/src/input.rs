@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tern_cloud::{Budget, Capacity, CheckpointSpec, Cloud, Constraints, WorkerRange};
+use tern_cloud::{Budget, Capacity, CheckpointSpec, Cloud, Constraints, Offer, WorkerRange};
 
 /// Predicted training throughput of one configuration, samples per second.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -58,8 +58,79 @@ pub struct Quota {
     /// `None` = spot and on-demand together.
     #[serde(default)]
     pub capacity: Option<Capacity>,
-    /// Accelerators (GPUs or TPU chips) allowed at once.
+    /// Units (see `unit`) allowed at once.
     pub limit: u32,
+    /// What `limit` counts: accelerators of `family` (the default), or the vCPUs of the
+    /// instance classes `family` names (AWS counts its GPU quotas so: `family = "p"` covers
+    /// p3, p4d and p5; `"g,vt"` covers g5 and vt1).
+    #[serde(default)]
+    pub unit: QuotaUnit,
+}
+
+/// What a [`Quota`]'s limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuotaUnit {
+    #[default]
+    Accelerators,
+    Vcpus,
+}
+
+impl Quota {
+    /// What one VM of `offer` uses of this quota; `None` when the offer does not count
+    /// against it. The planner and the controller's accounting both ask this.
+    pub fn per_node(&self, offer: &Offer) -> Option<u32> {
+        let scoped = self.cloud == offer.cloud
+            && self
+                .region
+                .as_deref()
+                .is_none_or(|r| r == offer.region.as_str())
+            && self.capacity.is_none_or(|c| c == offer.capacity);
+        if !scoped {
+            return None;
+        }
+        match self.unit {
+            QuotaUnit::Accelerators => {
+                let a = offer.accelerator()?;
+                a.family()
+                    .eq_ignore_ascii_case(&self.family)
+                    .then(|| offer.accelerator_units())
+            }
+            QuotaUnit::Vcpus => {
+                let class = instance_class(&offer.instance_type.name);
+                self.family
+                    .split(',')
+                    .any(|c| c.trim().eq_ignore_ascii_case(class))
+                    .then(|| offer.instance_type.vcpus.ceil() as u32)
+            }
+        }
+    }
+
+    /// The quota with `used` units already taken (its limit what is left, at least 0).
+    pub fn less(&self, used: u32) -> Quota {
+        Quota {
+            limit: self.limit.saturating_sub(used),
+            ..self.clone()
+        }
+    }
+
+    /// Whether `other` limits the same thing (cloud, region, family, capacity, unit).
+    pub fn same_scope(&self, other: &Quota) -> bool {
+        self.cloud == other.cloud
+            && self.region == other.region
+            && self.family.eq_ignore_ascii_case(&other.family)
+            && self.capacity == other.capacity
+            && self.unit == other.unit
+    }
+}
+
+/// The letters before an instance type's generation digit: `p4d.24xlarge` → `p`,
+/// `vt1.3xlarge` → `vt`, `a2-highgpu-1g` → `a`.
+fn instance_class(name: &str) -> &str {
+    let end = name
+        .find(|c: char| !c.is_ascii_alphabetic())
+        .unwrap_or(name.len());
+    &name[..end]
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -14,7 +14,7 @@ pub mod solve;
 
 pub use hazard::hazard_per_hour;
 pub use input::{
-    Objective, PlanJob, PlanOptions, Quota, Throughput, ThroughputModel, notice_seconds,
+    Objective, PlanJob, PlanOptions, Quota, QuotaUnit, Throughput, ThroughputModel, notice_seconds,
 };
 pub use plan::{
     Alternative, CandidateCounts, Config, JobPlan, PlanReport, TeamShare, interruption_seconds,

@@ -292,7 +292,8 @@ impl Controller {
             return false;
         }
         let offers = self.allowed_offers(name, offers).into_owned();
-        let report = super::provision::solve(vec![job], offers, self.config.plan.clone()).await;
+        let options = self.plan_options(&[name]);
+        let report = super::provision::solve(vec![job], offers, options).await;
         report.jobs.first().is_some_and(|j| j.placed)
     }
 
@@ -649,7 +650,8 @@ impl Controller {
     async fn plan_one(&self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> Option<JobPlan> {
         let job = self.plan_job(name, now)?;
         let offers = self.allowed_offers(name, offers).into_owned();
-        super::provision::solve_alone(job, offers, self.config.plan.clone()).await
+        let options = self.plan_options(&[name]);
+        super::provision::solve_alone(job, offers, options).await
     }
 
     /// The job aims at `nodes` of `offer` from now on (the probe's own capacity kept).

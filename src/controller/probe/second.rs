@@ -191,7 +191,7 @@ impl Controller {
         let plan = crate::controller::provision::solve_alone(
             job.clone(),
             offers.to_vec(),
-            self.config.plan.clone(),
+            self.plan_options(&[job.name.as_str()]),
         )
         .await?;
         plan.choice

@@ -17,7 +17,7 @@ pub(super) struct OfferIndex {
     /// Offers by lower-cased accelerator name, so each job scans only what it may use.
     by_accelerator: HashMap<String, Vec<usize>>,
     /// Indices into [`PlanOptions::quotas`] of the quotas each offer counts against.
-    quotas: Vec<Vec<usize>>,
+    quotas: Vec<Vec<(usize, u32)>>,
     /// Spot interruptions per node-hour of each offer (0 for on-demand).
     hazard: Vec<f64>,
 }
@@ -40,7 +40,7 @@ impl OfferIndex {
                 .or_default()
                 .push(i);
             if !options.quotas.is_empty() {
-                index.quotas[i] = quotas_of(o, &a.family(), options);
+                index.quotas[i] = quotas_of(o, options);
             }
             if o.capacity.is_preemptible() {
                 index.hazard[i] = spot_hazard(o, options);
@@ -68,19 +68,13 @@ impl OfferIndex {
     }
 }
 
-/// Indices of the quotas offer `o` (of accelerator family `family`) counts against.
-fn quotas_of(o: &Offer, family: &str, options: &PlanOptions) -> Vec<usize> {
+/// The quotas offer `o` counts against, by index, with what one VM of it uses of each.
+fn quotas_of(o: &Offer, options: &PlanOptions) -> Vec<(usize, u32)> {
     options
         .quotas
         .iter()
         .enumerate()
-        .filter(|(_, q)| {
-            q.cloud == o.cloud
-                && q.region.as_deref().is_none_or(|r| r == o.region.as_str())
-                && q.family.eq_ignore_ascii_case(family)
-                && q.capacity.is_none_or(|c| c == o.capacity)
-        })
-        .map(|(k, _)| k)
+        .filter_map(|(k, q)| Some((k, q.per_node(o)?)))
         .collect()
 }
 
@@ -151,15 +145,16 @@ fn usage(
 ) -> (Vec<(usize, f64)>, Option<Why>) {
     let mut usage = Vec::new();
     let mut over = None;
-    for &q in &index.quotas[cost.offer] {
+    for &(q, per_node) in &index.quotas[cost.offer] {
         let limit = options.quotas[q].limit;
-        if cost.workers > limit {
+        let needs = per_node * cost.nodes;
+        if needs > limit {
             over.get_or_insert(Why::Over {
                 resource: resources.quota(q),
-                needs: cost.workers,
+                needs,
             });
         }
-        usage.push((resources.quota(q), f64::from(cost.workers)));
+        usage.push((resources.quota(q), f64::from(needs)));
     }
     if let Availability::Available(Some(cap)) = offer.availability {
         let nodes = cost.nodes;

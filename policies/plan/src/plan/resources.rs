@@ -85,11 +85,15 @@ impl<'a> Resources<'a> {
 
 fn quota_label(q: &Quota) -> String {
     format!(
-        "quota {}/{}/{}/{} ({} accelerators)",
+        "quota {}/{}/{}/{} ({} {})",
         q.cloud,
         q.region.as_deref().unwrap_or("*"),
         q.family,
         q.capacity.map_or("any", |c| c.as_str()),
-        q.limit
+        q.limit,
+        match q.unit {
+            crate::input::QuotaUnit::Accelerators => "accelerators",
+            crate::input::QuotaUnit::Vcpus => "vCPUs",
+        }
     )
 }

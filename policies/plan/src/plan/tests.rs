@@ -207,6 +207,7 @@ fn infeasible_inputs_are_reported_per_job() {
             family: "V100".into(),
             capacity: None,
             limit: 0,
+            unit: crate::QuotaUnit::Accelerators,
         }],
         ..Default::default()
     };
@@ -276,6 +277,7 @@ fn quota_contention_moves_a_job_and_says_why() {
             family: "A100".into(),
             capacity: None,
             limit: 1,
+            unit: crate::QuotaUnit::Accelerators,
         }],
         ..Default::default()
     };
@@ -476,6 +478,7 @@ fn small_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOpti
                     family: "A100".into(),
                     capacity: None,
                     limit,
+                    unit: crate::QuotaUnit::Accelerators,
                 });
             }
             if let Some(b) = budget {
@@ -760,6 +763,7 @@ fn fair_instance() -> impl Strategy<Value = (Vec<PlanJob>, Vec<Offer>, PlanOptio
                     family: "A100".into(),
                     capacity: None,
                     limit: quota,
+                    unit: crate::QuotaUnit::Accelerators,
                 }];
                 options.fairness = fairness;
                 (jobs, offers, options)
@@ -844,6 +848,7 @@ fn a100_quota(limit: u32, fairness: f64) -> PlanOptions {
             family: "A100".into(),
             capacity: None,
             limit,
+            unit: crate::QuotaUnit::Accelerators,
         }],
         fairness,
         ..PlanOptions::default()

@@ -1,0 +1,370 @@
+//! Budgets at run time. A job's `budget.total_usd` and a team's `total_usd` (the quota file)
+//! are watched as money is spent ([`super::spend`]): at 80 % a `budget-warning` event, and
+//! once the spend plus what the job's capacity costs over the drain lead reaches the limit,
+//! the job checkpoints and stops. A job's own budget, and a team's with `on_exhausted =
+//! "drain"`, end it `over-budget`; a team's with `"hold"` releases its capacity and leaves it
+//! waiting until the budget allows again (a reload that raises it). A stop that has not seen
+//! its checkpoint when the limit itself is reached releases at once: the spend never passes a
+//! limit by more than one pass of what was running.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use super::events::Event;
+use super::room::{JobUse, Room};
+use super::{Controller, Result, decide::Decision};
+use crate::limits::Exhausted;
+use crate::store::JobState;
+
+/// Spend at which the warning is given, as a fraction of the budget.
+pub(super) const WARN_AT: f64 = 0.8;
+
+/// A job stopping because a budget runs out.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Stop {
+    pub since: DateTime<Utc>,
+    /// `job` or `team`, and the job's or the team's name.
+    pub scope: &'static str,
+    pub name: String,
+    pub limit: f64,
+    pub then: Exhausted,
+}
+
+/// One budget being watched: whose, how much, what it has spent, what it runs per hour.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Watched {
+    pub scope: &'static str,
+    pub name: String,
+    pub limit: f64,
+    pub spent: f64,
+    pub hourly: f64,
+    pub then: Exhausted,
+}
+
+/// What a budget needs now, from its figures alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Fine,
+    Warn,
+    /// Stop its jobs: the limit comes within the lead.
+    Stop,
+}
+
+/// The verdict on `w`, with `lead_h` hours for a drain to finish.
+pub(super) fn verdict(w: &Watched, lead_h: f64) -> Verdict {
+    if w.spent + w.hourly * lead_h >= w.limit {
+        Verdict::Stop
+    } else if w.spent >= WARN_AT * w.limit {
+        Verdict::Warn
+    } else {
+        Verdict::Fine
+    }
+}
+
+impl Controller {
+    /// Whether any budget is set (the spend is kept only then).
+    fn budgets_set(&self) -> bool {
+        self.config
+            .limits
+            .team
+            .values()
+            .any(|t| t.total_usd.is_some())
+            || self
+                .fleet
+                .jobs
+                .values()
+                .any(|e| !e.record.state.is_final() && e.record.spec.budget.total_usd.is_some())
+    }
+
+    /// Bring the spend up to `now`, watch every budget, move stops along, and build the room
+    /// the pass's launches are checked against.
+    pub(super) async fn watch_budgets(&mut self, now: DateTime<Utc>) -> Result<()> {
+        if self.budgets_set() {
+            if !self.spend.is_loaded() {
+                self.spend = super::spend::Spend::load(&self.store, now)?;
+            }
+            let prices = &self.cloud.spot_prices;
+            let live = self.fleet.instances.values().map(|i| {
+                let price = prices
+                    .get(&i.offer.key())
+                    .copied()
+                    .unwrap_or(i.offer.price_per_hour);
+                (i.job.as_str(), price, i.launched_at)
+            });
+            self.spend.accrue(live, now);
+            for w in self.watched() {
+                self.judge(w, now)?;
+            }
+            self.settle_stops(now).await?;
+        }
+        self.room = self.build_room();
+        Ok(())
+    }
+
+    /// Every budget in force: each running job's own, and each team's.
+    fn watched(&self) -> Vec<Watched> {
+        let mut hourly: BTreeMap<&str, f64> = BTreeMap::new();
+        for i in self.fleet.instances.values() {
+            *hourly.entry(i.job.as_str()).or_default() += i.offer.price_per_hour;
+        }
+        let mut teams: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+        let mut out = Vec::new();
+        for (name, e) in &self.fleet.jobs {
+            let spent = self.spend.of(name);
+            let h = hourly.get(name.as_str()).copied().unwrap_or(0.0);
+            let t = teams.entry(e.record.spec.team.as_str()).or_default();
+            t.0 += spent;
+            t.1 += h;
+            if let Some(limit) = e.record.spec.budget.total_usd
+                && !e.record.state.is_final()
+            {
+                out.push(Watched {
+                    scope: "job",
+                    name: name.clone(),
+                    limit,
+                    spent,
+                    hourly: h,
+                    then: Exhausted::Drain,
+                });
+            }
+        }
+        for (team, limit) in &self.config.limits.team {
+            let (Some(total), Some(&(spent, h))) = (limit.total_usd, teams.get(team.as_str()))
+            else {
+                continue;
+            };
+            out.push(Watched {
+                scope: "team",
+                name: team.clone(),
+                limit: total,
+                spent,
+                hourly: h,
+                then: limit.on_exhausted,
+            });
+        }
+        out
+    }
+
+    /// Warn once per budget; start stops for the jobs a budget reaching its end covers.
+    fn judge(&mut self, w: Watched, now: DateTime<Utc>) -> Result<()> {
+        let key = format!("{} {}", w.scope, w.name);
+        match verdict(&w, self.budget_lead_h()) {
+            Verdict::Fine => {
+                self.warned.remove(&key);
+                Ok(())
+            }
+            Verdict::Warn => {
+                if !self.warned.insert(key) {
+                    return Ok(());
+                }
+                let job = (w.scope == "job").then(|| w.name.clone());
+                let event = Event::BudgetWarning {
+                    job,
+                    scope: w.scope.into(),
+                    name: w.name,
+                    spent: w.spent,
+                    limit: w.limit,
+                };
+                self.emit(now, event)
+            }
+            Verdict::Stop => {
+                if w.scope == "team" {
+                    self.exhausted.insert(w.name.clone(), w.limit);
+                }
+                let jobs: Vec<String> = self
+                    .fleet
+                    .jobs
+                    .iter()
+                    .filter(|(n, e)| {
+                        !e.record.state.is_final()
+                            && e.stopping.is_none()
+                            && match w.scope {
+                                "job" => **n == w.name,
+                                _ => e.record.spec.team == w.name,
+                            }
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for job in jobs {
+                    self.start_stop(&job, &w, now)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Ask `job` to checkpoint and stop (a job holding nothing stops at once).
+    fn start_stop(&mut self, job: &str, w: &Watched, now: DateTime<Utc>) -> Result<()> {
+        let holds = self.fleet.instances.count_of(job) > 0;
+        if !holds && w.then == Exhausted::Hold {
+            // Nothing runs: the room holds it back from here on.
+            return Ok(());
+        }
+        let then = match w.then {
+            Exhausted::Drain => "end over-budget",
+            Exhausted::Hold => "wait for budget",
+        };
+        self.emit(
+            now,
+            Event::OverBudget {
+                job: job.to_string(),
+                scope: w.scope.into(),
+                name: w.name.clone(),
+                spent: w.spent,
+                limit: w.limit,
+                then: then.into(),
+            },
+        )?;
+        let Some(e) = self.fleet.jobs.get_mut(job) else {
+            return Ok(());
+        };
+        e.stopping = Some(Stop {
+            since: now,
+            scope: w.scope,
+            name: w.name.clone(),
+            limit: w.limit,
+            then: w.then,
+        });
+        if holds && !e.record.drain_requested {
+            e.record.drain_requested = true;
+            self.store.set_drain(job, true, now)?;
+        }
+        Ok(())
+    }
+
+    /// Finish the stops whose checkpoint came, whose job holds nothing, or whose limit is
+    /// reached now.
+    async fn settle_stops(&mut self, now: DateTime<Utc>) -> Result<()> {
+        let mut done = Vec::new();
+        for (name, e) in &self.fleet.jobs {
+            let Some(stop) = &e.stopping else { continue };
+            let checkpointed =
+                e.record.checkpoint_at.is_some_and(|c| c > stop.since) && !e.record.drain_requested;
+            let spent = match stop.scope {
+                "job" => self.spend.of(name),
+                _ => self
+                    .fleet
+                    .jobs
+                    .iter()
+                    .filter(|(_, o)| o.record.spec.team == stop.name)
+                    .map(|(n, _)| self.spend.of(n))
+                    .sum(),
+            };
+            let empty = self.fleet.instances.count_of(name) == 0;
+            if checkpointed || empty || spent >= stop.limit || e.record.state.is_final() {
+                done.push((name.clone(), stop.clone(), spent));
+            }
+        }
+        for (name, stop, spent) in done {
+            self.finish_stop(&name, stop, spent, now).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish_stop(
+        &mut self,
+        name: &str,
+        stop: Stop,
+        spent: f64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        e.stopping = None;
+        if e.record.state.is_final() {
+            return Ok(());
+        }
+        e.record.drain_requested = false;
+        match stop.then {
+            Exhausted::Drain => {
+                let reason = format!(
+                    "over budget: {} {} spent ${spent:.2} of its ${:.2}",
+                    stop.scope, stop.name, stop.limit
+                );
+                e.record.state = JobState::OverBudget;
+                e.record.reason = Some(reason);
+                e.record.finished_at = Some(now);
+                e.dirty = true;
+                // Its capacity is released by the pass's triage, as for any ended job.
+                self.store.update_job(&e.record, now)?;
+                Ok(())
+            }
+            Exhausted::Hold => {
+                e.record.target_offer = None;
+                e.dirty = true;
+                self.store.update_job(&e.record, now)?;
+                self.store.set_drain(name, false, now)?;
+                let ids = self.held_by(name);
+                if ids.is_empty() {
+                    return Ok(());
+                }
+                self.carry_out(name, Decision::Release { ids }, now).await
+            }
+        }
+    }
+
+    /// Hours a drain is given before the limit: the configured lead.
+    fn budget_lead_h(&self) -> f64 {
+        self.config.budget_lead.as_secs_f64() / 3600.0
+    }
+
+    /// The room this pass's launches are checked against.
+    pub(super) fn build_room(&self) -> Room {
+        let quotas = self.quotas_in_force();
+        let any_budget = self.budgets_set()
+            || self
+                .config
+                .limits
+                .team
+                .values()
+                .any(|t| t.per_hour_usd.is_some());
+        if quotas.is_empty() && !any_budget {
+            return Room::default();
+        }
+        let mut jobs = BTreeMap::new();
+        let mut hourly: BTreeMap<String, f64> = BTreeMap::new();
+        for (name, e) in &self.fleet.jobs {
+            let spent = self.spend.of(name);
+            let holds = self.fleet.instances.count_of(name) > 0;
+            let committed = match e.record.planned_cost {
+                Some(p) if holds && !e.record.state.is_final() => (p - spent).max(0.0),
+                _ => 0.0,
+            };
+            jobs.insert(
+                name.clone(),
+                JobUse {
+                    team: e.record.spec.team.clone(),
+                    spent,
+                    total_usd: e.record.spec.budget.total_usd,
+                    committed,
+                },
+            );
+        }
+        for i in self.fleet.instances.values() {
+            if let Some(e) = self.fleet.jobs.get(&i.job) {
+                *hourly.entry(e.record.spec.team.clone()).or_default() += i.offer.price_per_hour;
+            }
+        }
+        let started: std::collections::HashSet<tern_cloud::IntentId> =
+            self.fleet.instances.values().map(|x| x.intent).collect();
+        let pending = self.fleet.intents.values().filter_map(|i| match &i.kind {
+            tern_cloud::IntentKind::Launch { offers, count }
+            | tern_cloud::IntentKind::Migrate {
+                to: offers, count, ..
+            } if !started.contains(&i.id) => Some((&offers[..], *count)),
+            _ => None,
+        });
+        let mut room = Room::new(
+            quotas,
+            self.fleet.instances.values().map(|i| &i.offer),
+            pending,
+            &self.config.limits.team,
+            jobs,
+            &hourly,
+        );
+        room.exhaust(&self.exhausted);
+        room
+    }
+}
