@@ -63,6 +63,7 @@ const TRANSIENT: &[&str] = &[
     "ServiceUnavailable",
     "Unavailable",
     "ServerInternal",
+    "ServiceException",
 ];
 
 /// Classify one AWS error code. `offer` names the offer (by [`tern_cloud::Offer::key`]) the

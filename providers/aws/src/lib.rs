@@ -6,6 +6,8 @@
 //!   kept when a refresh fails.
 //! - Launch: CreateFleet `type=instant` with the intent's ClientToken, one override per
 //!   offer, tags on instances and volumes.
+//! - Quotas: the EC2 accelerator vCPU quotas from Service Quotas (`GetServiceQuota`, else
+//!   `ListAWSDefaultServiceQuotas`), in `quotas`.
 //! - Interruptions: EventBridge events delivered to an SQS queue, of the shapes in
 //!   [`events::EVENT_SHAPES`].
 //! - IAM: [`permissions::ACTIONS`], the exact actions those calls need (tests keep it equal to
@@ -21,6 +23,7 @@ mod offers;
 pub mod permissions;
 pub mod pricing_api;
 mod provider;
+mod quotas;
 
 pub use config::AwsConfig;
 pub use fleet::LAUNCH_TAG;

@@ -48,6 +48,15 @@ pub const ACTIONS: &[(&str, &str)] = &[
         "pricing:GetProducts",
         "on-demand prices (optional: without it tern keeps the bundled catalog's)",
     ),
+    (
+        "servicequotas:GetServiceQuota",
+        "the account's accelerator vCPU quotas (optional: without it the controller learns \
+         them from refused launches)",
+    ),
+    (
+        "servicequotas:ListAWSDefaultServiceQuotas",
+        "AWS's defaults, for quotas the account never changed",
+    ),
     ("sqs:ReceiveMessage", "the interruption queue"),
     (
         "sqs:DeleteMessage",
@@ -85,6 +94,11 @@ pub const SDK_CALLS: &[(&str, &[&str])] = &[
     ),
     ("terminate_instances", &["ec2:TerminateInstances"]),
     ("get_products", &["pricing:GetProducts"]),
+    ("get_service_quota", &["servicequotas:GetServiceQuota"]),
+    (
+        "list_aws_default_service_quotas",
+        &["servicequotas:ListAWSDefaultServiceQuotas"],
+    ),
     ("receive_message", &["sqs:ReceiveMessage"]),
     ("delete_message_batch", &["sqs:DeleteMessage"]),
 ];
@@ -103,8 +117,8 @@ mod tests {
 
     use super::*;
 
-    /// The first words of every operation name of aws-sdk-ec2, aws-sdk-sqs and
-    /// aws-sdk-pricing. A zero-argument method call in this crate whose name starts with one
+    /// The first words of every operation name of aws-sdk-ec2, aws-sdk-sqs, aws-sdk-pricing
+    /// and aws-sdk-servicequotas. A zero-argument method call in this crate whose name starts with one
     /// of them is taken for an SDK operation.
     const OPERATION_VERBS: &[&str] = &[
         "accept",
@@ -248,9 +262,10 @@ mod tests {
         for (op, actions) in SDK_CALLS {
             let first = actions.first().expect("an operation needs an action");
             let (_, action) = first.split_once(':').expect("service:Action");
-            // SQS authorises a batch as the single-message action.
+            // SQS authorises a batch as the single-message action; IAM spells AWS in
+            // capitals where the SDK's method names cannot (ListAWSDefaultServiceQuotas).
             let own = camel(op.strip_suffix("_batch").unwrap_or(op));
-            assert_eq!(action, own, "{op} → {first}");
+            assert!(action.eq_ignore_ascii_case(&own), "{op} → {first}");
         }
     }
 
@@ -268,7 +283,10 @@ mod tests {
         assert_eq!(listed, needed, "ACTIONS vs the actions SDK_CALLS need");
         for a in &listed {
             let (service, _) = a.split_once(':').expect("service:Action");
-            assert!(["ec2", "iam", "pricing", "sqs"].contains(&service), "{a}");
+            assert!(
+                ["ec2", "iam", "pricing", "servicequotas", "sqs"].contains(&service),
+                "{a}"
+            );
         }
     }
 

@@ -8,7 +8,7 @@ use aws_config::retry::RetryConfig;
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use chrono::{DateTime, Utc};
 use tern_cloud::{
-    Capacity, Cloud, Instance, InstanceId, InstanceState, InstanceType, Interruption,
+    Capacity, Cloud, CloudQuota, Instance, InstanceId, InstanceState, InstanceType, Interruption,
     LaunchOutcome, LaunchRequest, Offer, PriceComponent, Provider, ProviderError, Region, Tags,
     Zone, tag,
 };
@@ -21,6 +21,7 @@ use crate::events;
 use crate::fleet::{FleetCall, LAUNCH_TAG, Template};
 use crate::offers::{self, OnDemandPrices, Shapes, SpotPrices, ZoneMap};
 use crate::pricing_api;
+use crate::quotas::{self, QuotaReader};
 
 /// A failed Pricing API refresh is retried after this long (or `on_demand_ttl`, if shorter).
 const PRICING_RETRY: Duration = Duration::from_secs(3600);
@@ -62,6 +63,8 @@ pub struct AwsProvider {
     cache: Mutex<HashMap<String, RegionCache>>,
     /// Offer key → when it last hit a capacity error.
     capacity_errors: Mutex<HashMap<String, Instant>>,
+    /// Service Quotas, when set ([`Self::with_quotas_client`]).
+    pub(crate) quotas: Option<QuotaReader>,
 }
 
 impl std::fmt::Debug for AwsProvider {
@@ -105,7 +108,8 @@ impl AwsProvider {
                 .build();
             aws_sdk_pricing::Client::from_conf(conf)
         });
-        let this = Self::from_clients(config, ec2, sqs)?;
+        let quotas = aws_sdk_servicequotas::Client::new(&shared);
+        let this = Self::from_clients(config, ec2, sqs)?.with_quotas_client(quotas);
         Ok(match pricing {
             Some(client) => this.with_pricing_client(client),
             None => this,
@@ -134,6 +138,7 @@ impl AwsProvider {
             clients: Mutex::default(),
             cache: Mutex::default(),
             capacity_errors: Mutex::default(),
+            quotas: None,
         })
     }
 
@@ -765,6 +770,10 @@ impl Provider for AwsProvider {
             }
         }
         Ok(found)
+    }
+
+    async fn quotas(&self, region: &Region) -> Result<Vec<CloudQuota>, ProviderError> {
+        quotas::read(self, region).await
     }
 }
 

@@ -1,5 +1,6 @@
 //! Error paths moto cannot produce (per-override capacity and quota errors, partial
-//! fulfilment, throttling), with `aws-smithy-mocks` rules on the real aws-sdk-ec2 client.
+//! fulfilment, throttling) and EC2's quota values in Service Quotas (moto serves only VPC's),
+//! with `aws-smithy-mocks` rules on the real aws-sdk-ec2 and aws-sdk-servicequotas clients.
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,11 +17,21 @@ use aws_sdk_ec2::types::{
     InstanceStateName, InstanceType as Ec2Type, LaunchTemplateAndOverridesResponse, Placement,
     Reservation, ResourceType, SpotAllocationStrategy, Tag,
 };
+use aws_sdk_servicequotas::Client as Quotas;
+use aws_sdk_servicequotas::operation::get_service_quota::{
+    GetServiceQuotaError, GetServiceQuotaOutput,
+};
+use aws_sdk_servicequotas::operation::list_aws_default_service_quotas::ListAwsDefaultServiceQuotasOutput;
+use aws_sdk_servicequotas::types::ServiceQuota;
+use aws_sdk_servicequotas::types::error::{
+    AccessDeniedException as QuotasAccessDenied, NoSuchResourceException,
+};
 use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+use aws_smithy_types::error::ErrorMetadata;
 use tern_aws::{AwsConfig, AwsProvider};
 use tern_cloud::{
     Accelerator, Availability, Capacity, Cloud, IdempotencyKey, InstanceId, InstanceType, IntentId,
-    LaunchRequest, Offer, Provider, ProviderError, Region, Zone, tag,
+    LaunchRequest, Offer, Provider, ProviderError, Region, Zone, quota_named, tag,
 };
 
 mod mocked;
@@ -404,6 +415,11 @@ async fn a_whole_call_quota_error_is_classified() {
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::Quota { ref code, .. } if code == "VcpuLimitExceeded"));
+    // The message names the limit of the bucket p3.2xlarge belongs to: P, on demand.
+    let p3 = offer("p3.2xlarge", "use1-az4", Capacity::OnDemand);
+    let named = quota_named(&err, &p3).unwrap();
+    assert_eq!((named.name.as_str(), named.limit), ("L-417A185B", 32));
+    assert_eq!(named.units(&p3), 8, "p3.2xlarge's 8 vCPUs");
 }
 
 #[tokio::test]
@@ -541,4 +557,131 @@ async fn spot_shortfall_falls_through_to_on_demand_with_a_derived_token() {
         .target_capacity_specification()
         .and_then(|t| t.total_target_capacity());
     assert_eq!(remaining, Some(1), "only what spot did not fill");
+}
+
+/// A Service Quotas quota as the API returns it.
+fn sq_quota(code: &str, value: f64) -> ServiceQuota {
+    ServiceQuota::builder()
+        .service_code("ec2")
+        .quota_code(code)
+        .value(value)
+        .build()
+}
+
+/// What AWS answers for a quota the account never changed, with its code on the wire.
+fn no_applied_value() -> GetServiceQuotaError {
+    GetServiceQuotaError::NoSuchResourceException(
+        NoSuchResourceException::builder()
+            .message("The request failed because the specified service quota does not exist.")
+            .meta(
+                ErrorMetadata::builder()
+                    .code("NoSuchResourceException")
+                    .build(),
+            )
+            .build(),
+    )
+}
+
+#[tokio::test]
+async fn quotas_are_the_applied_values_else_the_listed_defaults() {
+    let applied = |code: &'static str, value: f64| {
+        mock!(Quotas::get_service_quota)
+            .match_requests(move |r| r.quota_code() == Some(code))
+            .then_output(move || {
+                GetServiceQuotaOutput::builder()
+                    .quota(sq_quota(code, value))
+                    .build()
+            })
+    };
+    let p = applied("L-417A185B", 384.0);
+    let g = applied("L-DB2E81BA", 64.0);
+    let unchanged = mock!(Quotas::get_service_quota).then_error(no_applied_value);
+    let first = mock!(Quotas::list_aws_default_service_quotas)
+        .match_requests(|r| r.next_token().is_none() && r.service_code() == Some("ec2"))
+        .then_output(|| {
+            ListAwsDefaultServiceQuotasOutput::builder()
+                .quotas(sq_quota("L-1216C47A", 5.0))
+                .quotas(sq_quota("L-7212CCBC", 0.0))
+                .quotas(sq_quota("L-3819A6DF", 8.0))
+                .next_token("page-2")
+                .build()
+        });
+    let second = mock!(Quotas::list_aws_default_service_quotas)
+        .match_requests(|r| r.next_token() == Some("page-2"))
+        .then_output(|| {
+            ListAwsDefaultServiceQuotasOutput::builder()
+                .quotas(sq_quota("L-1945791B", 16.0))
+                .build()
+        });
+    let client = mock_client!(
+        aws_sdk_servicequotas,
+        RuleMode::MatchAny,
+        [&p, &g, &unchanged, &first, &second]
+    );
+    let aws = provider(mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [&mocked::zones_rule()]
+    ))
+    .with_quotas_client(client);
+    let region = Region::new("us-east-1");
+    let read = aws.quotas(&region).await.unwrap();
+    let mut got: Vec<(&str, Option<Capacity>, u32)> = read
+        .iter()
+        .map(|q| (q.name.as_str(), q.capacity, q.limit))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("L-1945791B", Some(Capacity::OnDemand), 16),
+            ("L-3819A6DF", Some(Capacity::Spot), 8),
+            ("L-417A185B", Some(Capacity::OnDemand), 384),
+            ("L-7212CCBC", Some(Capacity::Spot), 0),
+            ("L-DB2E81BA", Some(Capacity::OnDemand), 64),
+        ],
+        "applied values first, defaults else, the standard bucket and unknown codes left out"
+    );
+    assert!(
+        read.iter()
+            .all(|q| q.cloud == Cloud::Aws && q.region == region && q.used.is_none())
+    );
+    let g4dn = offer("g4dn.xlarge", "use1-az4", Capacity::OnDemand);
+    let g_quota = read.iter().find(|q| q.name == "L-DB2E81BA").unwrap();
+    assert_eq!(g_quota.units(&g4dn), 8);
+    assert_eq!(
+        (first.num_calls(), second.num_calls()),
+        (1, 1),
+        "one listing for all"
+    );
+    // Within the reading's lifetime nothing is asked again.
+    let calls = p.num_calls() + unchanged.num_calls();
+    assert_eq!(aws.quotas(&region).await.unwrap(), read);
+    assert_eq!(p.num_calls() + unchanged.num_calls(), calls);
+}
+
+#[tokio::test]
+async fn a_denied_quota_read_is_unauthorized_and_no_client_reads_none() {
+    let denied = mock!(Quotas::get_service_quota).then_error(|| {
+        GetServiceQuotaError::AccessDeniedException(
+            QuotasAccessDenied::builder()
+                .message("not authorized to perform: servicequotas:GetServiceQuota")
+                .meta(
+                    ErrorMetadata::builder()
+                        .code("AccessDeniedException")
+                        .build(),
+                )
+                .build(),
+        )
+    });
+    let ec2 = || mock_client!(aws_sdk_ec2, RuleMode::MatchAny, [&mocked::zones_rule()]);
+    let client = mock_client!(aws_sdk_servicequotas, RuleMode::MatchAny, [&denied]);
+    let region = Region::new("us-east-1");
+    let err = provider(ec2())
+        .with_quotas_client(client)
+        .quotas(&region)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::Unauthorized { .. }), "{err:?}");
+    assert_eq!(provider(ec2()).quotas(&region).await.unwrap(), []);
 }

@@ -460,3 +460,24 @@ async fn interruption_events_round_trip_through_sqs_and_are_deleted() {
         "0"
     );
 }
+
+/// moto 5's Service Quotas knows only the `vpc` service: for EC2's codes it answers
+/// `GetServiceQuota` and `ListAWSDefaultServiceQuotas` with `NoSuchResourceException` (the
+/// first as real AWS does for a quota the account never changed), and does not implement
+/// `GetAWSDefaultServiceQuota` at all (HTTP 500), which is why tern lists the defaults. What
+/// this checks: both calls reach moto through a client built from a shared `SdkConfig`, as
+/// `connect` builds it, and an answer without values is no quota, not an error. The values
+/// are checked against mocks (`mocks.rs`).
+#[tokio::test]
+async fn quotas_go_to_the_endpoint_override_and_unknown_ones_are_left_out() {
+    let moto = Moto::start();
+    let aws = provider(&moto, config()).with_quotas_client(quotas_client(&moto.url));
+    assert_eq!(aws.quotas(&region()).await.unwrap(), []);
+    // Nowhere to go: the same read fails, so the empty answer above came from moto.
+    let closed = Moto::start();
+    let url = closed.url.clone();
+    drop(closed);
+    let aws = provider(&moto, config()).with_quotas_client(quotas_client(&url));
+    let err = aws.quotas(&region()).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+}

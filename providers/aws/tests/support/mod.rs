@@ -93,6 +93,20 @@ pub fn sqs_client(url: &str) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(conf)
 }
 
+/// A Service Quotas client built as `AwsProvider::connect` builds it: from one shared
+/// `SdkConfig` whose endpoint is moto's.
+pub fn quotas_client(url: &str) -> aws_sdk_servicequotas::Client {
+    let shared = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(REGION))
+        .endpoint_url(url)
+        .credentials_provider(
+            aws_sdk_servicequotas::config::SharedCredentialsProvider::new(credentials()),
+        )
+        .build();
+    aws_sdk_servicequotas::Client::new(&shared)
+}
+
 pub fn config() -> AwsConfig {
     AwsConfig {
         instance_types: vec!["p4d.24xlarge".into(), "g4dn.xlarge".into()],
