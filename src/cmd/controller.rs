@@ -307,6 +307,37 @@ async fn shutdown_signal() {
     }
 }
 
+/// Read the quota file again at every SIGHUP. A file that does not check leaves the one in
+/// force, and the log says where it is wrong.
+#[cfg(unix)]
+async fn reload_on_hangup(path: PathBuf, shared: Arc<tern::controller::service::Shared>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!(
+            "cannot listen for SIGHUP: the quota file reloads only through PUT /v1/quotas"
+        );
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let shown = path.display().to_string();
+        let read = tern_cloud::input::read_text_capped(&path, tern_cloud::input::Limit::SETTINGS);
+        let reloaded = match read {
+            Ok(text) => shared
+                .reload_limits(&text, &shown)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(format!("reading {shown}: {e}")),
+        };
+        match reloaded {
+            Ok(l) => tracing::info!(
+                quotas = l.quota.len(),
+                teams = l.team.len(),
+                "SIGHUP: {shown} reloaded"
+            ),
+            Err(e) => tracing::error!("SIGHUP: {e}; the quota file in force stays"),
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -369,6 +400,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         leadership,
         &config,
     );
+    #[cfg(unix)]
+    if let Some(path) = args.quota.clone() {
+        tokio::spawn(reload_on_hangup(path, shared.clone()));
+    }
     let state = ApiState {
         shared,
         store,

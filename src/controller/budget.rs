@@ -305,6 +305,27 @@ impl Controller {
         }
     }
 
+    /// A new quota file from now on: a team whose budget it raises is no longer held, and
+    /// every job is planned again against it at the next pass.
+    pub fn set_limits(&mut self, limits: std::sync::Arc<crate::limits::Limits>) {
+        self.exhausted.retain(|team, was| {
+            limits
+                .team
+                .get(team)
+                .and_then(|t| t.total_usd)
+                .is_some_and(|t| t <= *was)
+        });
+        self.config.limits = limits;
+        for e in self.fleet.jobs.values_mut() {
+            e.dirty = true;
+        }
+        tracing::info!(
+            quotas = self.config.limits.quota.len(),
+            teams = self.config.limits.team.len(),
+            "quota file reloaded"
+        );
+    }
+
     /// Hours a drain is given before the limit: the configured lead.
     fn budget_lead_h(&self) -> f64 {
         self.config.budget_lead.as_secs_f64() / 3600.0

@@ -95,17 +95,21 @@ pub enum Request {
         loaded: Arc<LoadedJob>,
         at: DateTime<Utc>,
     },
+    /// A new quota file, checked (SIGHUP or `PUT /v1/quotas`).
+    Limits(Arc<crate::limits::Limits>),
 }
 
 impl Request {
-    pub fn job(&self) -> &str {
+    /// The job the request is about; `None` for the quota file.
+    pub fn job(&self) -> Option<&str> {
         match self {
-            Request::Submitted(a) => a.record.name(),
+            Request::Submitted(a) => Some(a.record.name()),
             Request::Cancelled { job, .. }
             | Request::Failed { job, .. }
             | Request::Started { job, .. }
             | Request::Progress { job, .. }
-            | Request::Observed { job, .. } => job,
+            | Request::Observed { job, .. } => Some(job),
+            Request::Limits(_) => None,
         }
     }
 }
@@ -183,6 +187,10 @@ impl Controller {
     pub fn apply(&mut self, request: Request) -> Result<()> {
         match request {
             Request::Submitted(a) => self.adopt_job(*a),
+            Request::Limits(limits) => {
+                self.set_limits(limits);
+                Ok(())
+            }
             Request::Cancelled { job, at } => self.cancelled(&job, at),
             Request::Failed { job, reason, at } => self.failed(&job, reason, at),
             Request::Started {

@@ -12,7 +12,7 @@ use tern_policies::capacity;
 
 use super::events::{Event, WaitReason};
 use super::{Controller, Requeue, Result};
-use crate::store::JobState;
+use crate::store::{AGENT_TOKEN_TAG, JobState};
 
 /// Come back this soon when an intent must be retried (throttled, or waiting on the cloud).
 const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
@@ -375,6 +375,8 @@ impl Controller {
         tags.insert(tag::INTENT.into(), intent.to_string());
         tags.insert(tag::JOB.into(), job.to_string());
         tags.insert(tag::CLUSTER.into(), self.store.cluster_id().to_string());
+        // The worker's credential: its own job's agent token, nothing more (threat model).
+        tags.insert(AGENT_TOKEN_TAG.into(), self.store.agent_token(job));
         tags
     }
 

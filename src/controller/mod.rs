@@ -576,6 +576,8 @@ pub(crate) fn fmt_workers(spec: &JobSpec) -> String {
 #[cfg(test)]
 mod flapping_tests;
 #[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod probe_tests;

@@ -172,7 +172,7 @@ impl View {
                     v.status.reason = Some(reason.clone());
                 }
             }
-            Request::Observed { .. } | Request::Started { .. } => {}
+            Request::Observed { .. } | Request::Started { .. } | Request::Limits(_) => {}
         }
     }
 }
@@ -191,6 +191,8 @@ pub struct Shared {
     wake: Notify,
     /// Serialises progress writes (read the job, merge, write) among API handlers.
     pub progress: Mutex<()>,
+    /// The quota file in force, as the API reads it (cost reports' budgets, reloads).
+    limits: Mutex<Arc<crate::limits::Limits>>,
 }
 
 impl Shared {
@@ -200,6 +202,33 @@ impl Shared {
 
     fn inbox(&self) -> std::sync::MutexGuard<'_, Inbox> {
         self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The quota file in force.
+    pub fn limits(&self) -> Arc<crate::limits::Limits> {
+        self.limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replace the quota file with `text` (named `file` in errors) once it is checked: it
+    /// parses, and its quotas name families and regions of the offers last read. A bad file
+    /// leaves the one in force and says what is wrong.
+    pub fn reload_limits(
+        &self,
+        text: &str,
+        file: &str,
+    ) -> Result<Arc<crate::limits::Limits>, crate::limits::LimitsError> {
+        let limits = crate::limits::Limits::parse(text, file)?;
+        let offers = self.view().offers.clone();
+        if !offers.is_empty() {
+            limits.check_against(&offers, file)?;
+        }
+        let limits = Arc::new(limits);
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits.clone();
+        self.send(Request::Limits(limits.clone()), true);
+        Ok(limits)
     }
 
     /// The jobs as the API shows them now.
@@ -292,6 +321,8 @@ impl Service {
         config: &ServiceConfig,
     ) -> Service {
         shared.publish(View::of(&controller));
+        *shared.limits.lock().unwrap_or_else(|e| e.into_inner()) =
+            controller.config().limits.clone();
         Service {
             controller,
             shared,
@@ -362,7 +393,7 @@ impl Service {
 
     fn take_requests(&mut self) {
         for request in self.shared.take() {
-            let job = request.job().to_string();
+            let job = request.job().unwrap_or("").to_string();
             if let Err(e) = self.controller.apply(request) {
                 tracing::error!(job, "applying a request: {e}");
             }

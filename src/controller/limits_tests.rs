@@ -1,0 +1,257 @@
+//! The quota file under the controller: over random workloads, price moves and reclaims the
+//! fleet never passes a quota and no team or job spends past its budget (beyond the one
+//! billing minimum and one pass of what ran when the limit came); and the controller's
+//! placements are `tern plan`'s on the same input.
+
+use proptest::prelude::*;
+use tern_cloud::testkit::spec;
+use tern_sim::Trace;
+
+use super::tests::sim;
+use super::world::SimWorld;
+use super::*;
+use crate::limits::Limits;
+use crate::store::JobState;
+
+const TICK: Duration = Duration::from_secs(60);
+
+/// A zone whose spot capacity and price move each tick (5 min) as `seed` says.
+fn moving_zone(zone: &str, seed: u64, ticks: usize) -> Trace {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) as u32
+    };
+    let available: Vec<u32> = (0..ticks).map(|_| next() % 5).collect();
+    let prices: Vec<f64> = (0..ticks)
+        .map(|_| 0.5 + f64::from(next() % 100) / 100.0)
+        .collect();
+    Trace {
+        prices: Some(prices),
+        ..tern_sim::testkit::trace(zone, available)
+    }
+}
+
+fn quota_file(limit: u32, budgets: &[(f64, &str)]) -> String {
+    let mut text = format!("[[quota]]\ncloud = \"sim\"\nfamily = \"V100\"\nlimit = {limit}\n");
+    for (k, (total, then)) in budgets.iter().enumerate() {
+        text.push_str(&format!(
+            "[team.t{k}]\ntotal_usd = {total}\non_exhausted = \"{then}\"\n"
+        ));
+    }
+    text
+}
+
+/// Accelerators the cloud holds for us now (pending or running), by its own listing.
+async fn held(sim: &tern_sim::SimCloud) -> (u32, String) {
+    let listed = sim.list("test-owner").await.expect("list");
+    let live = listed.iter().filter(|i| {
+        matches!(
+            i.state,
+            tern_cloud::InstanceState::Pending | tern_cloud::InstanceState::Running
+        )
+    });
+    let shown: Vec<String> = listed
+        .iter()
+        .map(|i| format!("{} {:?}", i.id, i.state))
+        .collect();
+    (live.count() as u32, shown.join("; "))
+}
+
+/// What each team was billed, as the cost report bills it.
+fn billed_by_team(ctl: &Controller, now: DateTime<Utc>) -> BTreeMap<String, f64> {
+    let usage = ctl.store().usage_open_or_ended_since(None).expect("usage");
+    let prices = ctl.store().prices().expect("prices");
+    let mut out = BTreeMap::new();
+    for u in &usage {
+        let team = ctl.job(&u.job).expect("job").spec.team.clone();
+        let steps = prices.get(&u.offer_key).map_or(&[][..], |p| &p[..]);
+        let billed = crate::report::bill(u, None, steps, (None, DateTime::<Utc>::MAX_UTC), now);
+        *out.entry(team).or_default() += billed.iter().map(|b| b.piece.dollars()).sum::<f64>();
+    }
+    out
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    quota: u32,
+    budgets: Vec<(f64, &'static str)>,
+    jobs: Vec<(usize, u32, bool)>,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        1u32..6,
+        prop::collection::vec(
+            (1.0f64..6.0, prop::sample::select(vec!["hold", "drain"])),
+            1..3,
+        ),
+        prop::collection::vec((0usize..3, 1u32..4, any::<bool>()), 1..5),
+        any::<u64>(),
+    )
+        .prop_map(|(quota, budgets, jobs, seed)| Case {
+            quota,
+            budgets,
+            jobs,
+            seed,
+        })
+}
+
+async fn run_case(c: Case) {
+    let ticks = 400;
+    let sim = sim(vec![
+        moving_zone("us-west-2a", c.seed, ticks),
+        moving_zone("us-west-2b", c.seed ^ 0x5eed, ticks),
+    ]);
+    let limits = Limits::parse(&quota_file(c.quota, &c.budgets), "q.toml").expect("file");
+    let config = ControllerConfig {
+        limits: Arc::new(limits.clone()),
+        ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
+    };
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    for (k, (team, workers, own_budget)) in c.jobs.iter().enumerate() {
+        let mut s = spec(&format!("j{k}"));
+        s = s
+            .team(&format!("t{team}"))
+            .workers(&format!("{{ min = 1, max = {workers} }}"))
+            .samples(1_500_000);
+        if *own_budget {
+            s = s.section("[budget]\ntotal_usd = 1.0");
+        }
+        ctl.submit(s.build(), sim.now()).expect("submit");
+    }
+    let mut world = SimWorld::new(sim.clone(), ctl, TICK);
+    let mut most_per_hour: BTreeMap<String, f64> = BTreeMap::new();
+    for _ in 0..ticks - 10 {
+        let done = world.round(SimWorld::settled).await.expect("pass");
+        let (on_cloud, shown) = held(&sim).await;
+        assert!(
+            on_cloud <= c.quota,
+            "{on_cloud} V100s held under a quota of {}: {shown}",
+            c.quota
+        );
+        for i in world.ctl.instances() {
+            let team = world.ctl.job(&i.job).expect("job").spec.team.clone();
+            let h = most_per_hour.entry(team).or_default();
+            *h = h.max(i.offer.price_per_hour * c.quota as f64);
+        }
+        if done {
+            break;
+        }
+    }
+    let now = world.now();
+    let ctl = &world.ctl;
+    // One billing minimum of what could run when the limit came, plus one pass of it.
+    let slack = |team: &str| most_per_hour.get(team).copied().unwrap_or(0.0) * 2.0 / 60.0 + 0.01;
+    for (team, spent) in billed_by_team(ctl, now) {
+        let k: usize = team[1..].parse().expect("team");
+        if let Some((total, _)) = c.budgets.get(k) {
+            assert!(
+                spent <= total + slack(&team),
+                "team {team} spent ${spent:.2} of ${total:.2}"
+            );
+        }
+    }
+    assert!(ctl.stats().launches > 0, "nothing ran: {c:?}");
+    for j in ctl.jobs() {
+        if j.state == JobState::OverBudget {
+            assert!(
+                j.reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("over budget"))
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #[test]
+    fn the_fleet_keeps_within_quotas_and_budgets(c in case()) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(run_case(c));
+    }
+}
+
+/// Three teams compete for a quota under fairness: the controller's first placements are
+/// what `tern_plan::plan` answers for the same jobs, offers and quota file (the options
+/// `tern plan` builds with [`Limits::plan_options`]).
+#[tokio::test]
+async fn the_controller_places_as_tern_plan_does() {
+    let sim = sim(vec![
+        tern_sim::testkit::trace("us-west-2a", vec![8; 50]),
+        tern_sim::testkit::trace("us-west-2b", vec![8; 50]),
+    ]);
+    let text = "fairness = 1.0\n[[quota]]\ncloud = \"sim\"\nfamily = \"V100\"\ncapacity = \"spot\"\nlimit = 5\n\
+                [team.a]\nshare = 2\n[team.b]\nper_hour_usd = 3\n[team.c]\ntotal_usd = 40\n";
+    let limits = Limits::parse(text, "q.toml").expect("file");
+    let config = ControllerConfig {
+        limits: Arc::new(limits.clone()),
+        ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
+    };
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    for (name, team, workers) in [
+        ("a1", "a", 4),
+        ("b1", "b", 3),
+        ("c1", "c", 4),
+        ("a2", "a", 2),
+    ] {
+        let s = spec(name)
+            .team(team)
+            .workers(&format!("{{ min = 1, max = {workers} }}"))
+            .deadline(None)
+            .build();
+        ctl.submit(s, sim.now()).expect("submit");
+    }
+    let now = sim.now();
+    let mut offers = Vec::new();
+    for r in &ctl.config.regions {
+        offers.extend(sim.offers(r).await.expect("offers"));
+    }
+    let names: Vec<String> = ctl.jobs().map(|j| j.name().to_string()).collect();
+    let jobs: Vec<_> = names.iter().filter_map(|n| ctl.plan_job(n, now)).collect();
+    let options = limits.plan_options(ctl.config.plan.clone(), None);
+    let cli = tern_plan::plan(&jobs, &offers, &options);
+    ctl.pass(now).await.expect("pass");
+    let mut placed = 0;
+    for jp in &cli.jobs {
+        let events = ctl.typed_events(Some(&jp.job)).expect("events");
+        let planned = events.iter().find_map(|e| match e {
+            Event::Planned { placement, .. } => Some(placement.clone()),
+            _ => None,
+        });
+        match (&jp.choice, planned) {
+            (Some(c), Some(p)) if jp.placed => {
+                placed += 1;
+                assert_eq!(
+                    (p.nodes, p.instance_type.as_str(), p.zone.as_str()),
+                    (c.nodes, c.instance_type.as_str(), c.zone.as_str()),
+                    "job {}",
+                    jp.job
+                );
+            }
+            (_, None) => assert!(
+                !jp.placed,
+                "plan placed {} and the controller did not",
+                jp.job
+            ),
+            (_, Some(p)) => panic!(
+                "the controller placed {} ({p:?}) and the plan did not",
+                jp.job
+            ),
+        }
+    }
+    assert!(placed >= 2, "the quota leaves room for several jobs");
+    let spot: u32 = ctl
+        .instances()
+        .filter(|i| i.offer.capacity == tern_cloud::Capacity::Spot)
+        .count() as u32;
+    assert!(spot <= 5, "{spot} spot V100s under a quota of 5");
+}
