@@ -29,6 +29,11 @@ enum Command {
     Status(cmd::submit::StatusArgs),
     /// Cancel a job on a running controller.
     Cancel(cmd::submit::CancelArgs),
+    /// Scoped API tokens (admin, team, agent): create, list, revoke.
+    #[command(subcommand)]
+    Token(cmd::tokens::Command),
+    /// The controller's audit log: mutating API calls and refusals, by whom.
+    Audit(cmd::audit::Args),
     /// What jobs cost, billed at the prices that held: by job, team, day, cloud, capacity or
     /// instance type, against on-demand and the plan; table, CSV, JSON, HTML or SVG.
     CostReport(cmd::cost_report::Args),
@@ -68,6 +73,8 @@ fn main() -> std::process::ExitCode {
         Command::Submit(args) => cmd::submit::submit(args),
         Command::Status(args) => cmd::submit::status(args),
         Command::Cancel(args) => cmd::submit::cancel(args),
+        Command::Token(command) => cmd::tokens::run(command),
+        Command::Audit(args) => cmd::audit::run(args),
         Command::CostReport(args) => cmd::cost_report::run(args),
         Command::Agent(args) => cmd::agent::run(args),
         Command::AgentWatchdog(args) => cmd::agent::watchdog(args),

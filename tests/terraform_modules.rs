@@ -589,8 +589,6 @@ fn renderings() -> Vec<Rendering> {
             "aws-controller/templates/worker-user-data.sh.tftpl",
             &[
                 ("install_tern", "\"# install tern\""),
-                ("region", "\"us-east-1\""),
-                ("token_parameter", "\"/tern/api-token\""),
                 ("controller_url", "\"http://10.0.0.5:8470\""),
                 ("progress_file", "\"/var/lib/tern/progress.json\""),
                 ("checkpoint_command", checkpoint),
@@ -604,7 +602,6 @@ fn renderings() -> Vec<Rendering> {
             "gcp-controller/templates/worker-startup.sh.tftpl",
             &[
                 ("common", "\"# common functions\""),
-                ("token_secret", "\"tern-api-token\""),
                 ("controller_url", "\"http://10.128.0.5:8470\""),
                 ("progress_file", "\"/var/lib/tern/progress.json\""),
                 ("checkpoint_command", checkpoint),
@@ -1017,10 +1014,19 @@ fn scripts_run_the_right_provider_and_read_the_job_where_tern_writes_it() {
             );
         }
         if r.template.ends_with("worker-user-data.sh.tftpl") {
-            let path = format!("meta-data/tags/instance/{job}");
+            for tag in [job, tern::store::AGENT_TOKEN_TAG] {
+                let path = format!("meta-data/tags/instance/{tag}");
+                assert!(
+                    script.contains(&path),
+                    "{file}: read from the {tag} tag: {path}"
+                );
+            }
+        }
+        if r.template.contains("worker") {
+            // A worker holds its job's agent token only, never the admin token.
             assert!(
-                script.contains(&path),
-                "{file}: the job is in the {job} tag: {path}"
+                !script.contains("ssm get-parameter") && !script.contains("secret '"),
+                "{file}: a worker reads the admin token"
             );
         }
         if r.template.ends_with("worker-startup.sh.tftpl") {
@@ -1028,6 +1034,11 @@ fn scripts_run_the_right_provider_and_read_the_job_where_tern_writes_it() {
             assert!(
                 script.contains(&format!("\"{prefix}\"")) && script.contains(&format!("\"{job}\"")),
                 "{file}: the job is {job} in the description after '{prefix}'"
+            );
+            let token = tern::store::AGENT_TOKEN_TAG;
+            assert!(
+                script.contains(&format!("\"{token}\"")),
+                "{file}: the agent token is {token} in the description"
             );
         }
     }

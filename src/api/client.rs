@@ -1,9 +1,10 @@
-//! The controller's API from the outside: `tern submit/status/cancel`, `tern agent` and the
-//! Terraform provider. One [`reqwest::Client`] (from [`crate::http`]) per process, so
+//! The controller's API from the outside: `tern submit/status/cancel`, `tern token`, `tern audit`,
+//! `tern agent` and the Terraform provider. One [`reqwest::Client`] (from [`crate::http`]) per process, so
 //! connections are reused; every error names the URL it is about.
 
 use serde::de::DeserializeOwned;
 
+use super::wire::access::{AuditQuery, AuditView, TokenRequest, TokenView};
 use super::wire::costs::{CostQuery, CostReport};
 use super::wire::{
     Action, ErrorBody, EventView, JobStatus, Progress, ProgressReply, StartReply, StartRequest,
@@ -207,6 +208,32 @@ impl Client {
             query.push(("job", j.to_string()));
         }
         self.send(self.http.get(&url).query(&query), url).await
+    }
+}
+
+impl Client {
+    /// Create a scoped token (`POST /v1/tokens`, admin): the answer holds its secret.
+    pub async fn create_token(&self, request: &TokenRequest) -> Result<TokenView, ClientError> {
+        let url = self.url("/v1/tokens");
+        self.send(self.http.post(&url).json(request), url).await
+    }
+
+    /// Created tokens, without secrets (`GET /v1/tokens`, admin).
+    pub async fn tokens(&self) -> Result<Vec<TokenView>, ClientError> {
+        let url = self.url("/v1/tokens");
+        self.send(self.http.get(&url), url).await
+    }
+
+    /// Revoke a token by id (`DELETE /v1/tokens/{id}`, admin).
+    pub async fn revoke_token(&self, id: &str) -> Result<TokenView, ClientError> {
+        let url = self.url(&format!("/v1/tokens/{}", path_segment(id)));
+        self.send(self.http.delete(&url), url).await
+    }
+
+    /// The audit log (`GET /v1/audit`), oldest first.
+    pub async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditView>, ClientError> {
+        let url = self.url("/v1/audit");
+        self.send(self.http.get(&url).query(query), url).await
     }
 }
 

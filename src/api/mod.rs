@@ -1,7 +1,8 @@
 //! The controller's HTTP API (axum): jobs (submit, list, status, cancel, progress), events,
 //! `/metrics` (Prometheus text format) and `/healthz`.
 //!
-//! Every `/v1` route needs `Authorization: Bearer <token>` (the scheme in any case);
+//! Every `/v1` route needs `Authorization: Bearer <token>` (the scheme in any case) of a role
+//! the route allows ([`access`]), and every mutating call or refusal is audited ([`audit`]);
 //! `/metrics` and `/healthz` are open so scrapers and probes need no secret. Every error
 //! answer is `{"error": ...}`, axum's own rejections included ([`crate::serve::errors`]). A request that is rejected (bad token, malformed
 //! spec, unknown job, an observation that cannot be fitted) writes nothing to the store.
@@ -11,7 +12,10 @@
 //! ([`crate::controller::service`]), and store calls and forecaster fits run on blocking
 //! threads.
 
+pub mod access;
+mod audit;
 pub mod client;
+mod tokens;
 pub mod wire;
 mod workers;
 
@@ -24,7 +28,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::Deserialize;
 
 use crate::controller::inputs::{Request as Change, admit};
@@ -34,6 +38,8 @@ use crate::controller::{ControllerError, inputs};
 use crate::report::{self, ReportError};
 use crate::serve;
 use crate::store::{Store, StoreError};
+use access::{Principal, forbidden};
+use audit::AuditNote;
 use tern_cloud::Budget;
 use wire::EventView;
 use wire::costs::CostQuery;
@@ -93,11 +99,29 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-async fn submit(State(state): State<ApiState>, body: String) -> Response {
+async fn submit(
+    State(state): State<ApiState>,
+    axum::Extension(who): axum::Extension<Principal>,
+    body: String,
+) -> Response {
     let spec = match tern_cloud::parse_job_spec(&body, "request body") {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
+    let note = AuditNote {
+        job: Some(spec.name.clone()),
+        team: Some(spec.team.clone()),
+    };
+    let mut answer = admit_spec(state, &who, spec).await;
+    answer.extensions_mut().insert(note);
+    answer
+}
+
+/// A parsed spec, checked against the caller's team, admitted and stored.
+async fn admit_spec(state: ApiState, who: &Principal, spec: tern_cloud::JobSpec) -> Response {
+    if !who.may_team(&spec.team) {
+        return forbidden(access::other_team(who, &spec.team));
+    }
     let now = state.clock.last();
     let store = state.store.clone();
     let admitted = blocking(move || {
@@ -120,9 +144,17 @@ async fn submit(State(state): State<ApiState>, body: String) -> Response {
     }
 }
 
-async fn list(State(state): State<ApiState>) -> Response {
+async fn list(
+    State(state): State<ApiState>,
+    axum::Extension(who): axum::Extension<Principal>,
+) -> Response {
     let view = state.shared.view();
-    let jobs: Vec<&wire::JobStatus> = view.jobs.values().map(|v| &v.status).collect();
+    let jobs: Vec<&wire::JobStatus> = view
+        .jobs
+        .values()
+        .map(|v| &v.status)
+        .filter(|s| who.team_scope().is_none_or(|t| s.team == t))
+        .collect();
     axum::Json(jobs).into_response()
 }
 
@@ -179,9 +211,20 @@ async fn cancel(State(state): State<ApiState>, Path(name): Path<String>) -> Resp
     axum::Json(body).into_response()
 }
 
-async fn events(State(state): State<ApiState>, Query(q): Query<EventQuery>) -> Response {
+async fn events(
+    State(state): State<ApiState>,
+    axum::Extension(who): axum::Extension<Principal>,
+    Query(q): Query<EventQuery>,
+) -> Response {
     let store = state.store.clone();
-    let listed = blocking(move || Ok(store.events(q.after, q.job.as_deref())?)).await;
+    let team = who.team_scope().map(str::to_string);
+    let listed = blocking(move || {
+        Ok(match team {
+            None => store.events(q.after, q.job.as_deref())?,
+            Some(t) => store.team_events(q.after, q.job.as_deref(), &t)?,
+        })
+    })
+    .await;
     match listed {
         Ok(ev) => {
             let out: Vec<EventView> = ev
@@ -204,12 +247,20 @@ async fn events(State(state): State<ApiState>, Query(q): Query<EventQuery>) -> R
 /// `GET /v1/costs`: the cost report, read from the store on a blocking thread.
 async fn costs(
     State(state): State<ApiState>,
+    axum::Extension(who): axum::Extension<Principal>,
     query: Result<Query<CostQuery>, QueryRejection>,
 ) -> Response {
-    let Query(query) = match query {
+    let Query(mut query) = match query {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
     };
+    if let Some(own) = who.team_scope() {
+        if let Some(t) = query.team.as_deref().filter(|t| *t != own) {
+            return forbidden(access::other_team(&who, t));
+        }
+        query.team = Some(own.to_string());
+    }
+    let scoped = who.team_scope().is_some();
     let store = state.store.clone();
     let budgets = state.budgets.as_ref().clone();
     let now = state.clock.last();
@@ -220,6 +271,14 @@ async fn costs(
     .await;
     match built {
         Ok(Ok(r)) => axum::Json(r).into_response(),
+        // The message lists every known job or team: not for a team token's eyes.
+        Ok(Err(ReportError::UnknownJob { name, .. })) if scoped => {
+            error(StatusCode::NOT_FOUND, format!("no job {name} in your team"))
+        }
+        Ok(Err(ReportError::UnknownTeam { name, .. })) if scoped => error(
+            StatusCode::NOT_FOUND,
+            format!("team {name} has no jobs yet"),
+        ),
         Ok(Err(e @ (ReportError::UnknownJob { .. } | ReportError::UnknownTeam { .. }))) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
@@ -255,10 +314,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/offers", get(offers))
         .route("/events", get(events))
         .route("/costs", get(costs))
-        .layer(middleware::from_fn_with_state(
-            state.token.clone(),
-            serve::auth::require_bearer,
-        ));
+        .route("/tokens", post(tokens::create).get(tokens::list))
+        .route("/tokens/{id}", delete(tokens::revoke))
+        .route("/audit", get(audit::read))
+        .layer(middleware::from_fn_with_state(state.clone(), audit::guard));
     serve::errors::json_errors(
         Router::new()
             .nest("/v1", v1)

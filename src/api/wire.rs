@@ -1,6 +1,7 @@
 //! The API's wire types: what `/v1` serves and accepts, shared by the server, the CLI, the
 //! agent and (later) the Terraform provider. Field names are a public interface.
 
+pub mod access;
 pub mod costs;
 
 use chrono::{DateTime, Utc};

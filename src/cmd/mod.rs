@@ -1,6 +1,7 @@
 //! One module per subcommand. Each exposes `Args` (or `Command`) and `run`.
 
 pub mod agent;
+pub mod audit;
 pub mod bench;
 pub mod bench_api;
 pub mod bench_closed_loop;
@@ -23,3 +24,4 @@ pub mod sim;
 pub mod simulate;
 pub mod submit;
 pub mod token;
+pub mod tokens;

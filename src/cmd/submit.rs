@@ -61,7 +61,7 @@ impl Server {
 }
 
 /// Run one API call on a small runtime; an unreachable controller gets a hint.
-fn call<T>(
+pub(super) fn call<T>(
     server: &Server,
     f: impl AsyncFnOnce(&Client) -> Result<T, ClientError>,
 ) -> anyhow::Result<T> {

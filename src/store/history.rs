@@ -62,6 +62,20 @@ impl Store {
         .collect()
     }
 
+    /// Events with id > `after` of `team`'s jobs only (a team token's view of the log).
+    pub fn team_events(&self, after: i64, job: Option<&str>, team: &str) -> Result<Vec<Event>> {
+        let all = self.events(after, job)?;
+        let mine: std::collections::BTreeSet<String> = self
+            .query("SELECT name FROM jobs WHERE team = ?1", params![team])?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<_>>()?;
+        Ok(all
+            .into_iter()
+            .filter(|e| e.job.as_ref().is_some_and(|j| mine.contains(j)))
+            .collect())
+    }
+
     /// Instances ever recorded for `intent`, ended ones included.
     pub fn instances_of_intent(&self, intent: IntentId) -> Result<u32> {
         self.count(

@@ -22,7 +22,14 @@ mod records;
 pub mod sql;
 mod workers;
 pub use workers::{Incarnation, Worker};
+mod audit;
 mod sqlite;
+mod tokens;
+pub use audit::{AuditEntry, AuditQuery};
+pub use tokens::{
+    AGENT_PREFIX, AGENT_TOKEN_TAG, NewToken, Role, TOKEN_PREFIX, TokenRecord, base64url,
+    check_scope, hash_secret,
+};
 
 use std::collections::BTreeMap;
 use std::error::Error as _;
@@ -150,6 +157,8 @@ pub struct Store {
     cluster: String,
     /// A SQLite store's file, checked by [`Store::verify`].
     file: Option<identity::FileIdentity>,
+    /// The key of derived agent tokens ([`Store::agent_token`]), written once per store.
+    agent_key: tokens::AgentKey,
 }
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -237,8 +246,10 @@ impl Store {
             backend,
             cluster: String::new(),
             file,
+            agent_key: tokens::AgentKey(String::new()),
         };
         store.cluster = store.ensure_identity()?;
+        store.agent_key = tokens::AgentKey(store.ensure_agent_key()?);
         Ok(store)
     }
 

@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_workers.sql"),
     include_str!("migrations/0008_probe.sql"),
     include_str!("migrations/0009_event_fields.sql"),
+    include_str!("migrations/postgres/0010_tokens_audit.sql"),
 ];
 
 /// Key of the advisory lock that serialises migrations when several controllers start at once.

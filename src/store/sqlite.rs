@@ -20,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_workers.sql"),
     include_str!("migrations/0008_probe.sql"),
     include_str!("migrations/0009_event_fields.sql"),
+    include_str!("migrations/0010_tokens_audit.sql"),
 ];
 
 impl rusqlite::ToSql for Value {

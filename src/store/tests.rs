@@ -33,7 +33,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     };
     {
         let store = open();
-        assert_eq!(store.schema_version().expect("version"), 9);
+        assert_eq!(store.schema_version().expect("version"), 10);
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -47,7 +47,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let store = open();
     assert_eq!(
         store.schema_version().expect("no migration applied twice"),
-        9
+        10
     );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
@@ -246,6 +246,92 @@ fn sqlite_store_survives_reopening() {
     survives_reopening_and_closes_usage_atomically(&|| Store::open(&path).expect("open"));
 }
 
+/// Tokens are kept hashed, found by their secret until revoked, agent tokens derive from the
+/// store's key and survive reopening it; the audit log filters by time and team. `open`
+/// opens the same database again each call.
+fn tokens_and_audit(open: &dyn Fn() -> Store) {
+    let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
+    let store = open();
+    let team = store
+        .create_token(Role::Team, Some("vision"), None, t0)
+        .expect("create");
+    assert!(team.secret.starts_with(TOKEN_PREFIX) && team.secret.len() == 48);
+    let agent = store
+        .create_token(Role::Agent, None, Some("bert"), t0)
+        .expect("agent");
+    assert_ne!(team.secret, agent.secret);
+    let dumped: Vec<Row> = store
+        .query("SELECT hash FROM tokens", vec![])
+        .expect("rows");
+    for r in &dumped {
+        let hash = r.text(0).expect("hash");
+        assert!(!hash.contains(&team.secret[5..]) && !hash.contains(&agent.secret[5..]));
+    }
+    let found = store.token_by_secret(&team.secret).expect("lookup");
+    assert_eq!(found.as_ref(), Some(&team.record));
+    assert_eq!(store.token_by_secret("tern_nope").expect("lookup"), None);
+    assert!(store.create_token(Role::Team, None, None, t0).is_err());
+    assert!(
+        store
+            .create_token(Role::Admin, Some("x"), None, t0)
+            .is_err()
+    );
+
+    let derived = store.agent_token("bert.large");
+    assert!(derived.starts_with(AGENT_PREFIX));
+    let store = open();
+    assert!(store.revoke_token(&team.record.id, t0).expect("revoke"));
+    assert!(!store.revoke_token("tok_none", t0).expect("revoke"));
+    assert_eq!(store.token_by_secret(&team.secret).expect("lookup"), None);
+    assert!(
+        store
+            .token_by_secret(&agent.secret)
+            .expect("lookup")
+            .is_some()
+    );
+    assert_eq!(store.agent_job(&derived).as_deref(), Some("bert.large"));
+    assert_eq!(
+        store.agent_token("bert.large"),
+        derived,
+        "stable across reopening"
+    );
+    let forged = derived.replace("bert.large.", "gpt.");
+    assert_eq!(store.agent_job(&forged), None, "the MAC binds the job");
+
+    for (i, team) in [Some("vision"), Some("nlp"), None].into_iter().enumerate() {
+        let at = t0 + TimeDelta::minutes(i as i64);
+        let e = AuditEntry {
+            id: 0,
+            at,
+            token: "admin".into(),
+            role: "admin".into(),
+            method: "DELETE".into(),
+            path: "/v1/jobs/x".into(),
+            job: Some("x".into()),
+            team: team.map(str::to_string),
+            status: 403,
+        };
+        store.add_audit(&e).expect("audit");
+    }
+    let all = store.audit(&AuditQuery::default()).expect("read");
+    assert_eq!(all.len(), 3);
+    assert_eq!((all[0].status, all[0].at), (403, t0));
+    let q = AuditQuery {
+        since: Some(t0 + TimeDelta::seconds(30)),
+        team: Some("nlp".into()),
+    };
+    let nlp = store.audit(&q).expect("read");
+    assert_eq!(nlp.len(), 1);
+    assert_eq!(nlp[0].team.as_deref(), Some("nlp"));
+}
+
+#[test]
+fn sqlite_tokens_and_audit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    tokens_and_audit(&|| Store::open(&path).expect("open"));
+}
+
 #[test]
 fn sqlite_lease_elects_one_leader() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -335,6 +421,9 @@ fn postgres_store_passes_the_same_checks() {
     let url = cluster.create_db("lifecycle").expect("db");
     survives_reopening_and_closes_usage_atomically(&|| Store::connect(&url).expect("connect"));
 
+    let url = cluster.create_db("tokens").expect("db");
+    tokens_and_audit(&|| Store::connect(&url).expect("connect"));
+
     let url = cluster.create_db("lease").expect("db");
     lease_elects_one_leader(&Store::connect(&url).expect("connect"));
 
@@ -350,7 +439,7 @@ fn postgres_store_passes_the_same_checks() {
             .collect()
     });
     for s in &stores {
-        assert_eq!(s.schema_version().expect("version"), 9);
+        assert_eq!(s.schema_version().expect("version"), 10);
     }
     // One database, one identity, however many controllers created it at once.
     assert!(
@@ -400,7 +489,7 @@ fn postgres_store_speaks_tls_and_checks_the_certificate() {
         certs.ca.display()
     ));
     let store = Store::connect(&url).expect("verify-full against the right CA");
-    assert_eq!(store.schema_version().expect("version"), 9);
+    assert_eq!(store.schema_version().expect("version"), 10);
     assert!(pg_ssl_in_use(&store), "the connection is not encrypted");
 
     for query in [

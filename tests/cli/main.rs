@@ -13,3 +13,4 @@ mod forecast_cli;
 mod readme_examples;
 mod report_browser;
 mod simulate_cli;
+mod tokens_cli;

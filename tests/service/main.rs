@@ -6,3 +6,4 @@ mod common;
 mod controller_api;
 mod controller_state;
 mod controller_tls;
+mod controller_tokens;

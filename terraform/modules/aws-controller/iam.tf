@@ -4,7 +4,8 @@
 #   list), each scoped as tightly as EC2 allows;
 # - `controller_boot`: what the instance itself needs to start tern (the token parameter,
 #   the database password, the binary), kept apart so the first stays exact.
-# The workers' role may only read the token and fetch the binary, plus `worker_policy_arns`.
+# The workers' role may only fetch the binary, plus `worker_policy_arns`: a worker's API token
+# is its job's agent token, from its own tern:agent-token tag, never the admin token.
 
 data "aws_iam_policy_document" "ec2_assume" {
   statement {
@@ -149,21 +150,6 @@ data "aws_iam_policy_document" "controller_boot" {
 }
 
 data "aws_iam_policy_document" "worker_boot" {
-  statement {
-    sid       = "ReadApiToken"
-    actions   = ["ssm:GetParameter"]
-    resources = [local.token_parameter_arn]
-  }
-
-  dynamic "statement" {
-    for_each = var.token_kms_key_arn == null ? [] : [var.token_kms_key_arn]
-    content {
-      sid       = "DecryptApiToken"
-      actions   = ["kms:Decrypt"]
-      resources = [statement.value]
-    }
-  }
-
   dynamic "statement" {
     for_each = local.binary_object_arn == null ? [] : [local.binary_object_arn]
     content {
@@ -210,7 +196,9 @@ resource "aws_iam_role" "worker" {
   tags               = var.tags
 }
 
+# Only when there is something to grant: IAM refuses a policy without statements.
 resource "aws_iam_role_policy" "worker_boot" {
+  count  = local.binary_object_arn == null ? 0 : 1
   name   = "worker-boot"
   role   = aws_iam_role.worker.id
   policy = data.aws_iam_policy_document.worker_boot.json

@@ -51,7 +51,7 @@ variable "team_budgets" {
 }
 
 variable "token_parameter_name" {
-  description = "Name of the SSM SecureString parameter holding the API bearer token. The controller and the workers read it at start through their roles; it never enters Terraform state."
+  description = "Name of the SSM SecureString parameter holding the API bearer token. The controller reads it at start through its role (workers use their job's agent token from their tags instead); it never enters Terraform state."
   type        = string
 }
 

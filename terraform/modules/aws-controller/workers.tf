@@ -30,7 +30,7 @@ resource "aws_vpc_security_group_egress_rule" "workers_out" {
   security_group_id = aws_security_group.workers.id
   cidr_ipv4         = "0.0.0.0/0"
   ip_protocol       = "-1"
-  description       = "The controller, the token parameter, data and checkpoints"
+  description       = "The controller, data and checkpoints"
 }
 
 resource "aws_launch_template" "workers" {
@@ -51,7 +51,7 @@ resource "aws_launch_template" "workers" {
     http_tokens = "required"
     # Two hops, so a training container can read the metadata too.
     http_put_response_hop_limit = 2
-    # The agent reads its job from the tern:job tag.
+    # The agent reads its job and its agent token from the tern:job and tern:agent-token tags.
     instance_metadata_tags = "enabled"
   }
 
@@ -68,8 +68,6 @@ resource "aws_launch_template" "workers" {
 
   user_data = base64encode(templatefile("${path.module}/templates/worker-user-data.sh.tftpl", {
     install_tern       = local.install_tern
-    region             = local.region
-    token_parameter    = var.token_parameter_name
     controller_url     = local.controller_url
     progress_file      = var.worker_progress_file
     checkpoint_command = local.checkpoint

@@ -5,7 +5,8 @@
 # - `controller`: everything but acting as a service account, on the project;
 # - `worker_user`: `iam.serviceAccounts.actAs`, on the workers' service account only, so the
 #   controller cannot start VMs as any other account of the project.
-# Reading the token (and the state URL, and a gs:// binary) is granted apart, per secret.
+# Reading the token (and the state URL, and a gs:// binary) is granted apart, per secret; the
+# workers never read the token: each uses its job's agent token from its VM's tern tags.
 
 resource "google_service_account" "controller" {
   project      = var.project
@@ -77,7 +78,6 @@ resource "google_service_account_iam_member" "controller_acts_as_worker" {
 resource "google_secret_manager_secret_iam_member" "token" {
   for_each = {
     controller = "serviceAccount:${google_service_account.controller.email}"
-    worker     = "serviceAccount:${google_service_account.worker.email}"
   }
   project   = var.project
   secret_id = var.token_secret_id

@@ -47,7 +47,7 @@ variable "team_budgets" {
 }
 
 variable "token_secret_id" {
-  description = "Secret Manager secret (id in `project`) holding the API bearer token. The controller and the workers read its latest version at start through their service accounts; it never enters Terraform state."
+  description = "Secret Manager secret (id in `project`) holding the API bearer token. The controller reads its latest version at start through its service account (workers use their job's agent token from their VM's tags instead); it never enters Terraform state."
   type        = string
 }
 

@@ -33,7 +33,6 @@ resource "google_compute_instance_template" "workers" {
   metadata = {
     startup-script = templatefile("${path.module}/templates/worker-startup.sh.tftpl", {
       common             = local.common_script
-      token_secret       = var.token_secret_id
       controller_url     = local.controller_url
       progress_file      = var.worker_progress_file
       checkpoint_command = local.checkpoint

@@ -39,7 +39,7 @@ fn provider_schema() -> Schema {
                 "token",
                 "\"string\"",
                 Mode::Optional,
-                "The controller's API token (default TERN_TOKEN, else the file TERN_TOKEN_FILE names). Prefer the environment: it keeps the token out of the configuration.",
+                "The controller's API token (default TERN_TOKEN, else the file TERN_TOKEN_FILE names): an admin token, or a team token for the jobs of that team. Prefer the environment: it keeps the token out of the configuration.",
             )),
             attr(
                 "ca_file",
