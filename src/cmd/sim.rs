@@ -11,7 +11,7 @@ use chrono::Utc;
 use tern::sim::{RemoteSim, server, sim_traces};
 use tern::store::{Store, StoreUrl};
 use tern_sim::cloud::SimConfig;
-use tern_sim::{FaultSchedule, SimCloud};
+use tern_sim::{FaultSchedule, SimCloud, SimQuota};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// Read the bearer token from this file (its trailing newline dropped) instead.
     #[arg(long, env = "TERN_SIM_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// An accelerator quota, enforced on launch and listed by the provider's `quotas`:
+    /// `REGION:FAMILY[:CAPACITY]=LIMIT` (e.g. `us-east-1:V100:spot=8`); repeatable.
+    #[arg(long = "quota", value_name = "QUOTA", value_parser = str::parse::<SimQuota>)]
+    quotas: Vec<SimQuota>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -113,7 +117,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let traces = sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
     super::demo::print_trace_note(&traces);
     let regions = tern::sim::regions_of(&traces.traces);
-    let sim = Arc::new(SimCloud::new(traces.traces, config));
+    let sim = args
+        .quotas
+        .into_iter()
+        .fold(SimCloud::new(traces.traces, config), SimCloud::with_quota);
+    let sim = Arc::new(sim);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

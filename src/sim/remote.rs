@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use tern_cloud::{
-    Cloud, Instance, InstanceId, Interruption, LaunchOutcome, LaunchRequest, Offer, Provider,
-    ProviderError, Region,
+    Cloud, CloudQuota, Instance, InstanceId, Interruption, LaunchOutcome, LaunchRequest, Offer,
+    Provider, ProviderError, Region,
 };
 
 use super::wire::{Wire, WireOutcome};
@@ -148,5 +148,46 @@ impl Provider for RemoteSim {
     async fn interruptions(&self) -> Result<Vec<Interruption>, ProviderError> {
         self.provider("/provider/interruptions", serde_json::json!({}))
             .await
+    }
+
+    async fn quotas(&self, region: &Region) -> Result<Vec<CloudQuota>, ProviderError> {
+        self.provider("/provider/quotas", serde_json::json!({ "region": region }))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tern_cloud::{Capacity, Region};
+    use tern_sim::cloud::SimConfig;
+    use tern_sim::{SimCloud, SimQuota, Trace};
+
+    use super::*;
+
+    /// The quotas `tern sim serve --quota` configures reach a controller across HTTP.
+    #[tokio::test]
+    async fn quotas_come_through_the_sim_server() {
+        let trace = Trace {
+            source: "us-east-1a.json".into(),
+            cloud: Cloud::Aws,
+            region: "us-east-1".into(),
+            zone: "us-east-1a".into(),
+            gap_seconds: 600,
+            available: vec![4; 4],
+            prices: None,
+            spot_price: Some(0.9),
+            on_demand_price: Some(3.06),
+        };
+        let quota = SimQuota::new("us-east-1", "V100", Some(Capacity::Spot), 2);
+        let sim = SimCloud::new(vec![trace], SimConfig::default()).with_quota(quota.clone());
+        let router = super::super::server::router(Arc::new(sim), Vec::new(), None);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let remote = RemoteSim::new(endpoint, crate::http::client().unwrap());
+        let read = remote.quotas(&Region::new("us-east-1")).await.unwrap();
+        assert_eq!(read, [quota.cloud_quota(Some(0))]);
     }
 }

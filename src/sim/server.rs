@@ -16,8 +16,8 @@ use axum::routing::{get, post};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use tern_cloud::{
-    IdempotencyKey, Instance, InstanceId, InstanceState, Interruption, InterruptionKind,
-    LaunchRequest, Offer, Provider, ProviderError, Region,
+    CloudQuota, IdempotencyKey, Instance, InstanceId, InstanceState, Interruption,
+    InterruptionKind, LaunchRequest, Offer, Provider, ProviderError, Region,
 };
 use tern_sim::SimCloud;
 
@@ -156,6 +156,13 @@ async fn interruptions(State(s): State<SimState>) -> axum::Json<Wire<Vec<Interru
     wire(out)
 }
 
+async fn quotas(
+    State(s): State<SimState>,
+    axum::Json(a): axum::Json<RegionArg>,
+) -> axum::Json<Wire<Vec<CloudQuota>>> {
+    wire(s.sim.quotas(&a.region).await)
+}
+
 async fn now(State(s): State<SimState>) -> axum::Json<DateTime<Utc>> {
     axum::Json(s.sim.now())
 }
@@ -269,6 +276,7 @@ pub fn router(sim: Arc<SimCloud>, regions: Vec<Region>, token: Option<Arc<str>>)
         .route("/provider/terminate", post(terminate))
         .route("/provider/list", post(list))
         .route("/provider/interruptions", post(interruptions))
+        .route("/provider/quotas", post(quotas))
         .route("/now", get(now))
         .route("/regions", get(zones_regions))
         .route("/report", get(report))

@@ -407,3 +407,25 @@ async fn a_quota_on_both_capacities_counts_accelerators_and_honours_min_count() 
     let read = sim.quotas(&Region::new("us-east-1")).await.unwrap();
     assert_eq!((read[0].used, read[0].limit), (Some(16), 20));
 }
+
+#[test]
+fn quotas_parse_as_the_command_line_writes_them() {
+    let q: SimQuota = "us-east-1:A100:spot=16".parse().unwrap();
+    assert_eq!(
+        q,
+        SimQuota::new("us-east-1", "A100", Some(Capacity::Spot), 16)
+    );
+    let both: SimQuota = "us-east-1:V100=8".parse().unwrap();
+    assert_eq!(both.capacity, None);
+    assert_eq!(both.name(), "sim:V100:any");
+    for bad in [
+        "us-east-1=8",
+        "us-east-1:V100",
+        "us-east-1:V100:spot=-1",
+        ":V100=1",
+        "r:f:bogus=1",
+        "r:f:spot:x=1",
+    ] {
+        assert!(bad.parse::<SimQuota>().is_err(), "{bad}");
+    }
+}

@@ -63,6 +63,30 @@ impl SimQuota {
     }
 }
 
+/// `REGION:FAMILY[:CAPACITY]=LIMIT`, as `tern sim serve --quota` takes it: `us-east-1:V100=8`
+/// (spot and on-demand together), `us-east-1:A100:spot=16`.
+impl std::str::FromStr for SimQuota {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let shape = || format!("expected REGION:FAMILY[:CAPACITY]=LIMIT, found {text:?}");
+        let (scope, limit) = text.split_once('=').ok_or_else(shape)?;
+        let limit: u32 = limit.trim().parse().map_err(|_| shape())?;
+        let mut parts = scope.split(':').map(str::trim);
+        let (Some(region), Some(family)) = (parts.next(), parts.next()) else {
+            return Err(shape());
+        };
+        let capacity = match parts.next() {
+            None | Some("any") => None,
+            Some(c) => Some(c.parse::<Capacity>()?),
+        };
+        if region.is_empty() || family.is_empty() || parts.next().is_some() {
+            return Err(shape());
+        }
+        Ok(SimQuota::new(region, family, capacity, limit))
+    }
+}
+
 impl SimCloud {
     /// Enforce `quota` from now on (several may apply to one offer; the tightest wins).
     #[must_use]
