@@ -477,3 +477,50 @@ async fn an_idle_controller_shows_its_offers_and_a_job_its_admitted_spec() {
         .expect("join")
         .expect("stop");
 }
+
+/// A launch carries its job's agent token in its tags, and the API takes that token for that
+/// job's agent routes only; the refusals are audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_carries_its_jobs_agent_token_and_only_that_job_accepts_it() {
+    use tern_cloud::Provider as _;
+    let sim = idle_sim();
+    let (c, store, running) = serve(sim.clone()).await;
+    for job in ["a", "b"] {
+        c.submit(&spec(job).replace("48h", "400h"))
+            .await
+            .expect("submit");
+    }
+    let (id, k) = started(&c, "a").await;
+    let listed = sim.list("t").await.expect("list");
+    let launched = listed.iter().find(|i| i.id.0 == id).expect("the instance");
+    let token = launched
+        .tags
+        .get(crate::store::AGENT_TOKEN_TAG)
+        .expect("tagged with its agent token")
+        .clone();
+    assert_eq!(store.agent_job(&token).as_deref(), Some("a"));
+    let http = crate::http::client().expect("http");
+    let agent = client::Client::new(c.base(), Some(token), http).expect("client");
+    let p = report(10.0, 5.0, None, (id.as_str(), k));
+    agent.progress("a", &p).await.expect("its own job");
+    assert_eq!(agent.job("a").await.expect("its status").name, "a");
+    let refused = [
+        agent.progress("b", &p).await.expect_err("another job"),
+        agent.start("b", &id).await.expect_err("another job"),
+        agent.cancel("a").await.expect_err("not an agent's call"),
+    ];
+    for e in &refused {
+        assert_eq!(e.status(), Some(403), "{e}");
+    }
+    let rows = store.audit(&Default::default()).expect("audit");
+    let of = |path: &str| rows.iter().any(|r| r.token == "agent:a" && r.path == path);
+    assert!(of("/v1/jobs/b/progress") && of("/v1/jobs/b/start") && of("/v1/jobs/a"));
+    assert!(
+        !of("/v1/jobs/a/progress"),
+        "accepted reports are not audited"
+    );
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}
