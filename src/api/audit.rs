@@ -47,6 +47,17 @@ fn audited(method: &Method, path: &str, status: StatusCode) -> bool {
     refused || (is_mutating(method) && (!progress || !status.is_success()))
 }
 
+/// Longest path an audit row keeps: a refused caller chooses the path, not its size in the log.
+const MAX_PATH: usize = 512;
+
+/// What one call leaves in the audit log.
+struct Call {
+    method: Method,
+    path: String,
+    job: Option<String>,
+    team: Option<String>,
+}
+
 /// Middleware over `/v1`: 401 for an unknown token, 403 outside the token's scope, else the
 /// route with the caller in the request's extensions; then the audit row.
 pub async fn guard(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
@@ -58,11 +69,12 @@ pub async fn guard(State(state): State<ApiState>, mut request: Request, next: Ne
     let inner = full.strip_prefix("/v1").unwrap_or(&full).to_string();
     let (need, job) = access::need(&method, &inner);
     let job = job.map(str::to_string);
-    let team = match &job {
-        Some(j) => team_of(&state, j).await,
-        None => None,
-    };
     let who = access::identify(&state, request.headers()).await;
+    // The job's team only for a caller the server knows: an unknown one costs no store read.
+    let team = match (&who, &job) {
+        (Some(_), Some(j)) => team_of(&state, j).await,
+        _ => None,
+    };
     let response = match &who {
         None => error(
             StatusCode::UNAUTHORIZED,
@@ -77,25 +89,48 @@ pub async fn guard(State(state): State<ApiState>, mut request: Request, next: Ne
         },
     };
     if audited(&method, &full, response.status()) {
-        let note = response.extensions().get::<AuditNote>().cloned();
-        let note = note.unwrap_or_default();
-        let entry = AuditEntry {
-            id: 0,
-            at: chrono::Utc::now(),
-            token: who.as_ref().map_or("unknown".into(), |p| p.id.clone()),
-            role: who.as_ref().map_or("none", |p| p.role.as_str()).into(),
-            method: method.to_string(),
+        let call = Call {
+            method,
             path: full,
-            job: note.job.or(job),
-            team: note
-                .team
-                .or(team)
-                .or_else(|| who.and_then(|p| p.team.clone())),
-            status: response.status().as_u16(),
+            job,
+            team,
         };
-        record(&state.store, entry).await;
+        record(&state.store, entry(call, who.as_ref(), &response)).await;
     }
     response
+}
+
+/// The audit row of a call: what the handler noted (a submit's job and team) over what the
+/// path said, the caller's team when neither names one.
+fn entry(call: Call, who: Option<&Principal>, response: &Response) -> AuditEntry {
+    let note = response
+        .extensions()
+        .get::<AuditNote>()
+        .cloned()
+        .unwrap_or_default();
+    let mut path = call.path;
+    if path.len() > MAX_PATH {
+        let mut cut = MAX_PATH;
+        while !path.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        path.truncate(cut);
+        path.push('…');
+    }
+    AuditEntry {
+        id: 0,
+        at: chrono::Utc::now(),
+        token: who.map_or("unknown".into(), |p| p.id.clone()),
+        role: who.map_or("none", |p| p.role.as_str()).into(),
+        method: call.method.to_string(),
+        path,
+        job: note.job.or(call.job),
+        team: note
+            .team
+            .or(call.team)
+            .or_else(|| who.and_then(|p| p.team.clone())),
+        status: response.status().as_u16(),
+    }
 }
 
 async fn record(store: &std::sync::Arc<Store>, entry: AuditEntry) {
@@ -170,5 +205,32 @@ mod tests {
         assert!(!audited(&Method::GET, "/v1/jobs/a", StatusCode::NOT_FOUND));
         assert!(audited(&Method::GET, "/v1/jobs/a", StatusCode::FORBIDDEN));
         assert!(audited(&Method::GET, "/v1/jobs", StatusCode::UNAUTHORIZED));
+    }
+
+    #[test]
+    fn a_row_keeps_a_bounded_path_and_the_handlers_note() {
+        let mut response = forbidden("no");
+        response.extensions_mut().insert(AuditNote {
+            job: Some("j".into()),
+            team: Some("nlp".into()),
+        });
+        let call = Call {
+            method: Method::POST,
+            path: format!("/v1/{}", "é".repeat(600)),
+            job: None,
+            team: None,
+        };
+        let row = entry(call, None, &response);
+        assert!(
+            row.path.len() <= MAX_PATH + '…'.len_utf8(),
+            "{}",
+            row.path.len()
+        );
+        assert_eq!((row.token.as_str(), row.role.as_str()), ("unknown", "none"));
+        assert_eq!(
+            (row.job.as_deref(), row.team.as_deref()),
+            (Some("j"), Some("nlp"))
+        );
+        assert_eq!(row.status, 403);
     }
 }
