@@ -42,6 +42,13 @@ pub struct Args {
     /// Measured passes (the figure is their mean).
     #[arg(long, default_value_t = 40)]
     pub passes: usize,
+    /// Also measure with this quota file in force (quotas, team budgets and shares; offers of
+    /// the simulated cloud are `cloud = "sim"`), beside the run without it, in one process.
+    #[arg(long, value_name = "FILE")]
+    pub quota: Option<PathBuf>,
+    /// Fairness of the run with limits (wins over the file's).
+    #[arg(long, value_name = "F", value_parser = super::number::non_negative, allow_negative_numbers = true)]
+    pub fairness: Option<f64>,
     #[arg(long)]
     pub json: bool,
 }
@@ -132,12 +139,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// A simulated cloud with ten zones (behind a [`Delayed`] wrapper) of plenty and a controller with `jobs` elastic V100 jobs of
 /// `instances / jobs` workers each, submitted but not yet placed.
 pub(crate) fn bench_fleet(size: FleetArgs) -> anyhow::Result<(Arc<SimCloud>, Delayed, Controller)> {
-    let (sim, cloud, ctl, _) = metered_fleet(size)?;
+    let (sim, cloud, ctl, _) = metered_fleet(size, Limited::default())?;
     Ok((sim, cloud, ctl))
 }
 
+/// The quota file and fairness a run is measured with (none by default).
+#[derive(Debug, Clone, Default)]
+struct Limited {
+    limits: tern::limits::Limits,
+    fairness: Option<f64>,
+}
+
 /// [`bench_fleet`], with the meter of the cloud's calls.
-fn metered_fleet(size: FleetArgs) -> anyhow::Result<(Arc<SimCloud>, Delayed, Controller, Metered)> {
+fn metered_fleet(
+    size: FleetArgs,
+    limited: Limited,
+) -> anyhow::Result<(Arc<SimCloud>, Delayed, Controller, Metered)> {
     let FleetArgs { jobs, instances } = size;
     anyhow::ensure!(
         jobs > 0 && instances >= jobs,
@@ -173,6 +190,8 @@ fn metered_fleet(size: FleetArgs) -> anyhow::Result<(Arc<SimCloud>, Delayed, Con
     let store = Arc::new(Store::in_memory()?);
     let mut config = ControllerConfig::new("tern-bench", vec![Region::new("us-west-2")]);
     config.plan.time_limit = Duration::from_secs(10);
+    config.limits = Arc::new(limited.limits);
+    config.fairness = limited.fairness;
     // No delay unless a benchmark sets one (`bench api` measures with a slow cloud).
     let cloud = Delayed::new(sim.clone(), Duration::ZERO);
     let meter = Metered {
@@ -194,7 +213,55 @@ fn metered_fleet(size: FleetArgs) -> anyhow::Result<(Arc<SimCloud>, Delayed, Con
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
-    let (sim, _, mut ctl, meter) = metered_fleet(args.fleet)?;
+    let plain = measure(&args, Limited::default()).await?;
+    let Some(path) = &args.quota else {
+        return show(&plain, None, args.json);
+    };
+    let limited = Limited {
+        limits: tern::limits::Limits::load(path)?,
+        fairness: args.fairness,
+    };
+    let with = measure(&args, limited).await?;
+    show(&plain, Some(&with), args.json)
+}
+
+/// Print the figure, and the one with limits beside it (with the ratio of their CPU).
+fn show(plain: &Figure, with: Option<&Figure>, json: bool) -> anyhow::Result<()> {
+    if json {
+        return match with {
+            None => print_json_line(plain),
+            Some(w) => print_json_line(&serde_json::json!({
+                "without_limits": plain,
+                "with_limits": w,
+                "cpu_ratio": w.cpu_ms / plain.cpu_ms.max(1e-9),
+            })),
+        };
+    }
+    for (label, f) in [("", Some(plain)), ("with the quota file: ", with)] {
+        let Some(figure) = f else { continue };
+        println!(
+            "{label}one reconcile pass over {} jobs / {} instances: {:.1} ms CPU (mean of {}; {:.1} ms of it inside the simulated cloud's calls), {:.1} ms wall (median; max {:.1}); first pass (plan + launch everything): {:.0} ms CPU",
+            figure.jobs,
+            figure.instances,
+            figure.cpu_ms,
+            figure.passes,
+            figure.cloud_cpu_ms,
+            figure.wall_ms,
+            figure.wall_ms_max,
+            figure.placement_cpu_ms
+        );
+    }
+    if let Some(w) = with {
+        println!(
+            "with / without the quota file: {:.2}× CPU per steady pass",
+            w.cpu_ms / plain.cpu_ms.max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+async fn measure(args: &Args, limited: Limited) -> anyhow::Result<Figure> {
+    let (sim, _, mut ctl, meter) = metered_fleet(args.fleet, limited)?;
     let t0 = thread_cpu_ns()?;
     ctl.pass(sim.now()).await?;
     let placement = (thread_cpu_ns()? - t0) as f64 / 1e6;
@@ -235,20 +302,5 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         placement_cpu_ms: placement,
         cloud_cpu_ms: meter.ns.load(Ordering::Relaxed) as f64 / 1e6 / passes as f64,
     };
-    if args.json {
-        print_json_line(&figure)?;
-    } else {
-        println!(
-            "one reconcile pass over {} jobs / {} instances: {:.1} ms CPU (mean of {}; {:.1} ms of it inside the simulated cloud's calls), {:.1} ms wall (median; max {:.1}); first pass (plan + launch everything): {:.0} ms CPU",
-            figure.jobs,
-            figure.instances,
-            figure.cpu_ms,
-            figure.passes,
-            figure.cloud_cpu_ms,
-            figure.wall_ms,
-            figure.wall_ms_max,
-            figure.placement_cpu_ms
-        );
-    }
-    Ok(())
+    Ok(figure)
 }

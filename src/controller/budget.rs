@@ -7,12 +7,12 @@
 //! its checkpoint when the limit itself is reached releases at once: the spend never passes a
 //! limit by more than one pass of what was running.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
 use super::events::Event;
-use super::room::{JobUse, Room};
+use super::room::{JobUse, Room, TeamUse};
 use super::{Controller, Result, decide::Decision};
 use crate::limits::Exhausted;
 use crate::store::JobState;
@@ -77,22 +77,23 @@ impl Controller {
                 .any(|e| !e.record.state.is_final() && e.record.spec.budget.total_usd.is_some())
     }
 
-    /// Bring the spend up to `now`, watch every budget, move stops along, and build the room
-    /// the pass's launches are checked against.
+    /// Bring the spend up to `now` (first in a pass: an instance that ended since the last
+    /// pass is still in the fleet, and is counted to now rather than lost).
+    pub(super) fn keep_spend(&mut self, now: DateTime<Utc>) -> Result<()> {
+        if !self.budgets_set() {
+            return Ok(());
+        }
+        if !self.spend.is_loaded() {
+            self.spend = super::spend::Spend::load(&self.store, now)?;
+        }
+        accrue(&self.fleet, &self.cloud.spot_prices, &mut self.spend, now);
+        Ok(())
+    }
+
+    /// Watch every budget, move stops along, and build the room the pass's launches are
+    /// checked against.
     pub(super) async fn watch_budgets(&mut self, now: DateTime<Utc>) -> Result<()> {
         if self.budgets_set() {
-            if !self.spend.is_loaded() {
-                self.spend = super::spend::Spend::load(&self.store, now)?;
-            }
-            let prices = &self.cloud.spot_prices;
-            let live = self.fleet.instances.values().map(|i| {
-                let price = prices
-                    .get(&i.offer.key())
-                    .copied()
-                    .unwrap_or(i.offer.price_per_hour);
-                (i.job.as_str(), price, i.launched_at)
-            });
-            self.spend.accrue(live, now);
             for w in self.watched() {
                 self.judge(w, now)?;
             }
@@ -104,15 +105,11 @@ impl Controller {
 
     /// Every budget in force: each running job's own, and each team's.
     fn watched(&self) -> Vec<Watched> {
-        let mut hourly: BTreeMap<&str, f64> = BTreeMap::new();
-        for i in self.fleet.instances.values() {
-            *hourly.entry(i.job.as_str()).or_default() += i.offer.price_per_hour;
-        }
         let mut teams: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
         let mut out = Vec::new();
         for (name, e) in &self.fleet.jobs {
             let spent = self.spend.of(name);
-            let h = hourly.get(name.as_str()).copied().unwrap_or(0.0);
+            let h = self.fleet.instances.hourly_of(name);
             let t = teams.entry(e.record.spec.team.as_str()).or_default();
             t.0 += spent;
             t.1 += h;
@@ -331,45 +328,64 @@ impl Controller {
         self.config.budget_lead.as_secs_f64() / 3600.0
     }
 
-    /// The room this pass's launches are checked against.
+    /// What `job` has spent, may spend, and is expected to spend still.
+    pub(super) fn job_use(&self, job: &str) -> Option<JobUse> {
+        let e = self.fleet.jobs.get(job)?;
+        let spent = self.spend.of(job);
+        let holds = self.fleet.instances.count_of(job) > 0;
+        let committed = match e.record.planned_cost {
+            Some(p) if holds && !e.record.state.is_final() => (p - spent).max(0.0),
+            _ => 0.0,
+        };
+        Some(JobUse {
+            team: e.record.spec.team.clone(),
+            spent,
+            total_usd: e.record.spec.budget.total_usd,
+            committed,
+        })
+    }
+
+    /// The room this pass's launches are checked against: quotas from the fleet's counts
+    /// (kept as instances come and go), teams' spend and $/h from one walk over the jobs.
     pub(super) fn build_room(&self) -> Room {
         let quotas = self.quotas_in_force();
-        let any_budget = self.budgets_set()
-            || self
-                .config
-                .limits
-                .team
-                .values()
-                .any(|t| t.per_hour_usd.is_some());
-        if quotas.is_empty() && !any_budget {
-            return Room::default();
+        let teams = &self.config.limits.team;
+        if quotas.is_empty() && teams.is_empty() {
+            let mut room = Room::default();
+            room.exhaust(&self.exhausted);
+            return room;
         }
-        let mut jobs = BTreeMap::new();
-        let mut hourly: BTreeMap<String, f64> = BTreeMap::new();
-        for (name, e) in &self.fleet.jobs {
-            let spent = self.spend.of(name);
-            let holds = self.fleet.instances.count_of(name) > 0;
-            let committed = match e.record.planned_cost {
-                Some(p) if holds && !e.record.state.is_final() => (p - spent).max(0.0),
-                _ => 0.0,
-            };
-            jobs.insert(
-                name.clone(),
-                JobUse {
-                    team: e.record.spec.team.clone(),
-                    spent,
-                    total_usd: e.record.spec.budget.total_usd,
-                    committed,
-                },
-            );
-        }
-        for i in self.fleet.instances.values() {
-            if let Some(e) = self.fleet.jobs.get(&i.job) {
-                *hourly.entry(e.record.spec.team.clone()).or_default() += i.offer.price_per_hour;
+        let mut use_of: BTreeMap<&str, TeamUse> = BTreeMap::new();
+        if !teams.is_empty() {
+            for (name, e) in &self.fleet.jobs {
+                let team = e.record.spec.team.as_str();
+                if !teams.contains_key(team) {
+                    continue;
+                }
+                let t = use_of.entry(team).or_default();
+                let spent = self.spend.of(name);
+                let hourly = self.fleet.instances.hourly_of(name);
+                t.spent += spent;
+                t.hourly += hourly;
+                if let Some(p) = e.record.planned_cost
+                    && hourly > 0.0
+                    && !e.record.state.is_final()
+                {
+                    t.committed += (p - spent).max(0.0);
+                }
             }
         }
-        let started: std::collections::HashSet<tern_cloud::IntentId> =
-            self.fleet.instances.values().map(|x| x.intent).collect();
+        let open_starts = self.fleet.intents.values().any(|i| {
+            matches!(
+                i.kind,
+                tern_cloud::IntentKind::Launch { .. } | tern_cloud::IntentKind::Migrate { .. }
+            )
+        });
+        let started: HashSet<tern_cloud::IntentId> = if open_starts {
+            self.fleet.instances.values().map(|x| x.intent).collect()
+        } else {
+            HashSet::new()
+        };
         let pending = self.fleet.intents.values().filter_map(|i| match &i.kind {
             tern_cloud::IntentKind::Launch { offers, count }
             | tern_cloud::IntentKind::Migrate {
@@ -379,13 +395,42 @@ impl Controller {
         });
         let mut room = Room::new(
             quotas,
-            self.fleet.instances.values().map(|i| &i.offer),
+            self.fleet.instances.shapes(),
             pending,
-            &self.config.limits.team,
-            jobs,
-            &hourly,
+            teams,
+            use_of,
         );
         room.exhaust(&self.exhausted);
         room
     }
+}
+
+/// Add to `spend` what every live instance cost since the last pass (or its launch, counting
+/// at least the clouds' one-minute minimum), at the price the controller last saw for its
+/// offer. A walk over the fleet: kept only while a
+/// budget is set.
+fn accrue(
+    fleet: &super::Fleet,
+    prices: &HashMap<String, f64>,
+    spend: &mut super::spend::Spend,
+    now: DateTime<Utc>,
+) {
+    let since = spend.at().unwrap_or(now);
+    let mut priced: HashMap<(&str, &str, tern_cloud::Capacity), f64, foldhash::fast::RandomState> =
+        HashMap::default();
+    for i in fleet.instances.values() {
+        let o = &i.offer;
+        let key = (o.zone.as_str(), o.instance_type.name.as_str(), o.capacity);
+        let price = *priced
+            .entry(key)
+            .or_insert_with(|| prices.get(&o.key()).copied().unwrap_or(o.price_per_hour));
+        // A new instance is billed a minute at least (the clouds' minimum).
+        let from = if i.launched_at > since {
+            i.launched_at.min(now - chrono::TimeDelta::seconds(60))
+        } else {
+            since
+        };
+        spend.add(&i.job, price, from, now);
+    }
+    spend.mark(now);
 }

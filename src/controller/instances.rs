@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Deref;
 
-use tern_cloud::InstanceId;
+use tern_cloud::{InstanceId, Offer};
 
 use crate::store::InstanceRecord;
 
@@ -20,6 +20,23 @@ pub(super) struct Instances {
     by_id: IdMap<InstanceRecord>,
     /// Job → its instances' ids, in id order. An instance's job never changes.
     by_job: HashMap<String, BTreeSet<InstanceId>>,
+    /// VMs per shape (what a quota tells apart), with one offer of it: quotas are checked on
+    /// every pass, and a walk of 100,000 records was most of one.
+    shapes: HashMap<Shape, (Offer, u32)>,
+    /// Job → $/h of its instances at their launch prices.
+    hourly: HashMap<String, f64>,
+}
+
+/// What a quota or a price tells instances apart by: cloud, region, type, capacity.
+pub(super) type Shape = (tern_cloud::Cloud, String, String, tern_cloud::Capacity);
+
+fn shape_of(o: &Offer) -> Shape {
+    (
+        o.cloud,
+        o.region.as_str().to_string(),
+        o.instance_type.name.clone(),
+        o.capacity,
+    )
 }
 
 /// Reads go straight to the map; writes go through [`Instances`], which keeps the index.
@@ -48,6 +65,11 @@ impl Instances {
             .entry(record.job.clone())
             .or_default()
             .insert(record.id.clone());
+        self.shapes
+            .entry(shape_of(&record.offer))
+            .or_insert_with(|| (record.offer.clone(), 0))
+            .1 += 1;
+        *self.hourly.entry(record.job.clone()).or_default() += record.offer.price_per_hour;
         self.by_id.insert(record.id.clone(), record);
         old
     }
@@ -58,6 +80,16 @@ impl Instances {
             ids.remove(id);
             if ids.is_empty() {
                 self.by_job.remove(&record.job);
+                self.hourly.remove(&record.job);
+            } else if let Some(h) = self.hourly.get_mut(&record.job) {
+                *h -= record.offer.price_per_hour;
+            }
+        }
+        let shape = shape_of(&record.offer);
+        if let Some((_, n)) = self.shapes.get_mut(&shape) {
+            *n -= 1;
+            if *n == 0 {
+                self.shapes.remove(&shape);
             }
         }
         Some(record)
@@ -71,6 +103,16 @@ impl Instances {
     /// How many instances `job` holds, draining or not.
     pub(super) fn count_of(&self, job: &str) -> usize {
         self.by_job.get(job).map_or(0, BTreeSet::len)
+    }
+
+    /// VMs held per shape, each with one offer of it.
+    pub(super) fn shapes(&self) -> impl Iterator<Item = (&Offer, u32)> {
+        self.shapes.values().map(|(o, n)| (o, *n))
+    }
+
+    /// $/h of `job`'s instances at their launch prices.
+    pub(super) fn hourly_of(&self, job: &str) -> f64 {
+        self.hourly.get(job).copied().unwrap_or(0.0).max(0.0)
     }
 
     /// The instances of `job`, draining or not, in id order.

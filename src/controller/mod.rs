@@ -508,6 +508,7 @@ impl Controller {
     }
 
     async fn phases(&mut self, now: DateTime<Utc>) -> Result<Requeue> {
+        self.keep_spend(now)?;
         self.take_notices(now).await?;
         if !self.sync_fleet(now).await? {
             // Acting blind is how leaks happen: nothing else until the cloud can be listed.

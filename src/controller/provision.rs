@@ -341,7 +341,8 @@ impl Controller {
             .config
             .limits
             .plan_options(self.config.plan.clone(), self.config.fairness);
-        self.room.plan_options(base, planned)
+        let planned: Vec<_> = planned.iter().filter_map(|j| self.job_use(j)).collect();
+        self.room.plan_options(base, &planned)
     }
 
     /// Whether the limits alone keep `name` unplaced: planned alone without them, it places.

@@ -95,9 +95,12 @@ impl Controller {
             } => (offers, *count),
             _ => return Ok(Some(kind)),
         };
-        match self.room.admit(job, offers, count) {
+        let Some(usage) = self.job_use(job) else {
+            return Ok(Some(kind));
+        };
+        match self.room.admit(&usage, offers, count) {
             Ok(fits) => {
-                self.room.take(job, &fits, count);
+                self.room.take(&usage.team, &fits, count);
                 Ok(Some(match kind {
                     IntentKind::Launch { count, .. } => IntentKind::Launch {
                         offers: fits,

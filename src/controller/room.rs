@@ -39,7 +39,6 @@ pub(super) struct Room {
     /// units the fleet uses of it.
     quotas: Vec<(Quota, u32)>,
     teams: BTreeMap<String, (TeamLimit, TeamUse)>,
-    jobs: BTreeMap<String, JobUse>,
     /// Teams whose budget ran out: nothing new until it is raised.
     exhausted: std::collections::BTreeSet<String>,
 }
@@ -48,20 +47,19 @@ pub(super) struct Room {
 pub(super) type Held = String;
 
 impl Room {
-    /// `held`: every live instance's offer and `pending`: launches asked for and not yet
+    /// `held`: the live instances, as (offer, VMs of its shape), and `pending`: launches asked for and not yet
     /// seen as instances (offers they may land on, VMs), both counted against the quotas.
     pub(super) fn new<'a>(
         quotas: Vec<Quota>,
-        held: impl Iterator<Item = &'a Offer>,
+        held: impl Iterator<Item = (&'a Offer, u32)>,
         pending: impl Iterator<Item = (&'a [Offer], u32)>,
         teams: &BTreeMap<String, TeamLimit>,
-        jobs: BTreeMap<String, JobUse>,
-        hourly: &BTreeMap<String, f64>,
+        mut use_of: BTreeMap<&str, TeamUse>,
     ) -> Room {
         let mut quotas: Vec<(Quota, u32)> = quotas.into_iter().map(|q| (q, 0)).collect();
-        for offer in held {
+        for (offer, vms) in held {
             for (q, used) in &mut quotas {
-                *used += q.per_node(offer).unwrap_or(0);
+                *used += q.per_node(offer).unwrap_or(0) * vms;
             }
         }
         for (offers, count) in pending {
@@ -69,26 +67,16 @@ impl Room {
                 *used += most_per_node(q, offers) * count;
             }
         }
-        let mut use_of: BTreeMap<String, TeamUse> = BTreeMap::new();
-        for j in jobs.values() {
-            let t = use_of.entry(j.team.clone()).or_default();
-            t.spent += j.spent;
-            t.committed += j.committed;
-        }
-        for (team, h) in hourly {
-            use_of.entry(team.clone()).or_default().hourly += h;
-        }
         let teams = teams
             .iter()
             .map(|(name, limit)| {
-                let used = use_of.remove(name).unwrap_or_default();
+                let used = use_of.remove(name.as_str()).unwrap_or_default();
                 (name.clone(), (limit.clone(), used))
             })
             .collect();
         Room {
             quotas,
             teams,
-            jobs,
             exhausted: Default::default(),
         }
     }
@@ -96,7 +84,7 @@ impl Room {
     /// The planner's options for placing `planned` jobs: quotas less what the fleet uses,
     /// each team's total less its spend and what its other jobs have committed, its $/h less
     /// what it runs now.
-    pub(super) fn plan_options(&self, mut options: PlanOptions, planned: &[&str]) -> PlanOptions {
+    pub(super) fn plan_options(&self, mut options: PlanOptions, planned: &[JobUse]) -> PlanOptions {
         options.quotas = self.quotas.iter().map(|(q, used)| q.less(*used)).collect();
         for (name, (limit, used)) in &self.teams {
             let Some(budget) = options.team_budgets.get_mut(name) else {
@@ -104,7 +92,6 @@ impl Room {
             };
             let mine: f64 = planned
                 .iter()
-                .filter_map(|j| self.jobs.get(*j))
                 .filter(|j| &j.team == name)
                 .map(|j| j.committed)
                 .sum();
@@ -119,28 +106,26 @@ impl Room {
         options
     }
 
-    /// The offers of `offers` that `count` more VMs of `job` may launch on, in order; the
+    /// The offers of `offers` that `count` more VMs of job `j` may launch on, in order; the
     /// limit that holds them back when none may.
     pub(super) fn admit(
         &self,
-        job: &str,
+        j: &JobUse,
         offers: &[Offer],
         count: u32,
     ) -> Result<Vec<Offer>, Held> {
-        if let Some(j) = self.jobs.get(job) {
-            if let Some(total) = j.total_usd
-                && j.spent >= total
-            {
-                return Err(format!(
-                    "its own budget is spent (${:.2} of ${total:.2})",
-                    j.spent
-                ));
-            }
-            if let Some(held) = self.team_held(&j.team) {
-                return Err(held);
-            }
+        if let Some(total) = j.total_usd
+            && j.spent >= total
+        {
+            return Err(format!(
+                "its own budget is spent (${:.2} of ${total:.2})",
+                j.spent
+            ));
         }
-        let team = self.jobs.get(job).and_then(|j| self.teams.get(&j.team));
+        if let Some(held) = self.team_held(&j.team) {
+            return Err(held);
+        }
+        let team = self.teams.get(&j.team);
         let mut first_refusal = None;
         let fits: Vec<Offer> = offers
             .iter()
@@ -212,14 +197,13 @@ impl Room {
     }
 
     /// Count a launch of `count` VMs on one of `offers` (the most it could use of each quota)
-    /// for `job`.
-    pub(super) fn take(&mut self, job: &str, offers: &[Offer], count: u32) {
+    /// for a job of `team`.
+    pub(super) fn take(&mut self, team: &str, offers: &[Offer], count: u32) {
         for (q, used) in &mut self.quotas {
             *used += most_per_node(q, offers) * count;
         }
-        let team = self.jobs.get(job).map(|j| j.team.clone());
         let most = offers.iter().map(|o| o.price_per_hour).fold(0.0, f64::max);
-        if let Some((_, used)) = team.and_then(|t| self.teams.get_mut(&t)) {
+        if let Some((_, used)) = self.teams.get_mut(team) {
             used.hourly += most * f64::from(count);
         }
     }

@@ -12,7 +12,8 @@ use crate::store::{Store, StoreError};
 /// Dollars per job, up to `at`.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Spend {
-    by_job: HashMap<String, f64>,
+    /// foldhash: every pass adds to it once per live instance.
+    by_job: HashMap<String, f64, foldhash::fast::RandomState>,
     at: Option<DateTime<Utc>>,
 }
 
@@ -25,7 +26,7 @@ impl Spend {
         } else {
             store.prices()?
         };
-        let mut by_job: HashMap<String, f64> = HashMap::new();
+        let mut by_job: HashMap<String, f64, foldhash::fast::RandomState> = HashMap::default();
         for u in &usage {
             let steps = prices.get(&u.offer_key).map_or(&[][..], |p| &p[..]);
             let billed = crate::report::bill(u, None, steps, (None, DateTime::<Utc>::MAX_UTC), now);
@@ -38,22 +39,34 @@ impl Spend {
         })
     }
 
-    /// Add what `live` (job, $/h now, launched at) cost from the last accrual (or its launch,
-    /// if later) to `now`.
-    pub(super) fn accrue<'a>(
+    /// Add what one instance of `job` at `per_hour` cost from `from` to `now`.
+    pub(super) fn add(
         &mut self,
-        live: impl Iterator<Item = (&'a str, f64, DateTime<Utc>)>,
+        job: &str,
+        per_hour: f64,
+        from: DateTime<Utc>,
         now: DateTime<Utc>,
     ) {
-        let since = self.at.unwrap_or(now);
-        for (job, per_hour, launched) in live {
-            let from = since.max(launched);
-            if now > from {
-                let hours = (now - from).num_milliseconds() as f64 / 3_600_000.0;
-                *self.by_job.entry(job.to_string()).or_default() += per_hour * hours;
+        if now <= from {
+            return;
+        }
+        let hours = (now - from).num_milliseconds() as f64 / 3_600_000.0;
+        match self.by_job.get_mut(job) {
+            Some(d) => *d += per_hour * hours,
+            None => {
+                self.by_job.insert(job.to_string(), per_hour * hours);
             }
         }
+    }
+
+    /// The spend is now up to `now`.
+    pub(super) fn mark(&mut self, now: DateTime<Utc>) {
         self.at = Some(now);
+    }
+
+    /// Up to when the spend is counted.
+    pub(super) fn at(&self) -> Option<DateTime<Utc>> {
+        self.at
     }
 
     /// Dollars `job` has spent (0 for a job that never ran).
@@ -71,7 +84,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accrual_counts_each_instance_from_its_launch_or_the_last_pass() {
+    fn spend_counts_each_instance_from_its_launch_or_the_last_pass() {
         let t0 = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
             .unwrap()
             .with_timezone(&Utc);
@@ -80,14 +93,19 @@ mod tests {
             at: Some(t0),
             ..Spend::default()
         };
-        s.accrue([("a", 2.0, t0), ("b", 4.0, h(1))].into_iter(), h(2));
+        let since = s.at().expect("loaded");
+        s.add("a", 2.0, since.max(t0), h(2));
+        s.add("b", 4.0, since.max(h(1)), h(2));
+        s.mark(h(2));
         assert!((s.of("a") - 4.0).abs() < 1e-9);
         assert!((s.of("b") - 4.0).abs() < 1e-9, "b runs from its launch");
-        s.accrue([("a", 3.0, t0)].into_iter(), h(3));
+        s.add("a", 3.0, s.at().expect("marked").max(t0), h(3));
         assert!(
             (s.of("a") - 7.0).abs() < 1e-9,
             "the price now holds from the last pass"
         );
+        s.add("a", 3.0, h(4), h(3));
+        assert!((s.of("a") - 7.0).abs() < 1e-9, "nothing before it started");
         assert_eq!(s.of("c"), 0.0);
     }
 }
