@@ -15,11 +15,11 @@
 pub mod access;
 mod audit;
 pub mod client;
+mod quotas;
 mod tokens;
 pub mod wire;
 mod workers;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -40,7 +40,6 @@ use crate::serve;
 use crate::store::{Store, StoreError};
 use access::{Principal, forbidden};
 use audit::AuditNote;
-use tern_cloud::Budget;
 use wire::EventView;
 use wire::costs::CostQuery;
 
@@ -52,8 +51,6 @@ pub struct ApiState {
     pub token: Arc<str>,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
-    /// Team budgets for cost reports (`tern controller --quota`).
-    pub budgets: Arc<BTreeMap<String, Budget>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -262,7 +259,7 @@ async fn costs(
     }
     let scoped = who.team_scope().is_some();
     let store = state.store.clone();
-    let budgets = state.budgets.as_ref().clone();
+    let budgets = state.shared.limits().budgets();
     let now = state.clock.last();
     let built = tokio::task::spawn_blocking(move || {
         let ledger = report::Ledger::load(&store, budgets)?;
@@ -317,6 +314,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/tokens", post(tokens::create).get(tokens::list))
         .route("/tokens/{id}", delete(tokens::revoke))
         .route("/audit", get(audit::read))
+        .route("/quotas", get(quotas::read).put(quotas::replace))
         .layer(middleware::from_fn_with_state(state.clone(), audit::guard));
     serve::errors::json_errors(
         Router::new()

@@ -126,7 +126,6 @@ async fn serve(
         token: "t0k".into(),
         metrics,
         clock: Arc::new(Fixed),
-        budgets: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -290,7 +289,6 @@ async fn idle_server(token: &str) -> String {
         token: token.into(),
         metrics: Arc::new(Metrics::new()),
         clock: Arc::new(Fixed),
-        budgets: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -412,7 +410,6 @@ async fn the_library_client_speaks_tls_to_a_trusted_ca_only() {
         token: "t0k".into(),
         metrics: Arc::new(Metrics::new()),
         clock: Arc::new(Fixed),
-        budgets: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -519,6 +516,42 @@ async fn a_launch_carries_its_jobs_agent_token_and_only_that_job_accepts_it() {
         !of("/v1/jobs/a/progress"),
         "accepted reports are not audited"
     );
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}
+
+/// `PUT /v1/quotas`: a file that does not check is refused with its line and field and
+/// changes nothing; one that checks is in force at once (`GET /v1/quotas`) and reaches the
+/// controller, whose plans it limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_file_replaces_the_one_in_force_only_when_it_checks() {
+    let (c, _store, running) = serve(idle_sim()).await;
+    let http = crate::http::client().expect("http");
+    let url = format!("{}/v1/quotas", c.base());
+    let put = |body: &'static str| http.put(&url).bearer_auth("t0k").body(body).send();
+    let bad = put("[team.nlp]\ntotal_usd = 10\non_exhausted = \"pause\"\n")
+        .await
+        .expect("send");
+    assert_eq!(bad.status().as_u16(), 400);
+    let why = bad.text().await.expect("body");
+    assert!(why.contains("request body:3: on_exhausted"), "{why}");
+    let good = "fairness = 0.5\n[team.nlp]\ntotal_usd = 10\non_exhausted = \"drain\"\n";
+    let ok = put(good).await.expect("send");
+    assert_eq!(ok.status().as_u16(), 200);
+    let now: crate::limits::Limits = http
+        .get(&url)
+        .bearer_auth("t0k")
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(now, crate::limits::Limits::parse(good, "x").expect("parse"));
+    let anonymous = http.put(&url).body(good).send().await.expect("send");
+    assert_eq!(anonymous.status().as_u16(), 401);
     tokio::task::spawn_blocking(move || running.stop())
         .await
         .expect("join")

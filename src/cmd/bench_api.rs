@@ -184,7 +184,6 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         token: token.clone().into(),
         metrics: metrics.clone(),
         clock,
-        budgets: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);

@@ -366,7 +366,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .get()?
         .context("the API needs a bearer token: --token, --token-file or TERN_TOKEN")?;
     let (tls, limits) = checked(&args)?;
-    let budgets = limits.budgets();
     let holder = args.id.clone().unwrap_or_else(default_holder);
     let Some(Led {
         store,
@@ -410,7 +409,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         token: token.into(),
         metrics,
         clock,
-        budgets: Arc::new(budgets),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

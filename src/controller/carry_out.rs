@@ -33,6 +33,7 @@ impl Controller {
         decision: Decision,
         now: DateTime<Utc>,
     ) -> Result<Option<Decision>> {
+        let decision = self.within_limits(name, decision);
         match decision {
             Decision::Nothing => Ok(None),
             Decision::Wait(reason) => self.wait(name, reason, now).map(|()| None),
@@ -81,6 +82,26 @@ impl Controller {
                     .await?;
                 Ok(Some(*then))
             }
+        }
+    }
+
+    /// A replacement or a move the limits hold back becomes a wait that says which limit, so
+    /// no `replace` or `migrate` event claims what will not happen. (Every launch is checked
+    /// again, and counted, where its intent is written: [`Controller::admit`].)
+    fn within_limits(&self, name: &str, decision: Decision) -> Decision {
+        let (offers, count) = match &decision {
+            Decision::Replace {
+                offers, missing, ..
+            } => (offers, *missing),
+            Decision::Move { step, to, .. } => (to, step.movers.len() as u32),
+            _ => return decision,
+        };
+        let Some(usage) = self.job_use(name) else {
+            return decision;
+        };
+        match self.room.admit(&usage, offers, count) {
+            Ok(_) => decision,
+            Err(limit) => Decision::Wait(super::events::WaitReason::Limit { limit }),
         }
     }
 

@@ -255,3 +255,143 @@ async fn the_controller_places_as_tern_plan_does() {
         .count() as u32;
     assert!(spot <= 5, "{spot} spot V100s under a quota of 5");
 }
+
+/// The simulated cloud with a V100 quota of `limit` (any capacity) in us-west-2.
+fn sim_with_quota(limit: u32) -> Arc<tern_sim::SimCloud> {
+    let zones = vec![
+        tern_sim::testkit::trace("us-west-2a", vec![8; 80]),
+        tern_sim::testkit::trace("us-west-2b", vec![8; 80]),
+    ];
+    let config = tern_sim::cloud::SimConfig {
+        start: super::tests::start(),
+        boot: Duration::from_secs(60),
+        ..tern_sim::cloud::SimConfig::default()
+    };
+    let quota = tern_sim::SimQuota::new("us-west-2", "V100", None, limit);
+    Arc::new(tern_sim::SimCloud::new(zones, config).with_quota(quota))
+}
+
+/// The cloud, with its quota listing hidden: what a provider that cannot read quotas (or an
+/// account whose listing is wrong) looks like.
+struct Unlisted(Arc<tern_sim::SimCloud>);
+
+#[async_trait::async_trait]
+impl Provider for Unlisted {
+    fn cloud(&self) -> tern_cloud::Cloud {
+        self.0.cloud()
+    }
+    async fn offers(&self, region: &Region) -> std::result::Result<Vec<Offer>, ProviderError> {
+        self.0.offers(region).await
+    }
+    async fn launch(
+        &self,
+        request: &tern_cloud::LaunchRequest,
+    ) -> std::result::Result<tern_cloud::LaunchOutcome, ProviderError> {
+        self.0.launch(request).await
+    }
+    async fn terminate(&self, id: &InstanceId) -> std::result::Result<(), ProviderError> {
+        self.0.terminate(id).await
+    }
+    async fn list(
+        &self,
+        owner: &str,
+    ) -> std::result::Result<Vec<tern_cloud::Instance>, ProviderError> {
+        self.0.list(owner).await
+    }
+    async fn interruptions(
+        &self,
+    ) -> std::result::Result<Vec<tern_cloud::Interruption>, ProviderError> {
+        self.0.interruptions().await
+    }
+}
+
+fn fixed_job(name: &str, workers: u32) -> JobSpec {
+    spec(name)
+        .workers(&workers.to_string())
+        .deadline(None)
+        .build()
+}
+
+/// The reasons of the job's `wait` events.
+fn waits(ctl: &Controller, job: &str) -> Vec<String> {
+    ctl.typed_events(Some(job))
+        .expect("events")
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Waiting { reason, .. } => Some(reason.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// No quota file: the quota the cloud lists is read at the first pass and planned within, so
+/// the cloud never has to refuse a launch.
+#[tokio::test]
+async fn a_quota_the_cloud_lists_is_planned_within() {
+    let sim = sim_with_quota(2);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let config = ControllerConfig::new("test-owner", vec![Region::new("us-west-2")]);
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    ctl.submit(fixed_job("small", 2), sim.now())
+        .expect("submit");
+    ctl.submit(fixed_job("big", 4), sim.now()).expect("submit");
+    let mut world = SimWorld::new(sim.clone(), ctl, TICK);
+    for _ in 0..10 {
+        world.round(|_, _| false).await.expect("pass");
+        assert!(world.ctl.instances().count() <= 2);
+    }
+    let ctl = &world.ctl;
+    assert_eq!(
+        ctl.instances().count(),
+        2,
+        "the small job runs on what the quota allows"
+    );
+    assert!(ctl.instances().all(|i| i.job == "small"));
+    let why = waits(ctl, "big");
+    assert!(
+        why.iter()
+            .any(|w| w.contains("held back by a limit") && w.contains("quota")),
+        "{why:?}"
+    );
+    assert_eq!(ctl.stats().cloud_errors.get("quota"), None, "never refused");
+}
+
+/// The listing is hidden: the first launch is cut short by the cloud's quota, the limit its
+/// error names is kept, and no later launch asks past it.
+#[tokio::test]
+async fn a_quota_the_cloud_refuses_with_is_kept_and_planned_within() {
+    let sim = sim_with_quota(1);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let config = ControllerConfig::new("test-owner", vec![Region::new("us-west-2")]);
+    let provider = Arc::new(Unlisted(sim.clone()));
+    let mut ctl = Controller::open(store, provider, config).expect("open");
+    ctl.submit(fixed_job("pair", 2), sim.now()).expect("submit");
+    let mut world = SimWorld::new(sim.clone(), ctl, TICK);
+    let refusals = |ctl: &Controller| ctl.stats().cloud_errors.get("quota").copied();
+    let mut first = None;
+    for _ in 0..12 {
+        world.round(|_, _| false).await.expect("pass");
+        first = first.or(refusals(&world.ctl));
+    }
+    let ctl = &world.ctl;
+    assert!(first.is_some(), "the cloud refused the first launch");
+    assert_eq!(refusals(ctl), first, "and nothing after it");
+    let replaced = ctl
+        .typed_events(Some("pair"))
+        .expect("events")
+        .into_iter()
+        .filter(|e| matches!(e, Event::Replacing { .. }))
+        .count();
+    assert_eq!(
+        replaced, 0,
+        "no replacement is announced that the quota holds back"
+    );
+    assert_eq!(ctl.instances().count(), 1);
+    let why = waits(ctl, "pair");
+    assert!(why.iter().any(|w| w.contains("quota")), "{why:?}");
+    let kept: Vec<_> = ctl.quotas_in_force();
+    assert!(
+        kept.iter().any(|q| q.limit == 1 && q.family == "V100"),
+        "{kept:?}"
+    );
+}

@@ -4,7 +4,7 @@
 //! every launch's check ([`super::room`]).
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{IntentKind, Offer, ProviderError};
+use tern_cloud::{IntentKind, Offer, ProviderError, QuotaScope};
 
 use super::events::WaitReason;
 use tern_plan::{Quota, QuotaUnit};
@@ -32,25 +32,29 @@ impl Controller {
         err: &ProviderError,
         now: DateTime<Utc>,
     ) {
-        let Some(family) = offer.accelerator().map(|a| a.family()) else {
-            return;
+        let quota = match tern_cloud::quota_named(err, offer) {
+            Some(named) => planner_quota(&named),
+            None => {
+                let Some(family) = offer.accelerator().map(|a| a.family()) else {
+                    return;
+                };
+                let scope = Quota {
+                    cloud: offer.cloud,
+                    region: Some(offer.region.as_str().to_string()),
+                    family,
+                    capacity: Some(offer.capacity),
+                    limit: 0,
+                    unit: QuotaUnit::Accelerators,
+                };
+                let limit = self
+                    .fleet
+                    .instances
+                    .shapes()
+                    .map(|(o, n)| scope.per_node(o).unwrap_or(0) * n)
+                    .sum();
+                Quota { limit, ..scope }
+            }
         };
-        let scope = Quota {
-            cloud: offer.cloud,
-            region: Some(offer.region.as_str().to_string()),
-            family,
-            capacity: Some(offer.capacity),
-            limit: 0,
-            unit: QuotaUnit::Accelerators,
-        };
-        let limit = named_limit(err).unwrap_or_else(|| {
-            self.fleet
-                .instances
-                .values()
-                .filter_map(|i| scope.per_node(&i.offer))
-                .sum()
-        });
-        let quota = Quota { limit, ..scope };
         let until = now + delta(self.config.quota_memory);
         self.cloud
             .refused_quotas
@@ -60,13 +64,13 @@ impl Controller {
             region = quota.region.as_deref().unwrap_or("*"),
             family = %quota.family,
             limit = quota.limit,
-            "the cloud refused a launch for quota; planning within {} accelerators until {until}",
-            quota.limit
+            "the cloud refused a launch for quota; planning within it until {until}"
         );
         self.cloud.refused_quotas.push((quota, until));
     }
 
-    /// Drop refusals past their time; read the cloud's listing when it is due.
+    /// Drop refusals past their time; read the cloud's listing when it is due (at the first
+    /// pass, then hourly). A region whose read fails keeps what was read before.
     pub(super) async fn read_quotas(&mut self, now: DateTime<Utc>) {
         self.cloud.refused_quotas.retain(|(_, until)| *until > now);
         if self
@@ -77,7 +81,34 @@ impl Controller {
             return;
         }
         self.cloud.quotas_read_at = Some(now);
-        let _ = delta;
+        for region in self.config.regions.clone() {
+            match self.provider.quotas(&region).await {
+                Ok(listed) => {
+                    let ours = |q: &tern_cloud::CloudQuota| -> u32 {
+                        self.fleet
+                            .instances
+                            .shapes()
+                            .map(|(o, n)| q.units(o) * n)
+                            .sum()
+                    };
+                    let quotas = listed
+                        .iter()
+                        .map(|q| {
+                            // What others use of it leaves this controller less.
+                            let mut mine = planner_quota(q);
+                            if let Some(used) = q.used {
+                                mine.limit = (q.limit + ours(q)).saturating_sub(used);
+                            }
+                            mine
+                        })
+                        .collect();
+                    self.cloud
+                        .listed_quotas
+                        .insert(region.as_str().to_string(), quotas);
+                }
+                Err(e) => self.cloud_error(&e),
+            }
+        }
     }
 
     /// Check a launch or a move against the room: the offers it may use, or `None` (the job
@@ -122,42 +153,19 @@ impl Controller {
     }
 }
 
-/// The limit a quota error states in accelerators, when its message gives one
-/// (GCP: "Quota 'NVIDIA_T4_GPUS' exceeded.  Limit: 4.0 in region us-central1.").
-pub(super) fn named_limit(err: &ProviderError) -> Option<u32> {
-    let ProviderError::Quota { message, .. } = err else {
-        return None;
+/// A quota the cloud states, as the planner counts it.
+pub(super) fn planner_quota(q: &tern_cloud::CloudQuota) -> Quota {
+    let (family, unit) = match &q.scope {
+        QuotaScope::Accelerators { family } => (family.clone(), QuotaUnit::Accelerators),
+        QuotaScope::Model { name } => (name.clone(), QuotaUnit::Model),
+        QuotaScope::Vcpus { classes } => (classes.join(","), QuotaUnit::Vcpus),
     };
-    if !message.contains("GPUS") {
-        // AWS states vCPUs, not accelerators: the fleet's use stands in.
-        return None;
-    }
-    let after = message.split("Limit:").nth(1)?.trim_start();
-    let number: String = after
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let value: f64 = number.trim_end_matches('.').parse().ok()?;
-    (value.is_finite() && value >= 0.0).then_some(value as u32)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_gcp_quota_error_names_its_limit() {
-        let err = ProviderError::Quota {
-            code: "QUOTA_EXCEEDED".into(),
-            message: "Quota 'NVIDIA_T4_GPUS' exceeded.  Limit: 4.0 in region us-central1.".into(),
-        };
-        assert_eq!(named_limit(&err), Some(4));
-        let aws = ProviderError::Quota {
-            code: "VcpuLimitExceeded".into(),
-            message:
-                "You have requested more vCPU capacity than your current vCPU limit of 32 allows"
-                    .into(),
-        };
-        assert_eq!(named_limit(&aws), None);
+    Quota {
+        cloud: q.cloud,
+        region: Some(q.region.as_str().to_string()),
+        family,
+        capacity: q.capacity,
+        limit: q.limit,
+        unit,
     }
 }

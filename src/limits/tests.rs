@@ -94,7 +94,11 @@ fn quotas_count_accelerators_or_the_vcpus_of_instance_classes() {
         .cloud(Cloud::Gcp)
         .build();
     assert_eq!(gpus.per_node(&gcp), None, "another cloud");
-    assert!(limits.check_against(std::slice::from_ref(&a100), "q.toml").is_ok());
+    assert!(
+        limits
+            .check_against(std::slice::from_ref(&a100), "q.toml")
+            .is_ok()
+    );
     let e = limits
         .check_against(&[g5], "q.toml")
         .unwrap_err()

@@ -4,6 +4,7 @@
 mod common;
 
 mod controller_api;
+mod controller_quotas;
 mod controller_state;
 mod controller_tls;
 mod controller_tokens;

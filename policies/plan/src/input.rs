@@ -74,6 +74,9 @@ pub enum QuotaUnit {
     #[default]
     Accelerators,
     Vcpus,
+    /// Accelerators of exactly the model `family` names (GCP counts `A100-80GB` apart from
+    /// `A100`).
+    Model,
 }
 
 impl Quota {
@@ -93,6 +96,12 @@ impl Quota {
             QuotaUnit::Accelerators => {
                 let a = offer.accelerator()?;
                 a.family()
+                    .eq_ignore_ascii_case(&self.family)
+                    .then(|| offer.accelerator_units())
+            }
+            QuotaUnit::Model => {
+                let a = offer.accelerator()?;
+                a.name
                     .eq_ignore_ascii_case(&self.family)
                     .then(|| offer.accelerator_units())
             }

@@ -94,6 +94,7 @@ fn quota_label(q: &Quota) -> String {
         match q.unit {
             crate::input::QuotaUnit::Accelerators => "accelerators",
             crate::input::QuotaUnit::Vcpus => "vCPUs",
+            crate::input::QuotaUnit::Model => "accelerators of that model",
         }
     )
 }

@@ -1,0 +1,84 @@
+//! The quota file of a running `tern controller` is read again on SIGHUP: a file that does
+//! not check leaves the one in force (the log says where it is wrong), one that checks is in
+//! force at once (`GET /v1/quotas`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::common::{controller_command, free_port, wait_for};
+
+const TOKEN: &str = "s3cret-quota-token";
+
+fn get_quotas(addr: &str) -> serde_json::Value {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(
+        s,
+        "GET /v1/quotas HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("http response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    serde_json::from_str(body).expect("json")
+}
+
+fn hangup(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+#[test]
+fn sighup_reloads_the_quota_file_and_a_bad_one_keeps_the_old() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("quota.toml");
+    std::fs::write(&file, "[team.nlp]\ntotal_usd = 10\n").expect("write");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = controller_command(&dir.path().join("state.db"), TOKEN)
+        .args(["--provider", "sim", "--speed", "600", "--listen", &addr])
+        .arg("--quota")
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn controller");
+    wait_for(&addr);
+    assert_eq!(get_quotas(&addr)["team"]["nlp"]["total_usd"], 10.0);
+
+    std::fs::write(&file, "[team.nlp]\ntotal_usd = -5\n").expect("write");
+    hangup(child.id());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        get_quotas(&addr)["team"]["nlp"]["total_usd"],
+        10.0,
+        "the bad file is not used"
+    );
+
+    std::fs::write(
+        &file,
+        "fairness = 2\n[team.nlp]\ntotal_usd = 25\non_exhausted = \"drain\"\n",
+    )
+    .expect("write");
+    hangup(child.id());
+    let until = Instant::now() + Duration::from_secs(10);
+    let now = loop {
+        let q = get_quotas(&addr);
+        if q["team"]["nlp"]["total_usd"] == 25.0 || Instant::now() > until {
+            break q;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(now["team"]["nlp"]["total_usd"], 25.0);
+    assert_eq!(now["team"]["nlp"]["on_exhausted"], "drain");
+    assert_eq!(now["fairness"], 2.0);
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("team.nlp.total_usd") && log.contains("the quota file in force stays"),
+        "{log}"
+    );
+}
