@@ -323,6 +323,37 @@ impl Controller {
         );
     }
 
+    /// End `name` over its own budget now (it holds nothing: a job being placed).
+    pub(super) fn end_over_budget(
+        &mut self,
+        name: &str,
+        reason: String,
+        limit: f64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let spent = self.spend.of(name);
+        self.emit(
+            now,
+            Event::OverBudget {
+                job: name.to_string(),
+                scope: "job".into(),
+                name: name.to_string(),
+                spent,
+                limit,
+                then: "end over-budget".into(),
+            },
+        )?;
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        e.record.state = JobState::OverBudget;
+        e.record.reason = Some(reason);
+        e.record.finished_at = Some(now);
+        e.stopping = None;
+        self.store.update_job(&e.record, now)?;
+        Ok(())
+    }
+
     /// Hours a drain is given before the limit: the configured lead.
     fn budget_lead_h(&self) -> f64 {
         self.config.budget_lead.as_secs_f64() / 3600.0

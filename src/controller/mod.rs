@@ -575,6 +575,8 @@ pub(crate) fn fmt_workers(spec: &JobSpec) -> String {
 }
 
 #[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
 mod flapping_tests;
 #[cfg(test)]
 mod limits_tests;

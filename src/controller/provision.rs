@@ -322,6 +322,9 @@ impl Controller {
             {
                 jp = best;
             }
+            if !jp.placed && self.short_of_own_budget(&jp.job, offers, now).await? {
+                continue;
+            }
             if !jp.placed && self.held_by_limits(&jp.job, offers, now).await {
                 let limit = jp.reason.clone().unwrap_or_else(|| "the limits".into());
                 self.wait(&jp.job, WaitReason::Limit { limit }, now)?;
@@ -362,6 +365,47 @@ impl Controller {
         solve_alone(job, offers, free)
             .await
             .is_some_and(|j| j.placed)
+    }
+
+    /// A job that has run and that the rest of its own budget cannot finish (its plan without
+    /// that budget costs more than is left) ends `over-budget` with the figures. Whether it
+    /// did.
+    async fn short_of_own_budget(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let spent = self.spend.of(name);
+        let Some(total) = self.job(name).and_then(|r| r.spec.budget.total_usd) else {
+            return Ok(false);
+        };
+        let Some(mut job) = self.plan_job(name, now).filter(|_| spent > 0.0) else {
+            return Ok(false);
+        };
+        job.budget.total_usd = None;
+        let offers = self.allowed_offers(name, offers).into_owned();
+        let free = PlanOptions {
+            quotas: Vec::new(),
+            team_budgets: Default::default(),
+            ..self.config.plan.clone()
+        };
+        let Some(rest) = solve_alone(job, offers, free)
+            .await
+            .filter(|j| j.placed)
+            .and_then(|j| j.choice)
+            .map(|c| c.expected_cost)
+        else {
+            return Ok(false);
+        };
+        if spent + rest <= total {
+            return Ok(false);
+        }
+        let reason = format!(
+            "over budget: job {name} spent ${spent:.2} of its ${total:.2}, and the rest of its work is expected to cost ${rest:.2}"
+        );
+        self.end_over_budget(name, reason, total, now)?;
+        Ok(true)
     }
 
     /// A job planned on its hint whose deadline no plan meets at the hint's pessimistic

@@ -1,0 +1,150 @@
+//! Budgets at run time on the simulated cloud with simulated workers: the warning at 80 %, a
+//! job over its own budget checkpointing and ending `over-budget`, and a team's budget
+//! running out under `hold` (its jobs wait, and run again once a reload raises it) and under
+//! `drain` (they end `over-budget`).
+
+use tern_cloud::testkit::spec;
+
+use super::tests::sim;
+use super::world::SimWorld;
+use super::*;
+use crate::limits::Limits;
+use crate::store::JobState;
+
+const TICK: Duration = Duration::from_secs(60);
+
+/// A quarter of the forecast speed: every job here costs four times its plan.
+#[derive(Debug)]
+struct Slow;
+
+impl tern_plan::ThroughputModel for Slow {
+    fn throughput(&self, _: &str, per_node: u32, nodes: u32) -> Option<tern_plan::Throughput> {
+        let speed = 80.0 * f64::from(per_node * nodes);
+        Some(tern_plan::Throughput {
+            expected: speed,
+            pessimistic: speed,
+            prior: false,
+        })
+    }
+}
+
+fn world(limits: &str, jobs: &[JobSpec]) -> SimWorld {
+    let sim = sim(vec![
+        tern_sim::testkit::trace("us-west-2a", vec![8; 600]),
+        tern_sim::testkit::trace("us-west-2b", vec![8; 600]),
+    ]);
+    let config = ControllerConfig {
+        limits: Arc::new(Limits::parse(limits, "q.toml").expect("file")),
+        ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
+    };
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let mut workers = super::workload::Workload::watching(sim.clone());
+    for j in jobs {
+        ctl.submit(j.clone(), sim.now()).expect("submit");
+        workers = workers.with_truth(&j.name, Arc::new(Slow));
+    }
+    SimWorld::new(sim, ctl, TICK).with_workers(Some(workers))
+}
+
+/// A job of team `team` forecast at 2 h on one V100 (about $2), no deadline; it runs at a
+/// quarter of that speed.
+fn long_job(name: &str, team: &str) -> tern_cloud::testkit::SpecBuilder {
+    spec(name).team(team).deadline(None).samples(2_300_000)
+}
+
+fn kinds(ctl: &Controller, job: &str) -> Vec<&'static str> {
+    ctl.typed_events(Some(job))
+        .expect("events")
+        .iter()
+        .map(Event::kind)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_job_over_its_own_budget_checkpoints_and_ends_over_budget() {
+    let job = long_job("capped", "t")
+        .section("[budget]\ntotal_usd = 3")
+        .build();
+    let mut w = world("", &[job]);
+    w.run(600, |ctl, _| {
+        ctl.job("capped").is_some_and(|j| j.state.is_final()) && ctl.instances().next().is_none()
+    })
+    .await
+    .expect("run");
+    let ctl = &w.ctl;
+    let j = ctl.job("capped").expect("job");
+    assert_eq!(j.state, JobState::OverBudget, "{:?}", j.reason);
+    let reason = j.reason.clone().unwrap_or_default();
+    assert!(reason.contains("of its $3.00"), "{reason}");
+    assert!(
+        j.checkpoint_samples > 0.0,
+        "it checkpointed before it stopped"
+    );
+    let seen = kinds(ctl, "capped");
+    let warned = seen
+        .iter()
+        .position(|k| *k == "budget-warning")
+        .expect("warned");
+    let over = seen
+        .iter()
+        .position(|k| *k == "over-budget")
+        .expect("stopped");
+    assert!(warned < over, "{seen:?}");
+    assert!(
+        ctl.spend.of("capped") <= 3.0 + 0.03,
+        "{}",
+        ctl.spend.of("capped")
+    );
+}
+
+#[tokio::test]
+async fn a_team_on_hold_waits_for_budget_and_runs_again_when_a_reload_raises_it() {
+    let jobs = [long_job("h1", "nlp").build(), long_job("h2", "nlp").build()];
+    let mut w = world("[team.nlp]\ntotal_usd = 6\n", &jobs);
+    w.run(600, |ctl, _| {
+        ctl.instances().next().is_none()
+            && ctl
+                .jobs()
+                .all(|j| j.target_offer.is_none() || j.state.is_final())
+    })
+    .await
+    .expect("run");
+    for j in ["h1", "h2"] {
+        let record = w.ctl.job(j).expect("job");
+        assert!(!record.state.is_final(), "{j} is held, not ended");
+        assert!(kinds(&w.ctl, j).contains(&"over-budget"), "{j}");
+    }
+    let spent: f64 = ["h1", "h2"].iter().map(|j| w.ctl.spend.of(j)).sum();
+    assert!(spent <= 6.0 + 0.06, "the team spent ${spent:.2} of $6");
+    // Held: a few more passes launch nothing.
+    w.run(10, |_, _| false).await.expect("run");
+    assert_eq!(w.ctl.instances().count(), 0);
+    // The budget is raised: the jobs run again.
+    let raised = Limits::parse("[team.nlp]\ntotal_usd = 30\n", "q.toml").expect("file");
+    w.ctl.set_limits(Arc::new(raised));
+    w.run(20, |ctl, _| ctl.instances().count() >= 2)
+        .await
+        .expect("run");
+    assert!(w.ctl.instances().count() >= 2, "they run again");
+}
+
+#[tokio::test]
+async fn a_team_that_drains_ends_its_jobs_over_budget() {
+    let jobs = [long_job("d1", "cv").build(), long_job("d2", "cv").build()];
+    let mut w = world(
+        "[team.cv]\ntotal_usd = 6\non_exhausted = \"drain\"\n",
+        &jobs,
+    );
+    w.run(600, |ctl, _| {
+        ctl.jobs().all(|j| j.state.is_final()) && ctl.instances().next().is_none()
+    })
+    .await
+    .expect("run");
+    for j in ["d1", "d2"] {
+        let record = w.ctl.job(j).expect("job");
+        assert_eq!(record.state, JobState::OverBudget, "{j}");
+        let reason = record.reason.clone().unwrap_or_default();
+        assert!(reason.contains("team cv"), "{reason}");
+    }
+}
