@@ -376,6 +376,50 @@ impl Controller {
         })
     }
 
+    /// What each team with a spend or hourly limit has spent, committed and runs per hour: one
+    /// walk over the jobs, reading only what those limits need.
+    fn team_use<'a>(
+        &'a self,
+        teams: &BTreeMap<String, crate::limits::TeamLimit>,
+    ) -> BTreeMap<&'a str, TeamUse> {
+        let needs: HashMap<&str, (bool, bool), foldhash::fast::RandomState> = teams
+            .iter()
+            .filter(|(_, t)| t.total_usd.is_some() || t.per_hour_usd.is_some())
+            .map(|(n, t)| {
+                (
+                    n.as_str(),
+                    (t.total_usd.is_some(), t.per_hour_usd.is_some()),
+                )
+            })
+            .collect();
+        let mut use_of: BTreeMap<&str, TeamUse> = BTreeMap::new();
+        if needs.is_empty() {
+            return use_of;
+        }
+        for (name, e) in &self.fleet.jobs {
+            let team = e.record.spec.team.as_str();
+            let Some(&(total, per_hour)) = needs.get(team) else {
+                continue;
+            };
+            let t = use_of.entry(team).or_default();
+            let hourly = self.fleet.instances.hourly_of(name);
+            if per_hour {
+                t.hourly += hourly;
+            }
+            if total {
+                let spent = self.spend.of(name);
+                t.spent += spent;
+                if let Some(p) = e.record.planned_cost
+                    && hourly > 0.0
+                    && !e.record.state.is_final()
+                {
+                    t.committed += (p - spent).max(0.0);
+                }
+            }
+        }
+        use_of
+    }
+
     /// The room this pass's launches are checked against: quotas from the fleet's counts
     /// (kept as instances come and go), teams' spend and $/h from one walk over the jobs.
     pub(super) fn build_room(&self) -> Room {
@@ -386,26 +430,7 @@ impl Controller {
             room.exhaust(&self.exhausted);
             return room;
         }
-        let mut use_of: BTreeMap<&str, TeamUse> = BTreeMap::new();
-        if !teams.is_empty() {
-            for (name, e) in &self.fleet.jobs {
-                let team = e.record.spec.team.as_str();
-                if !teams.contains_key(team) {
-                    continue;
-                }
-                let t = use_of.entry(team).or_default();
-                let spent = self.spend.of(name);
-                let hourly = self.fleet.instances.hourly_of(name);
-                t.spent += spent;
-                t.hourly += hourly;
-                if let Some(p) = e.record.planned_cost
-                    && hourly > 0.0
-                    && !e.record.state.is_final()
-                {
-                    t.committed += (p - spent).max(0.0);
-                }
-            }
-        }
+        let use_of = self.team_use(teams);
         let open_starts = self.fleet.intents.values().any(|i| {
             matches!(
                 i.kind,
