@@ -114,11 +114,9 @@ impl Limits {
         for (name, t) in &self.team {
             let header = format!("[team.{name}]");
             if let Err(found) = tern_cloud::name::check_name(name) {
-                let message = format!(
-                    "team name {found}: expected {}",
-                    tern_cloud::name::NAME_RULE
-                );
-                return Err(bad(format!("team.{name}"), &header, message));
+                // Shown escaped, never raw: a name may hold control characters.
+                let message = format!("expected {}", tern_cloud::name::NAME_RULE);
+                return Err(bad(format!("team name {found}"), &header, message));
             }
             for (key, v) in [("total_usd", t.total_usd), ("per_hour_usd", t.per_hour_usd)] {
                 if let Some(v) = v

@@ -307,6 +307,32 @@ async fn shutdown_signal() {
     }
 }
 
+/// The quota file's quotas against the offers the cloud has now: a family or region none of
+/// them has is a typo that would leave the real limit unenforced. Skipped (with a warning)
+/// when the offers cannot be read; a reload checks again.
+async fn check_quotas_against(
+    limits: &tern::limits::Limits,
+    path: &std::path::Path,
+    provider: &dyn Provider,
+    regions: &[tern_cloud::Region],
+) -> anyhow::Result<()> {
+    if limits.quota.is_empty() {
+        return Ok(());
+    }
+    let mut offers = Vec::new();
+    for region in regions {
+        match provider.offers(region).await {
+            Ok(o) => offers.extend(o),
+            Err(e) => {
+                tracing::warn!("--quota not checked against the offers of {region}: {e}");
+                return Ok(());
+            }
+        }
+    }
+    limits.check_against(&offers, &path.display().to_string())?;
+    Ok(())
+}
+
 /// Read the quota file again at every SIGHUP. A file that does not check leaves the one in
 /// force, and the log says where it is wrong.
 #[cfg(unix)]
@@ -378,6 +404,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     };
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
     let (provider, regions, clock) = cloud(&args).await?;
+    if let Some(path) = &args.quota {
+        check_quotas_against(&limits, path, provider.as_ref(), &regions).await?;
+    }
     // A real cloud's workers are real: only agents' reports move jobs forward.
     let simulated_workers = args.provider == ProviderKind::Sim && !args.no_simulated_workers;
     let config = ControllerConfig {

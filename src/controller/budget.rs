@@ -81,6 +81,11 @@ impl Controller {
     /// pass is still in the fleet, and is counted to now rather than lost).
     pub(super) fn keep_spend(&mut self, now: DateTime<Utc>) -> Result<()> {
         if !self.budgets_set() {
+            // Read again from the usage history when a budget next appears: what ended
+            // meanwhile is counted there.
+            if self.spend.is_loaded() {
+                self.spend = super::spend::Spend::default();
+            }
             return Ok(());
         }
         if !self.spend.is_loaded() {

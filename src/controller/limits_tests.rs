@@ -179,17 +179,16 @@ proptest! {
     }
 }
 
-/// Three teams compete for a quota under fairness: the controller's first placements are
-/// what `tern_plan::plan` answers for the same jobs, offers and quota file (the options
-/// `tern plan` builds with [`Limits::plan_options`]).
-#[tokio::test]
-async fn the_controller_places_as_tern_plan_does() {
+/// The controller's first placements for `jobs` (name, team, most workers; no deadline)
+/// under the quota file `text`, against what `tern_plan::plan` answers for the same jobs,
+/// offers and file with the options `tern plan` builds ([`Limits::plan_options`]). A job the
+/// plan puts on on-demand waits instead (without a deadline tern never pays on-demand); every
+/// other placement must be the plan's. Returns how many the controller placed.
+async fn places_as_tern_plan(text: &str, jobs: &[(String, String, u32)]) -> usize {
     let sim = sim(vec![
         tern_sim::testkit::trace("us-west-2a", vec![8; 50]),
         tern_sim::testkit::trace("us-west-2b", vec![8; 50]),
     ]);
-    let text = "fairness = 1.0\n[[quota]]\ncloud = \"sim\"\nfamily = \"V100\"\ncapacity = \"spot\"\nlimit = 5\n\
-                [team.a]\nshare = 2\n[team.b]\nper_hour_usd = 3\n[team.c]\ntotal_usd = 40\n";
     let limits = Limits::parse(text, "q.toml").expect("file");
     let config = ControllerConfig {
         limits: Arc::new(limits.clone()),
@@ -197,12 +196,7 @@ async fn the_controller_places_as_tern_plan_does() {
     };
     let store = Arc::new(Store::in_memory().expect("store"));
     let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
-    for (name, team, workers) in [
-        ("a1", "a", 4),
-        ("b1", "b", 3),
-        ("c1", "c", 4),
-        ("a2", "a", 2),
-    ] {
+    for (name, team, workers) in jobs {
         let s = spec(name)
             .team(team)
             .workers(&format!("{{ min = 1, max = {workers} }}"))
@@ -216,44 +210,115 @@ async fn the_controller_places_as_tern_plan_does() {
         offers.extend(sim.offers(r).await.expect("offers"));
     }
     let names: Vec<String> = ctl.jobs().map(|j| j.name().to_string()).collect();
-    let jobs: Vec<_> = names.iter().filter_map(|n| ctl.plan_job(n, now)).collect();
+    let planned: Vec<_> = names.iter().filter_map(|n| ctl.plan_job(n, now)).collect();
     let options = limits.plan_options(ctl.config.plan.clone(), None);
-    let cli = tern_plan::plan(&jobs, &offers, &options);
+    let cli = tern_plan::plan(&planned, &offers, &options);
     ctl.pass(now).await.expect("pass");
     let mut placed = 0;
     for jp in &cli.jobs {
         let events = ctl.typed_events(Some(&jp.job)).expect("events");
-        let planned = events.iter().find_map(|e| match e {
+        let placement = events.iter().find_map(|e| match e {
             Event::Planned { placement, .. } => Some(placement.clone()),
             _ => None,
         });
-        match (&jp.choice, planned) {
-            (Some(c), Some(p)) if jp.placed => {
+        match (jp.choice.as_ref().filter(|_| jp.placed), placement) {
+            (Some(c), Some(p)) => {
                 placed += 1;
                 assert_eq!(
                     (p.nodes, p.instance_type.as_str(), p.zone.as_str()),
                     (c.nodes, c.instance_type.as_str(), c.zone.as_str()),
-                    "job {}",
+                    "job {} under {text}",
                     jp.job
                 );
             }
-            (_, None) => assert!(
-                !jp.placed,
-                "plan placed {} and the controller did not",
-                jp.job
-            ),
-            (_, Some(p)) => panic!(
-                "the controller placed {} ({p:?}) and the plan did not",
+            (Some(c), None) => {
+                assert_eq!(
+                    c.capacity,
+                    tern_cloud::Capacity::OnDemand,
+                    "{} under {text}",
+                    jp.job
+                );
+                assert!(
+                    events.iter().any(|e| matches!(e, Event::Waiting { .. })),
+                    "{} neither placed nor waiting under {text}",
+                    jp.job
+                );
+            }
+            (None, None) => {}
+            (None, Some(p)) => panic!(
+                "the controller placed {} ({p:?}) and the plan did not, under {text}",
                 jp.job
             ),
         }
     }
+    placed
+}
+
+/// Three teams compete for a spot quota under fairness, shares and both kinds of team budget.
+#[tokio::test]
+async fn the_controller_places_as_tern_plan_does() {
+    let text = "fairness = 1.0\n[[quota]]\ncloud = \"sim\"\nfamily = \"V100\"\ncapacity = \"spot\"\nlimit = 5\n\
+                [team.a]\nshare = 2\n[team.b]\nper_hour_usd = 3\n[team.c]\ntotal_usd = 40\n";
+    let jobs: Vec<(String, String, u32)> = [
+        ("a1", "a", 4),
+        ("b1", "b", 3),
+        ("c1", "c", 4),
+        ("a2", "a", 2),
+    ]
+    .iter()
+    .map(|(n, t, w)| (n.to_string(), t.to_string(), *w))
+    .collect();
+    let placed = places_as_tern_plan(text, &jobs).await;
     assert!(placed >= 2, "the quota leaves room for several jobs");
-    let spot: u32 = ctl
-        .instances()
-        .filter(|i| i.offer.capacity == tern_cloud::Capacity::Spot)
-        .count() as u32;
-    assert!(spot <= 5, "{spot} spot V100s under a quota of 5");
+}
+
+/// A random quota file: a V100 quota (spot or any), fairness, and for each of three teams an
+/// optional share, $/h budget and total budget.
+fn random_file() -> impl Strategy<Value = String> {
+    let team = (
+        prop::option::of(0.5f64..3.0),
+        prop::option::of(1.0f64..10.0),
+        prop::option::of(5.0f64..60.0),
+    );
+    (
+        1u32..9,
+        any::<bool>(),
+        prop::sample::select(vec![0.0, 0.5, 1.0, 2.0]),
+        prop::collection::vec(team, 3),
+    )
+        .prop_map(|(limit, spot, fairness, teams)| {
+            let capacity = if spot { "capacity = \"spot\"\n" } else { "" };
+            let mut text = format!(
+                "fairness = {fairness}\n[[quota]]\ncloud = \"sim\"\nfamily = \"V100\"\n{capacity}limit = {limit}\n"
+            );
+            for (k, (share, hourly, total)) in teams.into_iter().enumerate() {
+                text.push_str(&format!("[team.t{k}]\n"));
+                for (key, v) in [("share", share), ("per_hour_usd", hourly), ("total_usd", total)] {
+                    if let Some(v) = v {
+                        text.push_str(&format!("{key} = {v}\n"));
+                    }
+                }
+            }
+            text
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
+    /// Over random quota files and workloads the controller places as `tern plan` does.
+    #[test]
+    fn the_controller_places_as_tern_plan_does_on_any_file(
+        text in random_file(),
+        jobs in prop::collection::vec((0usize..3, 1u32..5), 1..6),
+    ) {
+        let jobs: Vec<(String, String, u32)> = jobs
+            .iter()
+            .enumerate()
+            .map(|(k, (t, w))| (format!("j{k}"), format!("t{t}"), *w))
+            .collect();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(places_as_tern_plan(&text, &jobs));
+    }
 }
 
 /// The simulated cloud with a V100 quota of `limit` (any capacity) in us-west-2.

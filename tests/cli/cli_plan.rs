@@ -426,7 +426,7 @@ fn fairness_shares_a_contended_quota_between_teams() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("bad.toml: team.cv.share: expected a weight > 0, got 0"),
+        err.contains("bad.toml:11: team.cv.share: expected a weight > 0, got 0"),
         "{err}"
     );
     let o = run(&quota, &["--fairness", "-1"]);

@@ -82,3 +82,31 @@ fn sighup_reloads_the_quota_file_and_a_bad_one_keeps_the_old() {
         "{log}"
     );
 }
+
+#[test]
+fn a_quota_no_offer_counts_against_stops_the_controller_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("quota.toml");
+    std::fs::write(
+        &file,
+        "[[quota]]\ncloud = \"sim\"\nfamily = \"V1OO\"\nlimit = 4\n",
+    )
+    .expect("write");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let out = controller_command(&dir.path().join("state.db"), TOKEN)
+        .args(["--provider", "sim", "--listen", &addr])
+        .arg("--quota")
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run controller");
+    assert!(
+        !out.status.success(),
+        "a typo in a quota family was accepted"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("quota.toml: quota[0].family") && err.contains("V100"),
+        "{err}"
+    );
+}

@@ -32,7 +32,7 @@ const COMPUTED: &[(&str, &str, &str)] = &[
     (
         "state",
         "\"string\"",
-        "pending, running, finished, failed or cancelled.",
+        "pending, running, unplaceable, finished, failed, cancelled or over-budget.",
     ),
     (
         "reason",
