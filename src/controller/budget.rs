@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::events::Event;
 use super::room::{JobUse, Room, TeamUse};
-use super::{Controller, Result, decide::Decision};
+use super::{Controller, Result, decide::Decision, hours};
 use crate::limits::Exhausted;
 use crate::store::JobState;
 
@@ -86,12 +86,19 @@ impl Controller {
             if self.spend.is_loaded() {
                 self.spend = super::spend::Spend::default();
             }
+            self.fleet.instances.take_fresh();
             return Ok(());
         }
         if !self.spend.is_loaded() {
             self.spend = super::spend::Spend::load(&self.store, now)?;
+            self.fleet.instances.take_fresh();
         }
-        accrue(&self.fleet, &self.cloud.spot_prices, &mut self.spend, now);
+        accrue(
+            &mut self.fleet,
+            &self.cloud.spot_prices,
+            &mut self.spend,
+            now,
+        );
         Ok(())
     }
 
@@ -468,30 +475,31 @@ impl Controller {
 
 /// Add to `spend` what every live instance cost since the last pass (or its launch, counting
 /// at least the clouds' one-minute minimum), at the price the controller last saw for its
-/// offer. A walk over the fleet: kept only while a
-/// budget is set.
+/// offer. Per job and offer, from the counts the fleet keeps: no walk over the instances.
 fn accrue(
-    fleet: &super::Fleet,
+    fleet: &mut super::Fleet,
     prices: &HashMap<String, f64>,
     spend: &mut super::spend::Spend,
     now: DateTime<Utc>,
 ) {
     let since = spend.at().unwrap_or(now);
-    let mut priced: HashMap<(&str, &str, tern_cloud::Capacity), f64, foldhash::fast::RandomState> =
-        HashMap::default();
-    for i in fleet.instances.values() {
-        let o = &i.offer;
-        let key = (o.zone.as_str(), o.instance_type.name.as_str(), o.capacity);
-        let price = *priced
-            .entry(key)
-            .or_insert_with(|| prices.get(&o.key()).copied().unwrap_or(o.price_per_hour));
-        // A new instance is billed a minute at least (the clouds' minimum).
-        let from = if i.launched_at > since {
-            i.launched_at.min(now - chrono::TimeDelta::seconds(60))
-        } else {
-            since
-        };
-        spend.add(&i.job, price, from, now);
+    let price: Vec<f64> = fleet
+        .instances
+        .pool_offers()
+        .iter()
+        .map(|o| prices.get(&o.key()).copied().unwrap_or(o.price_per_hour))
+        .collect();
+    for (job, pools) in fleet.instances.job_pools() {
+        let rate: f64 = pools.iter().map(|&(p, n)| price[p] * f64::from(n)).sum();
+        spend.add(job, rate, since, now);
+    }
+    // An instance launched since the last pass was counted from then: count it from its
+    // launch instead, a minute at least (the clouds' minimum).
+    for f in fleet.instances.take_fresh() {
+        if f.launched > since {
+            let from = f.launched.min(now - chrono::TimeDelta::seconds(60));
+            spend.adjust(&f.job, price[f.pool] * hours(since - from));
+        }
     }
     spend.mark(now);
 }

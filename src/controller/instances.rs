@@ -25,6 +25,24 @@ pub(super) struct Instances {
     shapes: HashMap<Shape, (Offer, u32)>,
     /// Job → $/h of its instances at their launch prices.
     hourly: HashMap<String, f64>,
+    /// Offers by key (what a price is kept for), numbered, with VMs on each: the spend is
+    /// kept per job and offer, so a pass prices tens of offers, not every instance.
+    pools: HashMap<String, usize>,
+    pool_offers: Vec<Offer>,
+    /// Job → (offer number → VMs).
+    job_pools: HashMap<String, Vec<(usize, u32)>, foldhash::fast::RandomState>,
+    /// Instances inserted since [`Instances::take_fresh`]: the spend counts them from their
+    /// launch, not from the last pass.
+    fresh: Vec<Fresh>,
+}
+
+/// An instance inserted since the spend was last kept.
+#[derive(Debug, Clone)]
+pub(super) struct Fresh {
+    pub job: String,
+    pub pool: usize,
+    pub launched: chrono::DateTime<chrono::Utc>,
+    id: InstanceId,
 }
 
 /// What a quota or a price tells instances apart by: cloud, region, type, capacity.
@@ -37,6 +55,22 @@ fn shape_of(o: &Offer) -> Shape {
         o.instance_type.name.clone(),
         o.capacity,
     )
+}
+
+/// One VM more (`up`) or fewer on offer number `pool` in a job's list; an offer with none
+/// leaves the list.
+fn bump(pools: &mut Vec<(usize, u32)>, pool: usize, up: bool) {
+    match pools.iter().position(|(p, _)| *p == pool) {
+        Some(k) if up => pools[k].1 += 1,
+        Some(k) => {
+            pools[k].1 = pools[k].1.saturating_sub(1);
+            if pools[k].1 == 0 {
+                pools.swap_remove(k);
+            }
+        }
+        None if up => pools.push((pool, 1)),
+        None => {}
+    }
 }
 
 /// Reads go straight to the map; writes go through [`Instances`], which keeps the index.
@@ -70,6 +104,18 @@ impl Instances {
             .or_insert_with(|| (record.offer.clone(), 0))
             .1 += 1;
         *self.hourly.entry(record.job.clone()).or_default() += record.offer.price_per_hour;
+        let pool = self.pool_of(&record.offer);
+        bump(
+            self.job_pools.entry(record.job.clone()).or_default(),
+            pool,
+            true,
+        );
+        self.fresh.push(Fresh {
+            job: record.job.clone(),
+            pool,
+            launched: record.launched_at,
+            id: record.id.clone(),
+        });
         self.by_id.insert(record.id.clone(), record);
         old
     }
@@ -85,6 +131,14 @@ impl Instances {
                 *h -= record.offer.price_per_hour;
             }
         }
+        let pool = self.pool_of(&record.offer);
+        if let Some(pools) = self.job_pools.get_mut(&record.job) {
+            bump(pools, pool, false);
+            if pools.is_empty() {
+                self.job_pools.remove(&record.job);
+            }
+        }
+        self.fresh.retain(|f| f.id != *id);
         let shape = shape_of(&record.offer);
         if let Some((_, n)) = self.shapes.get_mut(&shape) {
             *n -= 1;
@@ -108,6 +162,32 @@ impl Instances {
     /// VMs held per shape, each with one offer of it.
     pub(super) fn shapes(&self) -> impl Iterator<Item = (&Offer, u32)> {
         self.shapes.values().map(|(o, n)| (o, *n))
+    }
+
+    /// The number of `offer`'s key, given on first sight.
+    fn pool_of(&mut self, offer: &Offer) -> usize {
+        let key = offer.key();
+        if let Some(&n) = self.pools.get(&key) {
+            return n;
+        }
+        self.pool_offers.push(offer.clone());
+        self.pools.insert(key, self.pool_offers.len() - 1);
+        self.pool_offers.len() - 1
+    }
+
+    /// Every offer an instance was ever on, by number.
+    pub(super) fn pool_offers(&self) -> &[Offer] {
+        &self.pool_offers
+    }
+
+    /// Each job holding instances, with its VMs per offer number.
+    pub(super) fn job_pools(&self) -> impl Iterator<Item = (&str, &[(usize, u32)])> {
+        self.job_pools.iter().map(|(j, p)| (j.as_str(), &p[..]))
+    }
+
+    /// The instances inserted since the last call.
+    pub(super) fn take_fresh(&mut self) -> Vec<Fresh> {
+        std::mem::take(&mut self.fresh)
     }
 
     /// $/h of `job`'s instances at their launch prices.

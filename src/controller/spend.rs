@@ -59,6 +59,16 @@ impl Spend {
         }
     }
 
+    /// Add `dollars` (negative to take off) to `job`'s spend.
+    pub(super) fn adjust(&mut self, job: &str, dollars: f64) {
+        match self.by_job.get_mut(job) {
+            Some(d) => *d += dollars,
+            None => {
+                self.by_job.insert(job.to_string(), dollars);
+            }
+        }
+    }
+
     /// The spend is now up to `now`.
     pub(super) fn mark(&mut self, now: DateTime<Utc>) {
         self.at = Some(now);
