@@ -17,15 +17,8 @@ const TICK: Duration = Duration::from_secs(60);
 
 /// A zone whose spot capacity and price move each tick (5 min) as `seed` says.
 fn moving_zone(zone: &str, seed: u64, ticks: usize) -> Trace {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut next = move || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (x >> 33) as u32
-    };
+    let mut rng = tern_sim::testkit::Lcg::new(seed);
+    let mut next = move || rng.next_u32();
     let available: Vec<u32> = (0..ticks).map(|_| next() % 5).collect();
     let prices: Vec<f64> = (0..ticks)
         .map(|_| 0.5 + f64::from(next() % 100) / 100.0)

@@ -135,15 +135,8 @@ fn infeasible_deadlines_and_mixed_ticks_are_rejected() {
 
 /// A multi-node trace from a seeded LCG: runs of random length at random counts 0..=k.
 fn lumpy(seed: u64, len: usize, k: u32) -> Vec<u32> {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut next = move || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (x >> 33) as u32
-    };
+    let mut rng = tern_sim::testkit::Lcg::new(seed);
+    let mut next = move || rng.next_u32();
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         let level = next() % (k + 1);

@@ -22,3 +22,24 @@ pub fn trace(zone: &str, available: Vec<u32>) -> Trace {
         on_demand_price: Some(DEFAULT_ON_DEMAND),
     }
 }
+
+/// A seeded stream of numbers for tests that need traces of many shapes (a 64-bit linear
+/// congruential generator, its high bits): the same seed gives the same numbers everywhere.
+#[derive(Debug, Clone)]
+pub struct Lcg(u64);
+
+impl Lcg {
+    pub fn new(seed: u64) -> Lcg {
+        Lcg(lcg_step(seed))
+    }
+
+    pub fn next_u32(&mut self) -> u32 {
+        self.0 = lcg_step(self.0);
+        (self.0 >> 33) as u32
+    }
+}
+
+fn lcg_step(x: u64) -> u64 {
+    x.wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+}
