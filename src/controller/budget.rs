@@ -105,26 +105,23 @@ impl Controller {
     /// Watch every budget, move stops along, and build the room the pass's launches are
     /// checked against.
     pub(super) async fn watch_budgets(&mut self, now: DateTime<Utc>) -> Result<()> {
+        // One walk over the jobs for the teams' figures: the watch, the stops and the room
+        // read the same (a stop's release this pass shows in the next pass's room).
+        let teams = self.team_use(&self.config.limits.team);
         if self.budgets_set() {
-            for w in self.watched() {
+            for w in self.watched(&teams) {
                 self.judge(w, now)?;
             }
-            self.settle_stops(now).await?;
+            self.settle_stops(&teams, now).await?;
         }
-        self.room = self.build_room();
+        self.room = self.build_room(teams);
         Ok(())
     }
 
     /// Every budget in force: each running job's own, and each team's.
-    fn watched(&self) -> Vec<Watched> {
-        let mut teams: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    fn watched(&self, teams: &BTreeMap<String, TeamUse>) -> Vec<Watched> {
         let mut out = Vec::new();
         for (name, e) in &self.fleet.jobs {
-            let spent = self.spend.of(name);
-            let h = self.fleet.instances.hourly_of(name);
-            let t = teams.entry(e.record.spec.team.as_str()).or_default();
-            t.0 += spent;
-            t.1 += h;
             if let Some(limit) = e.record.spec.budget.total_usd
                 && !e.record.state.is_final()
             {
@@ -132,23 +129,22 @@ impl Controller {
                     scope: "job",
                     name: name.clone(),
                     limit,
-                    spent,
-                    hourly: h,
+                    spent: self.spend.of(name),
+                    hourly: self.fleet.instances.hourly_of(name),
                     then: Exhausted::Drain,
                 });
             }
         }
         for (team, limit) in &self.config.limits.team {
-            let (Some(total), Some(&(spent, h))) = (limit.total_usd, teams.get(team.as_str()))
-            else {
+            let (Some(total), Some(used)) = (limit.total_usd, teams.get(team)) else {
                 continue;
             };
             out.push(Watched {
                 scope: "team",
                 name: team.clone(),
                 limit: total,
-                spent,
-                hourly: h,
+                spent: used.spent,
+                hourly: used.hourly,
                 then: limit.on_exhausted,
             });
         }
@@ -244,7 +240,11 @@ impl Controller {
 
     /// Finish the stops whose checkpoint came, whose job holds nothing, or whose limit is
     /// reached now.
-    async fn settle_stops(&mut self, now: DateTime<Utc>) -> Result<()> {
+    async fn settle_stops(
+        &mut self,
+        teams: &BTreeMap<String, TeamUse>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         let mut done = Vec::new();
         for (name, e) in &self.fleet.jobs {
             let Some(stop) = &e.stopping else { continue };
@@ -252,13 +252,7 @@ impl Controller {
                 e.record.checkpoint_at.is_some_and(|c| c > stop.since) && !e.record.drain_requested;
             let spent = match stop.scope {
                 "job" => self.spend.of(name),
-                _ => self
-                    .fleet
-                    .jobs
-                    .iter()
-                    .filter(|(_, o)| o.record.spec.team == stop.name)
-                    .map(|(n, _)| self.spend.of(n))
-                    .sum(),
+                _ => teams.get(&stop.name).map_or(0.0, |t| t.spent),
             };
             let empty = self.fleet.instances.count_of(name) == 0;
             if checkpointed || empty || spent >= stop.limit || e.record.state.is_final() {
@@ -375,66 +369,63 @@ impl Controller {
     pub(super) fn job_use(&self, job: &str) -> Option<JobUse> {
         let e = self.fleet.jobs.get(job)?;
         let spent = self.spend.of(job);
-        let holds = self.fleet.instances.count_of(job) > 0;
-        let committed = match e.record.planned_cost {
-            Some(p) if holds && !e.record.state.is_final() => (p - spent).max(0.0),
-            _ => 0.0,
-        };
         Some(JobUse {
             team: e.record.spec.team.clone(),
             spent,
             total_usd: e.record.spec.budget.total_usd,
-            committed,
+            committed: self.committed(job, &e.record, spent),
         })
+    }
+
+    /// What a job that holds capacity is still expected to cost: its plan estimate less what
+    /// it has spent (0 for a job that holds nothing or has ended).
+    fn committed(&self, job: &str, record: &crate::store::JobRecord, spent: f64) -> f64 {
+        match record.planned_cost {
+            Some(p) if self.fleet.instances.count_of(job) > 0 && !record.state.is_final() => {
+                (p - spent).max(0.0)
+            }
+            _ => 0.0,
+        }
     }
 
     /// What each team with a spend or hourly limit has spent, committed and runs per hour: one
     /// walk over the jobs, reading only what those limits need.
-    fn team_use<'a>(
-        &'a self,
+    fn team_use(
+        &self,
         teams: &BTreeMap<String, crate::limits::TeamLimit>,
-    ) -> BTreeMap<&'a str, TeamUse> {
-        let needs: HashMap<&str, (bool, bool), foldhash::fast::RandomState> = teams
+    ) -> BTreeMap<String, TeamUse> {
+        let totals: HashMap<&str, bool, foldhash::fast::RandomState> = teams
             .iter()
             .filter(|(_, t)| t.total_usd.is_some() || t.per_hour_usd.is_some())
-            .map(|(n, t)| {
-                (
-                    n.as_str(),
-                    (t.total_usd.is_some(), t.per_hour_usd.is_some()),
-                )
-            })
+            .map(|(n, t)| (n.as_str(), t.total_usd.is_some()))
             .collect();
         let mut use_of: BTreeMap<&str, TeamUse> = BTreeMap::new();
-        if needs.is_empty() {
-            return use_of;
+        if totals.is_empty() {
+            return BTreeMap::new();
         }
         for (name, e) in &self.fleet.jobs {
             let team = e.record.spec.team.as_str();
-            let Some(&(total, per_hour)) = needs.get(team) else {
+            let Some(&total) = totals.get(team) else {
                 continue;
             };
             let t = use_of.entry(team).or_default();
-            let hourly = self.fleet.instances.hourly_of(name);
-            if per_hour {
-                t.hourly += hourly;
-            }
+            t.hourly += self.fleet.instances.hourly_of(name);
             if total {
                 let spent = self.spend.of(name);
                 t.spent += spent;
-                if let Some(p) = e.record.planned_cost
-                    && hourly > 0.0
-                    && !e.record.state.is_final()
-                {
-                    t.committed += (p - spent).max(0.0);
-                }
+                t.committed += self.committed(name, &e.record, spent);
             }
         }
         use_of
+            .into_iter()
+            .map(|(t, u)| (t.to_string(), u))
+            .collect()
     }
 
     /// The room this pass's launches are checked against: quotas from the fleet's counts
-    /// (kept as instances come and go), teams' spend and $/h from one walk over the jobs.
-    pub(super) fn build_room(&self) -> Room {
+    /// (kept as instances come and go), teams' spend and $/h as [`Controller::team_use`]
+    /// found them.
+    fn build_room(&self, use_of: BTreeMap<String, TeamUse>) -> Room {
         let quotas = self.quotas_in_force();
         let teams = &self.config.limits.team;
         if quotas.is_empty() && teams.is_empty() {
@@ -442,7 +433,6 @@ impl Controller {
             room.exhaust(&self.exhausted);
             return room;
         }
-        let use_of = self.team_use(teams);
         let open_starts = self.fleet.intents.values().any(|i| {
             matches!(
                 i.kind,
@@ -461,13 +451,7 @@ impl Controller {
             } if !started.contains(&i.id) => Some((&offers[..], *count)),
             _ => None,
         });
-        let mut room = Room::new(
-            quotas,
-            self.fleet.instances.shapes(),
-            pending,
-            teams,
-            use_of,
-        );
+        let mut room = Room::new(quotas, self.fleet.instances.held(), pending, teams, use_of);
         room.exhaust(&self.exhausted);
         room
     }

@@ -20,15 +20,13 @@ pub(super) struct Instances {
     by_id: IdMap<InstanceRecord>,
     /// Job → its instances' ids, in id order. An instance's job never changes.
     by_job: HashMap<String, BTreeSet<InstanceId>>,
-    /// VMs per shape (what a quota tells apart), with one offer of it: quotas are checked on
-    /// every pass, and a walk of 100,000 records was most of one.
-    shapes: HashMap<Shape, (Offer, u32)>,
     /// Job → $/h of its instances at their launch prices.
     hourly: HashMap<String, f64>,
-    /// Offers by key (what a price is kept for), numbered, with VMs on each: the spend is
-    /// kept per job and offer, so a pass prices tens of offers, not every instance.
+    /// Offers by key, numbered on first sight, with the VMs on each now: quotas and the spend
+    /// are counted per offer, so a pass reads tens of offers, not 100,000 instance records.
     pools: HashMap<String, usize>,
     pool_offers: Vec<Offer>,
+    pool_counts: Vec<u32>,
     /// Job → (offer number → VMs).
     job_pools: HashMap<String, Vec<(usize, u32)>, foldhash::fast::RandomState>,
     /// Instances inserted since [`Instances::take_fresh`]: the spend counts them from their
@@ -43,18 +41,6 @@ pub(super) struct Fresh {
     pub pool: usize,
     pub launched: chrono::DateTime<chrono::Utc>,
     id: InstanceId,
-}
-
-/// What a quota or a price tells instances apart by: cloud, region, type, capacity.
-pub(super) type Shape = (tern_cloud::Cloud, String, String, tern_cloud::Capacity);
-
-fn shape_of(o: &Offer) -> Shape {
-    (
-        o.cloud,
-        o.region.as_str().to_string(),
-        o.instance_type.name.clone(),
-        o.capacity,
-    )
 }
 
 /// One VM more (`up`) or fewer on offer number `pool` in a job's list; an offer with none
@@ -99,12 +85,9 @@ impl Instances {
             .entry(record.job.clone())
             .or_default()
             .insert(record.id.clone());
-        self.shapes
-            .entry(shape_of(&record.offer))
-            .or_insert_with(|| (record.offer.clone(), 0))
-            .1 += 1;
         *self.hourly.entry(record.job.clone()).or_default() += record.offer.price_per_hour;
         let pool = self.pool_of(&record.offer);
+        self.pool_counts[pool] += 1;
         bump(
             self.job_pools.entry(record.job.clone()).or_default(),
             pool,
@@ -132,6 +115,7 @@ impl Instances {
             }
         }
         let pool = self.pool_of(&record.offer);
+        self.pool_counts[pool] = self.pool_counts[pool].saturating_sub(1);
         if let Some(pools) = self.job_pools.get_mut(&record.job) {
             bump(pools, pool, false);
             if pools.is_empty() {
@@ -139,13 +123,6 @@ impl Instances {
             }
         }
         self.fresh.retain(|f| f.id != *id);
-        let shape = shape_of(&record.offer);
-        if let Some((_, n)) = self.shapes.get_mut(&shape) {
-            *n -= 1;
-            if *n == 0 {
-                self.shapes.remove(&shape);
-            }
-        }
         Some(record)
     }
 
@@ -159,9 +136,18 @@ impl Instances {
         self.by_job.get(job).map_or(0, BTreeSet::len)
     }
 
-    /// VMs held per shape, each with one offer of it.
-    pub(super) fn shapes(&self) -> impl Iterator<Item = (&Offer, u32)> {
-        self.shapes.values().map(|(o, n)| (o, *n))
+    /// The offers VMs are held on now, each with how many.
+    pub(super) fn held(&self) -> impl Iterator<Item = (&Offer, u32)> {
+        self.pool_offers
+            .iter()
+            .zip(&self.pool_counts)
+            .filter(|(_, n)| **n > 0)
+            .map(|(o, n)| (o, *n))
+    }
+
+    /// What the VMs held now use of something counted per VM (`units` of one VM of an offer).
+    pub(super) fn units_held(&self, units: impl Fn(&Offer) -> u32) -> u32 {
+        self.held().map(|(o, n)| units(o) * n).sum()
     }
 
     /// The number of `offer`'s key, given on first sight.
@@ -171,6 +157,7 @@ impl Instances {
             return n;
         }
         self.pool_offers.push(offer.clone());
+        self.pool_counts.push(0);
         self.pools.insert(key, self.pool_offers.len() - 1);
         self.pool_offers.len() - 1
     }

@@ -348,6 +348,23 @@ impl Controller {
         self.room.plan_options(base, &planned)
     }
 
+    /// `job` (of `name`) planned alone on its allowed offers with no quota or team budget:
+    /// what it would do if no limit held it back.
+    async fn plan_without_limits(
+        &self,
+        name: &str,
+        job: PlanJob,
+        offers: &[Offer],
+    ) -> Option<JobPlan> {
+        let offers = self.allowed_offers(name, offers).into_owned();
+        let free = PlanOptions {
+            quotas: Vec::new(),
+            team_budgets: Default::default(),
+            ..self.config.plan.clone()
+        };
+        solve_alone(job, offers, free).await
+    }
+
     /// Whether the limits alone keep `name` unplaced: planned alone without them, it places.
     async fn held_by_limits(&self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> bool {
         if !self.room.limits_anything() {
@@ -356,13 +373,7 @@ impl Controller {
         let Some(job) = self.plan_job(name, now) else {
             return false;
         };
-        let offers = self.allowed_offers(name, offers).into_owned();
-        let free = PlanOptions {
-            quotas: Vec::new(),
-            team_budgets: Default::default(),
-            ..self.config.plan.clone()
-        };
-        solve_alone(job, offers, free)
+        self.plan_without_limits(name, job, offers)
             .await
             .is_some_and(|j| j.placed)
     }
@@ -384,13 +395,8 @@ impl Controller {
             return Ok(false);
         };
         job.budget.total_usd = None;
-        let offers = self.allowed_offers(name, offers).into_owned();
-        let free = PlanOptions {
-            quotas: Vec::new(),
-            team_budgets: Default::default(),
-            ..self.config.plan.clone()
-        };
-        let Some(rest) = solve_alone(job, offers, free)
+        let Some(rest) = self
+            .plan_without_limits(name, job, offers)
             .await
             .filter(|j| j.placed)
             .and_then(|j| j.choice)

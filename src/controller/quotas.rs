@@ -49,9 +49,7 @@ impl Controller {
                 let limit = self
                     .fleet
                     .instances
-                    .shapes()
-                    .map(|(o, n)| scope.per_node(o).unwrap_or(0) * n)
-                    .sum();
+                    .units_held(|o| scope.per_node(o).unwrap_or(0));
                 Quota { limit, ..scope }
             }
         };
@@ -84,12 +82,8 @@ impl Controller {
         for region in self.config.regions.clone() {
             match self.provider.quotas(&region).await {
                 Ok(listed) => {
-                    let ours = |q: &tern_cloud::CloudQuota| -> u32 {
-                        self.fleet
-                            .instances
-                            .shapes()
-                            .map(|(o, n)| q.units(o) * n)
-                            .sum()
+                    let ours = |q: &tern_cloud::CloudQuota| {
+                        self.fleet.instances.units_held(|o| q.units(o))
                     };
                     let quotas = listed
                         .iter()

@@ -47,14 +47,14 @@ pub(super) struct Room {
 pub(super) type Held = String;
 
 impl Room {
-    /// `held`: the live instances, as (offer, VMs of its shape), and `pending`: launches asked for and not yet
-    /// seen as instances (offers they may land on, VMs), both counted against the quotas.
+    /// `held`: the live instances, as (offer, VMs on it), and `pending`: launches asked for and
+    /// not yet seen as instances (offers they may land on, VMs), both counted against the quotas.
     pub(super) fn new<'a>(
         quotas: Vec<Quota>,
         held: impl Iterator<Item = (&'a Offer, u32)>,
         pending: impl Iterator<Item = (&'a [Offer], u32)>,
         teams: &BTreeMap<String, TeamLimit>,
-        mut use_of: BTreeMap<&str, TeamUse>,
+        mut use_of: BTreeMap<String, TeamUse>,
     ) -> Room {
         let mut quotas: Vec<(Quota, u32)> = quotas.into_iter().map(|q| (q, 0)).collect();
         for (offer, vms) in held {

@@ -47,15 +47,9 @@ impl Spend {
         from: DateTime<Utc>,
         now: DateTime<Utc>,
     ) {
-        if now <= from {
-            return;
-        }
-        let hours = (now - from).num_milliseconds() as f64 / 3_600_000.0;
-        match self.by_job.get_mut(job) {
-            Some(d) => *d += per_hour * hours,
-            None => {
-                self.by_job.insert(job.to_string(), per_hour * hours);
-            }
+        if now > from {
+            let hours = (now - from).num_milliseconds() as f64 / 3_600_000.0;
+            self.adjust(job, per_hour * hours);
         }
     }
 
