@@ -3,7 +3,8 @@
 //! hash of its secret); anything else is refused 401. Each route then needs a role: the table
 //! in [`need`] is the rule, and a route it does not name needs admin, so a route added later
 //! is closed to team and agent tokens until it is listed. Handlers that show several teams'
-//! data (the job list, events, costs, the audit log) narrow it to a team token's own team.
+//! data (the job list, events, costs, the audit log, the per-job metrics) narrow it to a team
+//! token's own team.
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
@@ -129,9 +130,8 @@ pub fn need<'a>(method: &Method, path: &'a str) -> (Need, Option<&'a str>) {
         return (Need::Admin, None);
     }
     match (parts.as_slice(), method.as_str()) {
-        (["jobs"], "GET" | "POST") | (["offers" | "events" | "costs" | "audit"], "GET") => {
-            (Need::AnyTeam, None)
-        }
+        (["jobs"], "GET" | "POST")
+        | (["offers" | "events" | "costs" | "audit" | "metrics"], "GET") => (Need::AnyTeam, None),
         (["jobs", job], "GET") => (Need::ReadJob, Some(job)),
         (["jobs", job], "DELETE") => (Need::TeamOfJob, Some(job)),
         (["jobs", job, "spec"], _) if get => (Need::TeamOfJob, Some(job)),

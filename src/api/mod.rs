@@ -1,9 +1,11 @@
 //! The controller's HTTP API (axum): jobs (submit, list, status, cancel, progress), events,
-//! `/metrics` (Prometheus text format) and `/healthz`.
+//! `/metrics` (Prometheus text format: the fleet's aggregates), `/v1/metrics` (the per-team
+//! and per-job series) and `/healthz`.
 //!
 //! Every `/v1` route needs `Authorization: Bearer <token>` (the scheme in any case) of a role
 //! the route allows ([`access`]), and every mutating call or refusal is audited ([`audit`]);
-//! `/metrics` and `/healthz` are open so scrapers and probes need no secret. Every error
+//! `/metrics` and `/healthz` are open so scrapers and probes need no secret, and so name no
+//! job and no team ([`Metrics::render`]). Every error
 //! answer is `{"error": ...}`, axum's own rejections included ([`crate::serve::errors`]). A request that is rejected (bad token, malformed
 //! spec, unknown job, an observation that cannot be fitted) writes nothing to the store.
 //!
@@ -296,6 +298,21 @@ async fn metrics_text(State(state): State<ApiState>) -> Response {
         .into_response()
 }
 
+/// `GET /v1/metrics`: the per-team and per-job series, a team token's own team's only.
+async fn metrics_private(
+    State(state): State<ApiState>,
+    axum::Extension(who): axum::Extension<Principal>,
+) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render_private(who.team_scope()),
+    )
+        .into_response()
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -315,6 +332,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/tokens/{id}", delete(tokens::revoke))
         .route("/audit", get(audit::read))
         .route("/quotas", get(quotas::read).put(quotas::replace))
+        .route("/metrics", get(metrics_private))
         .layer(middleware::from_fn_with_state(state.clone(), audit::guard));
     serve::errors::json_errors(
         Router::new()
@@ -325,5 +343,7 @@ pub fn router(state: ApiState) -> Router {
     )
 }
 
+#[cfg(test)]
+mod fencing_tests;
 #[cfg(test)]
 mod tests;

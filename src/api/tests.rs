@@ -14,7 +14,7 @@ use super::*;
 use crate::controller::service::{Service, ServiceConfig};
 use crate::controller::{Controller, ControllerConfig};
 
-fn start() -> DateTime<Utc> {
+pub(super) fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
         .single()
         .expect("time")
@@ -104,6 +104,32 @@ async fn serve(
     Arc<Store>,
     crate::controller::service::Running,
 ) {
+    serve_on(provider, Arc::new(Fixed)).await
+}
+
+/// The simulated cloud's own time as the controller's clock: it moves only when the test
+/// advances the cloud, so instances end (reclaims) when the test says.
+pub(super) struct SimTime(pub(super) Arc<SimCloud>);
+
+#[async_trait]
+impl Clock for SimTime {
+    async fn read(&self) -> Result<DateTime<Utc>, ProviderError> {
+        Ok(self.0.now())
+    }
+    fn last(&self) -> DateTime<Utc> {
+        self.0.now()
+    }
+}
+
+/// [`serve`] with the controller and the API reading `clock`.
+pub(super) async fn serve_on(
+    provider: Arc<dyn tern_cloud::Provider>,
+    clock: Arc<dyn Clock>,
+) -> (
+    client::Client,
+    Arc<Store>,
+    crate::controller::service::Running,
+) {
     let store = Arc::new(Store::in_memory().expect("store"));
     let config = ControllerConfig::new("t", vec![Region::new("us-west-2")]);
     let ctl = Controller::open(store.clone(), provider, config).expect("open");
@@ -112,7 +138,7 @@ async fn serve(
     let service = Service::new(
         ctl,
         shared.clone(),
-        Arc::new(Fixed),
+        clock.clone(),
         metrics.clone(),
         None,
         &ServiceConfig {
@@ -125,7 +151,7 @@ async fn serve(
         store: store.clone(),
         token: "t0k".into(),
         metrics,
-        clock: Arc::new(Fixed),
+        clock,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -138,7 +164,7 @@ async fn serve(
     (c, store, running)
 }
 
-fn observation(job: &str, gpus: u32) -> tern_cloud::Observation {
+pub(super) fn observation(job: &str, gpus: u32) -> tern_cloud::Observation {
     tern_cloud::Observation {
         job: job.into(),
         accelerator: "V100".into(),
@@ -152,7 +178,7 @@ fn observation(job: &str, gpus: u32) -> tern_cloud::Observation {
 }
 
 /// A report from `by`'s workers (instance, incarnation).
-fn report(
+pub(super) fn report(
     done: f64,
     checkpoint: f64,
     o: Option<tern_cloud::Observation>,
@@ -171,7 +197,7 @@ fn report(
 }
 
 /// Wait for the job's first instance and start workers on it, as an agent does.
-async fn started(c: &client::Client, job: &str) -> (String, u64) {
+pub(super) async fn started(c: &client::Client, job: &str) -> (String, u64) {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         let ids = c.job(job).await.expect("status").instance_ids;
@@ -552,6 +578,133 @@ async fn a_quota_file_replaces_the_one_in_force_only_when_it_checks() {
     assert_eq!(now, crate::limits::Limits::parse(good, "x").expect("parse"));
     let anonymous = http.put(&url).body(good).send().await.expect("send");
     assert_eq!(anonymous.status().as_u16(), 401);
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}
+
+/// Every `name="value"` label of every sample line of an exposition page.
+fn labels_of(page: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for line in page
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let Some((family, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let (set, _) = rest.rsplit_once('}').expect("a closed label set");
+        let mut rest = set;
+        while let Some((name, tail)) = rest.split_once("=\"") {
+            let end = tail.find('"').expect("a closed label value");
+            let name = name.trim_start_matches(',').to_string();
+            out.push((family.to_string(), name, tail[..end].to_string()));
+            rest = &tail[end + 1..];
+        }
+    }
+    out
+}
+
+/// The open `/metrics` names no job and no team, whatever family it grows; the per-team and
+/// per-job series are on `/v1/metrics` behind a token, a team token seeing its own team's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_open_metrics_name_no_job_or_team_and_the_per_job_series_need_a_token() {
+    let sim = idle_sim();
+    let (c, store, running) = serve_on(sim.clone(), Arc::new(SimTime(sim.clone()))).await;
+    let jobs = [("secret-alpha", "crimson"), ("secret-beta", "azure")];
+    for (job, team) in jobs {
+        let spec = tern_cloud::testkit::spec(job)
+            .team(team)
+            .deadline(Some("400h"))
+            .text();
+        c.submit(&spec).await.expect("submit");
+    }
+    let http = crate::http::client().expect("http");
+    let page = |path: &'static str, token: Option<String>| {
+        let (http, base) = (http.clone(), c.base().to_string());
+        async move {
+            let mut r = http.get(format!("{base}{path}"));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            let r = r.send().await.expect("send");
+            (r.status().as_u16(), r.text().await.expect("body"))
+        }
+    };
+    // Both jobs run and have been billed for a while.
+    let until = Instant::now() + Duration::from_secs(20);
+    let private = loop {
+        sim.advance(Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let (code, text) = page("/v1/metrics", Some("t0k".into())).await;
+        assert_eq!(code, 200, "{text}");
+        if jobs
+            .iter()
+            .all(|(j, _)| text.contains(&format!("job=\"{j}\"")))
+        {
+            break text;
+        }
+        assert!(Instant::now() < until, "never billed:\n{text}");
+    };
+    for (job, team) in jobs {
+        assert!(
+            private
+                .lines()
+                .any(|l| l.starts_with("tern_cost_dollars_total{")
+                    && l.contains(&format!("team=\"{team}\",job=\"{job}\""))),
+            "{private}"
+        );
+    }
+
+    // The open page: every label of every family is one that counts things, and no value
+    // (nor anything else on the page) names a job or a team.
+    let (code, open) = page("/metrics", None).await;
+    assert_eq!(code, 200);
+    assert!(open.contains("tern_fleet_cost_dollars_total{"), "{open}");
+    let labels = labels_of(&open);
+    assert!(labels.len() > 10, "{open}");
+    for (family, name, value) in &labels {
+        assert!(
+            ["state", "capacity", "kind", "le"].contains(&name.as_str()),
+            "{family} has a label {name}={value:?}: the open page shows aggregates only"
+        );
+    }
+    for (job, team) in jobs {
+        assert!(
+            !open.contains(job) && !open.contains(team),
+            "{job}/{team} on the open page:\n{open}"
+        );
+    }
+
+    // The private page: a token, and a team token sees its own team only.
+    let (code, body) = page("/v1/metrics", None).await;
+    assert_eq!(code, 401, "{body}");
+    let crimson = c
+        .create_token(&wire::access::TokenRequest {
+            role: "team".into(),
+            team: Some("crimson".into()),
+            job: None,
+        })
+        .await
+        .expect("token");
+    let (code, own) = page("/v1/metrics", crimson.token.clone()).await;
+    assert_eq!(code, 200, "{own}");
+    assert!(own.contains("job=\"secret-alpha\""), "{own}");
+    assert!(
+        !own.contains("secret-beta") && !own.contains("azure"),
+        "another team's series:\n{own}"
+    );
+    let teams: std::collections::BTreeSet<String> = labels_of(&own)
+        .into_iter()
+        .filter(|(_, name, _)| name == "team")
+        .map(|(_, _, v)| v)
+        .collect();
+    assert_eq!(teams, ["crimson".to_string()].into());
+    // An agent's token is for its own job's routes, not the metrics.
+    let agent = store.agent_token("secret-alpha");
+    let (code, body) = page("/v1/metrics", Some(agent)).await;
+    assert_eq!(code, 403, "{body}");
     tokio::task::spawn_blocking(move || running.stop())
         .await
         .expect("join")

@@ -3,8 +3,9 @@
 //! Each start of a job's workers on an instance joins the job's current incarnation or opens
 //! the next one (a number that only grows, DESIGN §5b). A new incarnation opens only once
 //! every worker of the previous one is fenced: its agent reported it stopped, or its instance
-//! ended. A progress report counts only from a running worker of the current incarnation, so
-//! a paused or orphaned worker that wakes up late is refused (409) instead of trusted, and its
+//! ended. A progress report counts only from a running worker of the current incarnation on
+//! an instance that has not ended, so a paused or orphaned worker that wakes up late, or an
+//! agent on an instance the controller ended, is refused (409) instead of trusted, and its
 //! agent kills it. Pure functions over what the API handler read; it writes the outcome.
 
 use crate::api::wire::Action;
@@ -179,6 +180,16 @@ pub fn report(job: &JobSide<'_>, instance: Option<&str>, incarnation: Option<u64
                 job.name
             ),
         ),
+        // Its workers never said they stopped, but the instance is gone: whatever still
+        // reports in its name (a late agent, a copied token) is not training this job.
+        Some(_) if job.live(instance).is_none() => refuse(
+            Action::Exit,
+            format!(
+                "instance {instance} of job {} has ended: its workers' reports no longer count; {}",
+                job.name,
+                job.live_list()
+            ),
+        ),
         Some(w) if !w.running => refuse(
             Action::Stop,
             format!("instance {instance}'s workers of incarnation {k} stopped already"),
@@ -314,6 +325,36 @@ mod tests {
         );
         assert!(matches!(start(&failed, "a"), Start::Refuse(_)));
         assert!(matches!(start(&s, "z"), Start::Refuse(w) if w.contains("its instances: a, b")));
+    }
+
+    #[test]
+    fn a_running_worker_on_an_ended_instance_is_refused() {
+        // b ended (reclaimed, terminated) before its agent said its workers stopped, and
+        // before anyone opened a new incarnation: its report still does not count.
+        let l = live(&[("a", false)]);
+        let cur = Incarnation {
+            number: 2,
+            workers: vec![worker("a", true), worker("b", true)],
+        };
+        assert!(matches!(
+            report(&side(&l, &cur), Some("b"), Some(2)),
+            Report::Refuse { action: Action::Exit, why } if why.contains("has ended")
+        ));
+        assert_eq!(
+            report(&side(&l, &cur), Some("a"), Some(2)),
+            Report::Accept {
+                drain: false,
+                stop: true
+            }
+        );
+        // Alone: no live instance at all.
+        assert!(matches!(
+            report(&side(&[], &cur), Some("a"), Some(2)),
+            Report::Refuse {
+                action: Action::Exit,
+                ..
+            }
+        ));
     }
 
     #[test]

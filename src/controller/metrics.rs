@@ -1,5 +1,7 @@
 //! Prometheus metrics of the controller, refreshed after every reconcile pass and rendered in
-//! the text exposition format on `/metrics`.
+//! the text exposition format: the fleet's aggregates on the open `/metrics` ([`Metrics::render`]:
+//! no job or team names, so a scraper needs no secret), the per-team and per-job series behind a
+//! token on `GET /v1/metrics` ([`Metrics::render_private`], narrowed to a team token's team).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -71,7 +73,9 @@ pub struct Metrics {
     foreign: Gauge,
     cloud_errors: Family<KindLabel, Counter>,
     events: Family<KindLabel, Counter>,
-    cost: Family<CostLabel, Counter<f64, AtomicU64>>,
+    /// Billed dollars by capacity type, all jobs together (the open page's cost).
+    fleet_cost: Family<CapacityLabel, Counter<f64, AtomicU64>>,
+    /// The per-(team, job, capacity) counters: in the book, rendered only behind a token.
     costs: Mutex<CostBook>,
     /// Counts already added to the counters (the controller keeps totals).
     seen_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
@@ -139,16 +143,16 @@ impl Metrics {
             "Controller decisions by kind (the event log's kinds)",
             events.clone(),
         );
-        let cost = Family::<CostLabel, Counter<f64, AtomicU64>>::default();
+        let fleet_cost = Family::<CapacityLabel, Counter<f64, AtomicU64>>::default();
         registry.register(
-            "tern_cost_dollars",
-            "Dollars billed, per team, job and capacity type, as cost reports bill them \
-             (per second, one-minute minimum, at the prices that held)",
-            cost.clone(),
+            "tern_fleet_cost_dollars",
+            "Dollars billed for the whole fleet, per capacity type, as cost reports bill them \
+             (per team and job: tern_cost_dollars on the token-guarded /v1/metrics)",
+            fleet_cost.clone(),
         );
         Metrics {
             registry,
-            cost,
+            fleet_cost,
             costs: Mutex::new(CostBook::default()),
             jobs,
             instances,
@@ -276,7 +280,11 @@ impl Metrics {
                 + open.get(&label).copied().unwrap_or(0.0);
             let before = book.counted.entry(label.clone()).or_default();
             if total > *before {
-                self.cost.get_or_create(&label).inc_by(total - *before);
+                self.fleet_cost
+                    .get_or_create(&CapacityLabel {
+                        capacity: label.capacity.clone(),
+                    })
+                    .inc_by(total - *before);
                 *before = total;
             }
         }
@@ -288,11 +296,37 @@ impl Metrics {
         self.passes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The text exposition format.
+    /// The open page, in the text exposition format: aggregates only. No family here has a
+    /// label that names a job or a team (`tests`: every label of every family is checked).
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The per-team and per-job series (`tern_cost_dollars{team,job,capacity}`), in the same
+    /// format: every team's for `team: None` (an admin), else that team's only. Rebuilt from
+    /// the book on each call, so a team's page holds no other team's series, not even empty.
+    pub fn render_private(&self, team: Option<&str>) -> String {
+        let cost = Family::<CostLabel, Counter<f64, AtomicU64>>::default();
+        {
+            let book = self.costs.lock().unwrap_or_else(|e| e.into_inner());
+            for (label, total) in &book.counted {
+                if *total > 0.0 && team.is_none_or(|t| t == label.team) {
+                    cost.get_or_create(label).inc_by(*total);
+                }
+            }
+        }
+        let mut registry = Registry::default();
+        registry.register(
+            "tern_cost_dollars",
+            "Dollars billed, per team, job and capacity type, as cost reports bill them \
+             (per second, one-minute minimum, at the prices that held)",
+            cost,
+        );
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
     }
 }

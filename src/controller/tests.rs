@@ -939,12 +939,21 @@ async fn the_cost_counter_adds_up_to_the_cost_report_as_instances_end() {
     let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
     ctl.submit(job("c", "4", false), sim.now()).expect("submit");
     let metrics = super::metrics::Metrics::new();
-    let counted = |m: &super::metrics::Metrics| -> f64 {
-        m.render()
-            .lines()
-            .filter(|l| l.starts_with("tern_cost_dollars_total{"))
+    // The per-job counters (behind a token) and the fleet's (open) count the same dollars.
+    let sum = |page: String, family: &str| -> f64 {
+        page.lines()
+            .filter(|l| l.starts_with(family))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    };
+    let counted = |m: &super::metrics::Metrics| -> f64 {
+        let per_job = sum(m.render_private(None), "tern_cost_dollars_total{");
+        let fleet = sum(m.render(), "tern_fleet_cost_dollars_total{");
+        assert!(
+            (per_job - fleet).abs() < 1e-6,
+            "per job {per_job} vs fleet {fleet}"
+        );
+        per_job
     };
     let mut last = 0.0;
     for _ in 0..240 {

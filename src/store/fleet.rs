@@ -130,7 +130,9 @@ impl Store {
         Ok(())
     }
 
-    /// The instance is gone: mark it terminated and close its usage interval, atomically.
+    /// The instance is gone: mark it terminated, close its usage interval and fence its
+    /// workers (no report from it counts from now on, before any view shows it gone),
+    /// atomically.
     pub fn end_instance(&self, id: &InstanceId, at: DateTime<Utc>) -> Result<()> {
         self.run(vec![
             Stmt::exec(
@@ -140,6 +142,11 @@ impl Store {
             ),
             Stmt::exec(
                 "UPDATE usage SET ended_at = ?2 WHERE instance = ?1 AND ended_at IS NULL",
+                params![&id.0, ms(at)],
+            ),
+            Stmt::exec(
+                "UPDATE workers SET running = 0, stopped_at = ?2
+                 WHERE instance = ?1 AND running <> 0",
                 params![&id.0, ms(at)],
             ),
         ])?;

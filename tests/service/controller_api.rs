@@ -158,15 +158,28 @@ fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
     ] {
         assert!(metrics.contains(family), "missing {family} in\n{metrics}");
     }
-    // Billed dollars as a counter, labelled by team, job and capacity, growing from zero.
-    let billed = metrics
+    // The open page names no job and no team: billed dollars are there for the fleet only.
+    assert!(
+        !metrics.contains("resnet50-imagenet") && !metrics.contains("vision"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("# TYPE tern_fleet_cost_dollars counter"),
+        "{metrics}"
+    );
+    // Per team and job, behind the token: a counter growing from zero.
+    let (code, _) = http(&c.addr, "GET", "/v1/metrics", None, "");
+    assert_eq!(code, 401);
+    let (code, private) = http(&c.addr, "GET", "/v1/metrics", Some(TOKEN), "");
+    assert_eq!(code, 200, "{private}");
+    let billed = private
         .lines()
         .find(|l| {
             l.starts_with("tern_cost_dollars_total{")
                 && l.contains("job=\"resnet50-imagenet\"")
                 && l.contains("team=\"vision\"")
         })
-        .unwrap_or_else(|| panic!("no cost counter in\n{metrics}"));
+        .unwrap_or_else(|| panic!("no cost counter in\n{private}"));
     let dollars: f64 = billed
         .rsplit(' ')
         .next()
@@ -174,8 +187,8 @@ fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
         .expect("a value");
     assert!(dollars > 0.0, "{billed}");
     assert!(
-        metrics.contains("# TYPE tern_cost_dollars counter"),
-        "{metrics}"
+        private.contains("# TYPE tern_cost_dollars counter"),
+        "{private}"
     );
 
     // The cost report through the API: bearer auth like every /v1 route.
