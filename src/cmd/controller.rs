@@ -140,6 +140,9 @@ pub struct Args {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "TERN_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// What the API's clients may hold: connections, slow and idle ones.
+    #[command(flatten)]
+    connections: super::serving::ConnectionArgs,
     /// Value of the `tern:owner` tag on instances; the leak collector only touches these.
     #[arg(long, default_value = "tern")]
     owner: String,
@@ -450,7 +453,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         shown,
         cloud_shown(&args)
     );
-    let server = tokio::spawn(tern::serve::run(listener, tls, router(state)));
+    let server = tokio::spawn(tern::serve::run_within(
+        listener,
+        tls,
+        router(state),
+        args.connections.limits(),
+    ));
     let mut running = service.spawn()?;
     tokio::select! {
         ended = running.finished() => {

@@ -20,6 +20,7 @@ pub mod offers;
 pub mod output;
 pub mod plan;
 pub mod prices;
+pub mod serving;
 pub mod sim;
 pub mod simulate;
 pub mod submit;

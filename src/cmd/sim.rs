@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// `REGION:FAMILY[:CAPACITY]=LIMIT` (e.g. `us-east-1:V100:spot=8`); repeatable.
     #[arg(long = "quota", value_name = "QUOTA", value_parser = str::parse::<SimQuota>)]
     quotas: Vec<SimQuota>,
+    /// What the server's clients may hold: connections, slow and idle ones.
+    #[command(flatten)]
+    connections: super::serving::ConnectionArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -132,7 +135,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     tokio::spawn(server::run_clock(sim.clone(), args.speed));
     let router = server::router(sim, regions, token.map(Into::into));
-    axum::serve(listener, router).await?;
+    tern::serve::run_within(listener, None, router, args.connections.limits()).await?;
     Ok(())
 }
 

@@ -1,10 +1,14 @@
 //! The HTTP serving stack shared by the controller's API and `tern sim serve`: bearer-token
-//! auth, JSON error bodies for every rejection (axum's own included), and TLS on the listener.
+//! auth, JSON error bodies for every rejection (axum's own included), TLS on the listener,
+//! and one accept loop that bounds what clients may hold (connections, slow or idle ones).
 //! It stands alone in the library, so both servers use it without depending on each other.
 
 pub mod auth;
+pub mod connections;
 pub mod errors;
 pub mod tls;
+
+pub use connections::ConnectionLimits;
 
 use std::sync::Arc;
 
@@ -27,17 +31,25 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Serve `router` on `listener`, in TLS when `tls` is given; runs until the listener fails.
-/// (`router` answers errors in JSON itself: see [`errors::json_errors`].)
+/// Serve `router` on `listener`, in TLS when `tls` is given, within the default
+/// [`ConnectionLimits`]; runs until the runtime stops. (`router` answers errors in JSON
+/// itself: see [`errors::json_errors`].)
 pub async fn run(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     router: Router,
 ) -> Result<(), ServeError> {
-    match tls {
-        None => axum::serve(listener, router).await?,
-        Some(config) => axum::serve(tls::TlsListener::new(listener, config), router).await?,
-    }
+    run_within(listener, tls, router, ConnectionLimits::default()).await
+}
+
+/// As [`run`], within `limits`.
+pub async fn run_within(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    router: Router,
+    limits: ConnectionLimits,
+) -> Result<(), ServeError> {
+    connections::serve(listener, tls, router, limits).await?;
     Ok(())
 }
 

@@ -1,25 +1,14 @@
 //! TLS on a server's listener (`--tls-cert`/`--tls-key`): PEM files into a rustls server
-//! configuration on ring, and a listener whose handshakes run on their own tasks (with a
-//! deadline), so a client that stalls its handshake holds up nobody else.
+//! configuration on ring. Handshakes run on each connection's own task, under its deadline
+//! ([`super::connections`]), so a client that stalls its handshake holds up nobody else.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use super::ServeError;
-
-/// A handshake not finished in this long is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Finished handshakes waiting for the server to take them.
-const ACCEPTED_QUEUE: usize = 64;
 
 fn pem_error(path: &Path, reason: impl std::fmt::Display) -> ServeError {
     ServeError::Pem {
@@ -70,71 +59,4 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
 pub fn install_crypto() {
     // Err means one is installed already (the client's, also ring): that one is used.
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// A TCP listener whose connections come out TLS-terminated, for `axum::serve`.
-#[derive(Debug)]
-pub struct TlsListener {
-    accepted: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Start accepting on `tcp`; must be called inside a Tokio runtime.
-    pub fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> TlsListener {
-        let local = tcp
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let (tx, accepted) = mpsc::channel(ACCEPTED_QUEUE);
-        tokio::spawn(accept_loop(tcp, TlsAcceptor::from(config), tx));
-        TlsListener { accepted, local }
-    }
-}
-
-async fn accept_loop(
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    loop {
-        let (stream, peer) = match tcp.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Out of file descriptors and the like: wait instead of spinning.
-                tracing::warn!("accepting a connection: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        if tx.is_closed() {
-            return;
-        }
-        let (acceptor, out) = (acceptor.clone(), tx.clone());
-        tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => {
-                    let _ = out.send((tls, peer)).await;
-                }
-                Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
-                Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
-            }
-        });
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.accepted.recv().await {
-            Some(c) => c,
-            // The accept loop only ends when this listener is gone.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local)
-    }
 }

@@ -8,3 +8,4 @@ mod controller_quotas;
 mod controller_state;
 mod controller_tls;
 mod controller_tokens;
+mod slow_clients;

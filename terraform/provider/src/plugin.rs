@@ -3,12 +3,23 @@
 //! Terraform passed in `PLUGIN_CLIENT_CERT`, and print one line
 //! `1|6|tcp|ADDR|grpc|CERT` (core protocol 1, plugin protocol 6, the server certificate as
 //! unpadded base64 DER) so Terraform knows where to connect and whom to trust.
+//!
+//! Only Terraform connects (on 127.0.0.1, a port chosen at random, for the length of one
+//! command), so there is no cap on connections; what does apply from the API servers'
+//! limits ([`tern::serve::connections`]) is here: accept errors (out of file descriptors)
+//! are waited out instead of spun on, and a TLS handshake must finish within 10 s.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use base64::Engine;
+use tern::serve::connections::AcceptBackoff;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
-use tonic::transport::server::TcpIncoming;
+use tokio::time::Sleep;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::controller_proto::Empty;
@@ -18,6 +29,8 @@ use crate::tfplugin6::provider_server::ProviderServer;
 /// The cookie Terraform sets so a provider binary run by hand can say what it is.
 const COOKIE_KEY: &str = "TF_PLUGIN_MAGIC_COOKIE";
 const COOKIE_VALUE: &str = "d602bf8f470bc67ca7faa0386276bbdd4330efaf76d1a219cb4d6991ca9872b2";
+/// A TLS handshake not finished in this long is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -60,7 +73,7 @@ pub async fn serve(provider: crate::provider::TernProvider) -> Result<(), Plugin
     println!("1|6|tcp|{addr}|grpc|{cert_b64}");
     router
         .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener),
+            Incoming::new(listener),
             async move { stop.notified().await },
         )
         .await?;
@@ -93,8 +106,55 @@ fn tls(client_pem: &str) -> Result<(ServerTlsConfig, Vec<u8>), PluginError> {
     let tls = ServerTlsConfig::new()
         .identity(Identity::from_pem(cert.pem(), key.serialize_pem()))
         .client_ca_root(Certificate::from_pem(client_pem))
-        .client_auth_optional(true);
+        .client_auth_optional(true)
+        .timeout(HANDSHAKE_TIMEOUT);
     Ok((tls, cert.der().to_vec()))
+}
+
+/// The listener's connections for tonic, which retries a failed accept at once: a failure
+/// here (out of file descriptors) is waited out with [`AcceptBackoff`] and never reaches it.
+struct Incoming {
+    listener: TcpListener,
+    backoff: AcceptBackoff,
+    pause: Option<Pin<Box<Sleep>>>,
+}
+
+impl Incoming {
+    fn new(listener: TcpListener) -> Self {
+        Incoming {
+            listener,
+            backoff: AcceptBackoff::default(),
+            pause: None,
+        }
+    }
+}
+
+impl tonic::codegen::tokio_stream::Stream for Incoming {
+    type Item = std::io::Result<TcpStream>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(pause) = &mut this.pause {
+                if pause.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.pause = None;
+            }
+            match this.listener.poll_accept(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok((stream, _))) => {
+                    this.backoff.succeeded();
+                    return Poll::Ready(Some(Ok(stream)));
+                }
+                Poll::Ready(Err(e)) => {
+                    if let Some(wait) = this.backoff.failed(&e) {
+                        this.pause = Some(Box::pin(tokio::time::sleep(wait)));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// go-plugin's `GRPCController`: Terraform's polite "exit now".

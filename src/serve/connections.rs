@@ -1,0 +1,414 @@
+//! The accept loop both servers share, and what bounds a connection: a cap on how many are
+//! open at once (the excess answered with a fixed 503 and closed before anything is read from
+//! them), deadlines on the TLS handshake and request headers (the same deadline bounds a
+//! kept-alive connection's idle time), on a request's body and on a response the client stops
+//! taking, and accept errors (out of file descriptors above all) waited out instead of ending
+//! the server or spinning.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+/// Bounds on the connections a server keeps: see the module's documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once; one more is refused at once.
+    pub max_connections: usize,
+    /// The TLS handshake, then each request's headers, must arrive within this long of the
+    /// connection opening or of the previous response (so it is also the idle keep-alive).
+    pub header_timeout: Duration,
+    /// A request's body must have arrived this long after its headers, and a response the
+    /// client takes nothing of for this long is abandoned (the connection closed).
+    pub body_timeout: Duration,
+}
+
+/// The default `header_timeout`.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `body_timeout`.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most connections the default cap allows, whatever the open-files limit.
+pub const MAX_CONNECTIONS_CEILING: usize = 8192;
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: default_max_connections(),
+            header_timeout: HEADER_TIMEOUT,
+            body_timeout: BODY_TIMEOUT,
+        }
+    }
+}
+
+/// Half the process's soft open-files limit (`ulimit -n`; 512 under the common 1,024), at
+/// least 16 and at most [`MAX_CONNECTIONS_CEILING`]: the other half stays for the store,
+/// the clients to the cloud and the listener, so clients cannot take the last descriptors.
+pub fn default_max_connections() -> usize {
+    let soft = open_files_limit().unwrap_or(u64::MAX);
+    usize::try_from(soft / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(16, MAX_CONNECTIONS_CEILING)
+}
+
+/// The soft open-files limit (`RLIMIT_NOFILE`); `None` when unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+/// The whole answer to a connection over the cap, sent without reading its request.
+const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+content-length: 52\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+\r\n\
+{\"error\": \"too many connections; try again shortly\"}";
+
+/// Serve `router` on `listener` (in TLS when `tls` is given) within `limits`; returns only if
+/// the runtime stops it.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    router: Router,
+    limits: ConnectionLimits,
+) -> io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let tls = tls.map(TlsAcceptor::from);
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                backoff.succeeded();
+                accepted
+            }
+            Err(e) => {
+                if let Some(pause) = backoff.failed(&e) {
+                    tokio::time::sleep(pause).await;
+                }
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!(
+                "refusing {peer}: {} connections open",
+                limits.max_connections
+            );
+            refuse(stream, tls.is_none());
+            continue;
+        };
+        tokio::spawn(connection(
+            stream,
+            slot,
+            tls.clone(),
+            router.clone(),
+            limits,
+        ));
+    }
+}
+
+/// A connection over the cap: the fixed 503 if the socket takes it at once (plain HTTP only:
+/// TLS would need a handshake), then closed; never waits and never reads.
+fn refuse(stream: TcpStream, plain: bool) {
+    if plain {
+        let _ = stream.try_write(REFUSED);
+    }
+}
+
+/// One connection, holding `_slot` until it closes.
+async fn connection(
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    limits: ConnectionLimits,
+) {
+    let peer = stream.peer_addr().ok();
+    match tls {
+        None => http(stream, router, limits).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => http(tls, router, limits).await,
+                Ok(Err(e)) => tracing::debug!("TLS handshake with {peer:?} failed: {e}"),
+                Err(_) => tracing::debug!("TLS handshake with {peer:?} timed out"),
+            }
+        }
+    }
+}
+
+/// HTTP/1.1 on `io` until the client or a deadline closes it.
+async fn http<I>(io: I, router: Router, limits: ConnectionLimits)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let body_timeout = limits.body_timeout;
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let deadline = Instant::now() + body_timeout;
+        let request = request.map(|body| axum::body::Body::new(BodyDeadline::new(body, deadline)));
+        router.clone().oneshot(request)
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let io = TokioIo::new(WriteStall::new(io, limits.body_timeout));
+    if let Err(e) = builder.serve_connection(io, service).with_upgrades().await {
+        tracing::debug!("connection closed: {e}");
+    }
+}
+
+/// What to do about accept errors: a client that gave up before it was accepted is skipped;
+/// anything else (out of file descriptors, of memory, of buffers) is waited out, 5 ms after
+/// the first and doubling to 200 ms, so the loop neither ends nor spins, and takes the next
+/// connection soon after descriptors free up. Logged once per run of errors.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(5);
+    const MOST: Duration = Duration::from_millis(200);
+
+    /// The pause before accepting again after `e`; `None` for a client's own failure.
+    pub fn failed(&mut self, e: &io::Error) -> Option<Duration> {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionRefused
+                | io::ErrorKind::Interrupted
+        ) {
+            return None;
+        }
+        if self.failures == 0 {
+            tracing::warn!(
+                "accepting connections: {e}; retrying every {} ms at most until it works",
+                Self::MOST.as_millis()
+            );
+        }
+        let pause = Self::FIRST
+            .saturating_mul(1 << self.failures.min(16))
+            .min(Self::MOST);
+        self.failures = self.failures.saturating_add(1);
+        Some(pause)
+    }
+
+    /// A connection came: the next failure starts a new run.
+    pub fn succeeded(&mut self) {
+        if self.failures > 0 {
+            tracing::warn!(
+                "accepting connections again after {} failed tries",
+                self.failures
+            );
+            self.failures = 0;
+        }
+    }
+}
+
+/// A request body that fails once its deadline has passed, so a handler reading it answers
+/// (and the connection, its body unread, closes) instead of waiting on a client that
+/// trickles it.
+struct BodyDeadline<B> {
+    inner: B,
+    deadline: Instant,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> BodyDeadline<B> {
+    fn new(inner: B, deadline: Instant) -> Self {
+        BodyDeadline {
+            inner,
+            deadline,
+            timer: None,
+        }
+    }
+}
+
+/// The error a late body ends with.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive in time")]
+pub struct BodyTimedOut;
+
+impl<B> HttpBody for BodyDeadline<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let deadline = this.deadline;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Some(Err(BodyTimedOut.into())))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A stream whose writes fail once one has waited `limit` for the client to take anything.
+struct WriteStall<I> {
+    io: I,
+    limit: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> WriteStall<I> {
+    fn new(io: I, limit: Duration) -> Self {
+        WriteStall {
+            io,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// After a write made no progress: pending, or an error once the stall has lasted.
+    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client took none of the response in time",
+        )))
+    }
+
+    /// What a write returned, with the stall timer kept or cleared.
+    fn track<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => self.pending(cx),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for WriteStall<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for WriteStall<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.track(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.track(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.track(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.track(cx, polled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_is_a_whole_answer() {
+        let text = std::str::from_utf8(REFUSED).expect("ascii");
+        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+        assert!(head.starts_with("HTTP/1.1 503 "));
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .expect("length")
+            .parse()
+            .expect("number");
+        assert_eq!(length, body.len());
+        let json: serde_json::Value = serde_json::from_str(body).expect("json");
+        assert!(json["error"].is_string());
+    }
+
+    #[test]
+    fn accept_errors_back_off_to_a_ceiling_and_start_over() {
+        let mut b = AcceptBackoff::default();
+        let emfile = io::Error::from_raw_os_error(24);
+        let pauses: Vec<_> = (0..10).map(|_| b.failed(&emfile).expect("pause")).collect();
+        assert_eq!(pauses[0], AcceptBackoff::FIRST);
+        assert!(pauses.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*pauses.last().expect("last"), AcceptBackoff::MOST);
+        let aborted = io::Error::from(io::ErrorKind::ConnectionAborted);
+        assert_eq!(b.failed(&aborted), None);
+        b.succeeded();
+        assert_eq!(b.failed(&emfile), Some(AcceptBackoff::FIRST));
+    }
+
+    #[test]
+    fn the_default_cap_leaves_half_the_descriptors() {
+        let cap = default_max_connections();
+        assert!((16..=MAX_CONNECTIONS_CEILING).contains(&cap));
+        if let Some(soft) = open_files_limit() {
+            assert!(cap as u64 <= (soft / 2).max(16));
+        }
+    }
+}

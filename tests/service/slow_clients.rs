@@ -1,0 +1,374 @@
+//! Clients that hold connections without finishing requests, against the real `tern
+//! controller` and `tern sim serve` processes over real sockets: many half-sent requests
+//! under a 1,024 open-files limit, running out of descriptors, a trickled body, an idle
+//! kept-alive connection, stalled TLS handshakes. The timeouts are set short by flag so each
+//! test takes a few seconds.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::common;
+
+use common::{Reaper, free_port, quiet, wait_for};
+
+const TOKEN: &str = "slow-clients-token";
+/// Slack on every deadline below, for a loaded two-core CI machine.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// `tern ARGS` with the API token, its open-files limit set to `fds` (soft and hard, as a
+/// service manager would) when given.
+fn tern_limited(fds: Option<u32>, args: &[&str]) -> Child {
+    let mut c = Command::new("sh");
+    let limit = fds.map_or(String::new(), |n| format!("ulimit -n {n} || exit 1; "));
+    c.arg("-c")
+        .arg(format!("{limit}exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .env("TERN_TOKEN", TOKEN);
+    quiet(&mut c).spawn().expect("tern")
+}
+
+/// `tern controller` on the in-process simulated cloud at a fresh address, with `extra` flags;
+/// the address once it accepts connections.
+fn controller(dir: &std::path::Path, fds: Option<u32>, extra: &[&str]) -> (Reaper, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let state = dir.join("state.db");
+    let mut args = vec![
+        "controller",
+        "--provider",
+        "sim",
+        "--listen",
+        &addr,
+        "--state",
+        state.to_str().expect("path"),
+    ];
+    args.extend_from_slice(extra);
+    let reaper = Reaper(vec![tern_limited(fds, &args)]);
+    wait_for(&addr);
+    (reaper, addr)
+}
+
+/// Let this test process open `n` descriptors (its soft limit raised toward the hard one).
+fn room_for(n: u64) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    if now.current.is_some_and(|c| c < n) {
+        let want = now.maximum.map_or(n, |m| m.min(n));
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(want),
+                maximum: now.maximum,
+            },
+        )
+        .expect("raising the open-files limit");
+        assert!(
+            want >= n,
+            "this test needs {n} open files, the hard limit is {want}"
+        );
+    }
+}
+
+/// `count` connections that each send half a request (no blank line) and stall.
+fn half_sent_requests(addr: &str, count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|i| {
+            let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connection {i}: {e}"));
+            // A refused connection may be closed already: its write can fail.
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: stall\r\nX-Slow: ");
+            s
+        })
+        .collect()
+}
+
+/// Whether the server closes `s` within `within`, and what it sent before; `None` when the
+/// connection is still open then.
+fn closed_by_server(s: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = within.checked_sub(t0.elapsed())?;
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .expect("timeout");
+        match s.read(&mut buf) {
+            Ok(0) => return Some(got),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return None;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // Reset: the server closed with our bytes unread.
+            Err(_) => return Some(got),
+        }
+    }
+}
+
+/// The status of `GET path` on a fresh connection, if an answer comes within a second.
+fn get_status(addr: &str, path: &str) -> Option<u16> {
+    let sock = addr.parse().expect("addr");
+    let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(1)).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .ok()?;
+    let got = closed_by_server(&mut s, Duration::from_secs(1))?;
+    let head = String::from_utf8_lossy(&got);
+    head.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// How long until `GET path` answers 200; panics after `limit`.
+fn ok_within(addr: &str, path: &str, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        if get_status(addr, path) == Some(200) {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{path} did not answer 200 within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// CPU seconds `pid` has used (user and system), from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which is in parentheses): utime and stime are the 12th
+    // and 13th, in clock ticks (100 a second on Linux).
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    ticks as f64 / 100.0
+}
+
+#[test]
+fn half_sent_requests_under_1024_open_files_leave_healthz_answering() {
+    room_for(4096);
+    let dir = tempfile::tempdir().expect("dir");
+    // The default cap: half of 1,024.
+    let (_reaper, addr) = controller(dir.path(), Some(1024), &["--header-timeout", "3"]);
+    assert_eq!(get_status(&addr, "/healthz"), Some(200));
+
+    let t0 = Instant::now();
+    let mut stalled = half_sent_requests(&addr, 1100);
+    let opened = t0.elapsed();
+    // Past the cap: answered 503 and closed at once, long before any deadline (a connection
+    // closed at its header deadline gets no answer).
+    let refused = stalled
+        .iter_mut()
+        .filter(|s| {
+            let mut s: &TcpStream = s;
+            s.set_nonblocking(true).expect("nonblocking");
+            let mut buf = [0u8; 16];
+            matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"HTTP/1.1 503"))
+        })
+        .count();
+    assert!(refused > 0, "no connection over the cap was refused");
+    // The first ones hold slots until their header deadline, then are closed.
+    let first = &mut stalled[0];
+    first.set_nonblocking(false).expect("blocking");
+    let left = (Duration::from_secs(3) + SLACK).saturating_sub(t0.elapsed());
+    assert!(
+        closed_by_server(first, left).is_some(),
+        "a stalled connection outlived the header timeout"
+    );
+    // /healthz answers as soon as the stalled ones are gone, while the clients still hold
+    // their 1,100 sockets.
+    let waited = ok_within(&addr, "/healthz", Duration::from_secs(3) + SLACK);
+    eprintln!(
+        "opened 1100 in {opened:?}, {refused} refused at once; /healthz answered {waited:?} later"
+    );
+    drop(stalled);
+}
+
+#[test]
+fn the_accept_loop_waits_out_running_out_of_descriptors() {
+    room_for(4096);
+    let dir = tempfile::tempdir().expect("dir");
+    // A cap above the open-files limit: accepting really fails with EMFILE.
+    let (mut reaper, addr) = controller(
+        dir.path(),
+        Some(1024),
+        &["--header-timeout", "3", "--max-connections", "5000"],
+    );
+    assert_eq!(get_status(&addr, "/healthz"), Some(200));
+    let pid = reaper.0[0].id();
+
+    let stalled = half_sent_requests(&addr, 1100);
+    // The server holds every descriptor it may; the rest wait in the listen queue.
+    std::thread::sleep(Duration::from_millis(300));
+    let (cpu0, t0) = (cpu_seconds(pid), Instant::now());
+    std::thread::sleep(Duration::from_millis(1000));
+    let spent = cpu_seconds(pid) - cpu0;
+    let window = t0.elapsed().as_secs_f64();
+    assert!(
+        spent < 0.5 * window,
+        "the server used {spent:.2} s of CPU in {window:.2} s out of descriptors: a spinning accept loop"
+    );
+    assert!(
+        reaper.0[0].try_wait().expect("wait").is_none(),
+        "the controller exited"
+    );
+    // Once the header deadline frees descriptors, it serves again.
+    ok_within(&addr, "/healthz", Duration::from_secs(3) + SLACK);
+    assert!(reaper.0[0].try_wait().expect("wait").is_none());
+    drop(stalled);
+}
+
+#[test]
+fn a_trickled_body_and_an_idle_kept_alive_connection_are_closed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (_reaper, addr) = controller(
+        dir.path(),
+        None,
+        &["--header-timeout", "1", "--body-timeout", "1"],
+    );
+
+    // A body sent a byte every 100 ms: always moving, never done.
+    let mut s = TcpStream::connect(&addr).expect("connect");
+    s.write_all(
+        format!(
+            "POST /v1/jobs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+        )
+        .as_bytes(),
+    )
+    .expect("head");
+    let mut trickle = s.try_clone().expect("clone");
+    let feeder = std::thread::spawn(move || {
+        for _ in 0..80 {
+            std::thread::sleep(Duration::from_millis(100));
+            if trickle.write_all(b" ").is_err() {
+                return;
+            }
+        }
+    });
+    let t0 = Instant::now();
+    let answer = closed_by_server(&mut s, Duration::from_secs(1) + SLACK)
+        .expect("a trickled body kept its connection past the body timeout");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        text.starts_with("HTTP/1.1 4"),
+        "answer to a late body: {text}"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(500),
+        "cut off early: {:?}",
+        t0.elapsed()
+    );
+    feeder.join().expect("feeder");
+
+    // A kept-alive connection after its answer, then nothing.
+    let mut s = TcpStream::connect(&addr).expect("connect");
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .expect("request");
+    let mut buf = [0u8; 512];
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let n = s.read(&mut buf).expect("answer");
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let t0 = Instant::now();
+    assert!(
+        closed_by_server(&mut s, Duration::from_secs(1) + SLACK).is_some(),
+        "an idle kept-alive connection stayed open"
+    );
+    eprintln!("idle connection closed after {:?}", t0.elapsed());
+}
+
+#[test]
+fn stalled_tls_handshakes_hold_no_slot_past_the_header_timeout() {
+    let dir = tempfile::tempdir().expect("dir");
+    let certs = tern::test_certs::write_test_certs(dir.path()).expect("certs");
+    let (cert, key) = (
+        certs.cert.to_str().expect("path"),
+        certs.key.to_str().expect("path"),
+    );
+    let (_reaper, addr) = controller(
+        dir.path(),
+        None,
+        &[
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--header-timeout",
+            "1",
+            "--max-connections",
+            "4",
+        ],
+    );
+    // Four connections that never start their handshake take every slot; a fifth is closed
+    // at once.
+    let mut stalled: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fifth = TcpStream::connect(&addr).expect("connect");
+    assert_eq!(
+        closed_by_server(&mut fifth, Duration::from_millis(1500)),
+        Some(Vec::new()),
+        "a connection over the cap was not closed at once"
+    );
+    for s in &mut stalled {
+        assert!(
+            closed_by_server(s, Duration::from_secs(1) + SLACK).is_some(),
+            "a stalled handshake outlived the header timeout"
+        );
+    }
+    // Slots free again: a real client is served.
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["status", "--json", "--server", &format!("https://{addr}")])
+        .env("TERN_CA", &certs.ca)
+        .env("TERN_TOKEN", TOKEN)
+        .output()
+        .expect("status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn sim_serve_refuses_connections_over_its_cap_and_drops_stalled_ones() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _reaper = Reaper(vec![tern_limited(
+        None,
+        &[
+            "sim",
+            "serve",
+            "--listen",
+            &addr,
+            "--max-connections",
+            "8",
+            "--header-timeout",
+            "1",
+        ],
+    )]);
+    wait_for(&addr);
+    ok_within(&addr, "/now", SLACK);
+    let mut stalled = half_sent_requests(&addr, 20);
+    let refused = closed_by_server(
+        stalled.last_mut().expect("last"),
+        Duration::from_millis(800),
+    )
+    .expect("a connection over the cap was not closed at once");
+    let text = String::from_utf8_lossy(&refused);
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 503"),
+        "{text}"
+    );
+    assert!(
+        closed_by_server(&mut stalled[0], Duration::from_secs(1) + SLACK).is_some(),
+        "a stalled connection outlived the header timeout"
+    );
+    ok_within(&addr, "/now", SLACK);
+}
