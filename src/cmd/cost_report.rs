@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use chrono::{DateTime, NaiveDate, Utc};
 use tern::report::{self, CostQuery, CostReport, GroupBy, Ledger};
-use tern::store::{Store, StoreUrl};
+use tern::store::{Store, StoreError, StoreUrl};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -148,15 +148,13 @@ fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<CostReport> {
                 .join("tern/controller.db"),
         ),
     };
-    // A report reads; it never creates a store where none was.
-    if let StoreUrl::Sqlite(path) = &url {
-        anyhow::ensure!(
-            path.is_file(),
-            "no state store at {} (pass --state PATH or postgres://…, or --server URL)",
-            path.display()
-        );
-    }
-    let store = Store::at(&url).with_context(|| format!("opening {}", describe(&url)))?;
+    // A report reads: no store created where none was, no migration, no write lock.
+    let store = Store::read_only(&url).map_err(|e| match e {
+        e @ StoreError::Missing(_) => {
+            anyhow::anyhow!("{e} (pass --state PATH or postgres://…, or --server URL)")
+        }
+        e => anyhow::Error::new(e).context(format!("opening {}", describe(&url))),
+    })?;
     let budgets = match &args.quota {
         Some(p) => tern::limits::Limits::load(p)?.budgets(),
         None => Default::default(),

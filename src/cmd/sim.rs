@@ -152,8 +152,12 @@ async fn print_report(args: ReportArgs) -> anyhow::Result<()> {
     let orphaned: Option<usize> = match &args.state {
         None => None,
         Some(state) => {
-            let store = Store::at(&StoreUrl::parse(state))
-                .with_context(|| format!("opening the state store {state}"))?;
+            let url = StoreUrl::parse(state);
+            let store = Store::read_only(&url).with_context(|| match &url {
+                StoreUrl::Sqlite(path) => format!("opening the state store {}", path.display()),
+                // The URL may hold a password.
+                StoreUrl::Postgres(_) => "opening the PostgreSQL state store".to_string(),
+            })?;
             Some(server::orphans(&report, &store.load()?))
         }
     };

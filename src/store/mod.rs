@@ -18,6 +18,7 @@ pub mod pg_cluster;
 mod pg_tls;
 mod postgres;
 mod progress;
+mod reader;
 mod records;
 pub mod sql;
 mod workers;
@@ -70,6 +71,12 @@ pub enum StoreError {
     /// the state that accounts for the fleet. The controller stops.
     #[error("state store replaced: {0}")]
     Replaced(String),
+    /// A reader was pointed at a SQLite file that does not exist; none was created.
+    #[error("no state store at {0}")]
+    Missing(String),
+    /// A reader refuses a store at another schema than the one this tern knows.
+    #[error("{}", reader::schema_message(*.found, *.known))]
+    Schema { found: i64, known: i64 },
     #[error("state store {path}: {source}")]
     File {
         path: String,
@@ -242,18 +249,24 @@ impl Store {
     }
 
     fn with_identity(backend: Backend, file: Option<identity::FileIdentity>) -> Result<Store> {
-        let mut store = Store {
-            backend,
-            cluster: String::new(),
-            file,
-            agent_key: tokens::AgentKey(String::new()),
-        };
+        let mut store = Store::bare(backend, file);
         store.cluster = store.ensure_identity()?;
         store.agent_key = tokens::AgentKey(store.ensure_agent_key()?);
         Ok(store)
     }
 
-    /// Open whichever store `url` names.
+    /// A store on `backend` with no identity or agent key read yet.
+    fn bare(backend: Backend, file: Option<identity::FileIdentity>) -> Store {
+        Store {
+            backend,
+            cluster: String::new(),
+            file,
+            agent_key: tokens::AgentKey(String::new()),
+        }
+    }
+
+    /// Open whichever store `url` names, to write: creates and migrates it as needed (the
+    /// controller). A command that only reads opens it with [`Store::read_only`].
     pub fn at(url: &StoreUrl) -> Result<Store> {
         match url {
             StoreUrl::Sqlite(path) => Store::open(path),

@@ -32,8 +32,11 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0010_tokens_audit.sql"),
 ];
 
+/// The schema this tern knows: how many migrations it has.
+pub(super) const SCHEMA: usize = MIGRATIONS.len();
+
 /// Key of the advisory lock that serialises migrations when several controllers start at once.
-const MIGRATION_LOCK: i64 = 0x7465_726e_0001;
+pub(super) const MIGRATION_LOCK: i64 = 0x7465_726e_0001;
 
 impl ToSql for Value {
     fn to_sql(
@@ -102,6 +105,16 @@ pub struct PgDb {
 impl PgDb {
     /// Connect (failing fast with the server's reason), migrate, and start the worker.
     pub fn connect(url: &str) -> Result<PgDb, StoreError> {
+        PgDb::connect_as(url, false)
+    }
+
+    /// Connect to read only: every transaction of the session is `READ ONLY` (the server
+    /// refuses a write with SQLSTATE 25006), no migration and no migration lock.
+    pub fn connect_read_only(url: &str) -> Result<PgDb, StoreError> {
+        PgDb::connect_as(url, true)
+    }
+
+    fn connect_as(url: &str, read_only: bool) -> Result<PgDb, StoreError> {
         let (rest, tls) = split_url(url)?;
         let connector = tls.connector()?;
         let mut config: postgres::Config = rest
@@ -110,7 +123,17 @@ impl PgDb {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
-        config.application_name("tern-controller");
+        if read_only {
+            // A connection option, so a reconnect is read-only too.
+            let options = match config.get_options() {
+                Some(o) => format!("{o} -c default_transaction_read_only=on"),
+                None => "-c default_transaction_read_only=on".to_string(),
+            };
+            config.options(&options);
+            config.application_name("tern-reader");
+        } else {
+            config.application_name("tern-controller");
+        }
         config.ssl_mode(tls.ssl_mode());
         let shown = shown_url(url);
         // Connect on the worker thread too: the client's runtime must never start on one of
@@ -120,7 +143,7 @@ impl PgDb {
         std::thread::Builder::new()
             .name("tern-store-pg".into())
             .spawn(move || {
-                let mut worker = match Worker::start(config, connector) {
+                let mut worker = match Worker::start(config, connector, read_only) {
                     Ok(w) => {
                         let _ = ready_tx.send(Ok(()));
                         w
@@ -151,7 +174,18 @@ impl PgDb {
             .map_err(|_| StoreError::Invalid("the store thread stopped".into()))?
     }
 
+    /// How many migrations the database has; 0 when it has no `tern_schema` table at all.
     pub fn schema_version(&self) -> Result<i64, StoreError> {
+        let exists = self
+            .run(vec![Stmt::query(
+                "SELECT to_regclass('tern_schema') IS NOT NULL",
+                vec![],
+            )])?
+            .remove(0)
+            .rows();
+        if !exists.first().map_or(Ok(false), |r| r.flag(0))? {
+            return Ok(0);
+        }
         let rows = self
             .run(vec![Stmt::query("SELECT version FROM tern_schema", vec![])])?
             .remove(0)
@@ -182,9 +216,15 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(config: postgres::Config, tls: Option<RustlsConnect>) -> Result<Worker, StoreError> {
+    fn start(
+        config: postgres::Config,
+        tls: Option<RustlsConnect>,
+        read_only: bool,
+    ) -> Result<Worker, StoreError> {
         let mut client = open(&config, tls.as_ref())?;
-        migrate(&mut client)?;
+        if !read_only {
+            migrate(&mut client)?;
+        }
         Ok(Worker {
             config,
             tls,

@@ -4,7 +4,8 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, params_from_iter};
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, OpenFlags, params_from_iter};
 
 use super::StoreError;
 use super::sql::{Outcome, Row, Shape, Stmt, Value, applied_migrations};
@@ -22,6 +23,9 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_event_fields.sql"),
     include_str!("migrations/0010_tokens_audit.sql"),
 ];
+
+/// The schema this tern knows: how many migrations it has.
+pub(super) const SCHEMA: usize = MIGRATIONS.len();
 
 impl rusqlite::ToSql for Value {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
@@ -46,6 +50,22 @@ impl SqliteDb {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         Self::migrate(conn)
+    }
+
+    /// Open an existing file to read only: no create, no migration, no journal-mode change,
+    /// `query_only` on, and no checkpoint when it closes. In WAL mode (every store tern
+    /// creates) it reads beside a writer's open transaction without waiting for its lock.
+    pub fn open_read_only(path: &Path) -> Result<SqliteDb, StoreError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        conn.pragma_update(None, "query_only", true)?;
+        Ok(SqliteDb {
+            conn: Mutex::new(conn),
+        })
     }
 
     pub fn in_memory() -> Result<SqliteDb, StoreError> {

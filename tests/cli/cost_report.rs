@@ -209,7 +209,7 @@ fn unreachable_servers_missing_and_newer_stores_are_clear_errors() {
     db.pragma_update(None, "user_version", 99).expect("version");
     drop(db);
     let (ok, _, err) = tern(&["cost-report", "--state", &newer.display().to_string()]);
-    assert!(!ok && err.contains("newer than this tern"), "{err}");
+    assert!(!ok && err.contains("use a newer tern"), "{err}");
 }
 
 fn t(h: f64) -> DateTime<Utc> {

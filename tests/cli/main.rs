@@ -10,6 +10,7 @@ mod cli_plan;
 mod controller_demo;
 mod cost_report;
 mod forecast_cli;
+mod readers;
 mod readme_examples;
 mod report_browser;
 mod simulate_cli;
