@@ -12,9 +12,9 @@ pub struct ConnectionArgs {
     /// read (default: half the open-files limit, `ulimit -n`, at most 8192).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
-    /// A connection is closed when its TLS handshake, or a request's headers, take longer
-    /// than this from its opening or the previous answer; so it is also the idle keep-alive
-    /// (seconds, or `30s`).
+    /// A connection is closed when its TLS handshake takes longer than this, or a request's
+    /// headers do from the connection (or handshake) or the previous answer; so it is also
+    /// the idle keep-alive (seconds, or `30s`).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::number::duration)]
     header_timeout: f64,
     /// A request's body must have arrived this long after its headers, and a client that

@@ -28,8 +28,9 @@ use tower::ServiceExt;
 pub struct ConnectionLimits {
     /// Connections open at once; one more is refused at once.
     pub max_connections: usize,
-    /// The TLS handshake, then each request's headers, must arrive within this long of the
-    /// connection opening or of the previous response (so it is also the idle keep-alive).
+    /// The TLS handshake must finish within this long of the connection opening, and each
+    /// request's headers must arrive within this long of the connection (or handshake) or of
+    /// the previous response (so it is also the idle keep-alive).
     pub header_timeout: Duration,
     /// A request's body must have arrived this long after its headers, and a response the
     /// client takes nothing of for this long is abandoned (the connection closed).
@@ -401,6 +402,39 @@ mod tests {
         assert_eq!(b.failed(&aborted), None);
         b.succeeded();
         assert_eq!(b.failed(&emfile), Some(AcceptBackoff::FIRST));
+    }
+
+    #[tokio::test]
+    async fn a_write_nobody_takes_fails_after_the_limit_and_one_taken_goes_through() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limit = Duration::from_millis(150);
+        let (near, _far) = tokio::io::duplex(64);
+        let mut stalled = WriteStall::new(near, limit);
+        let t0 = std::time::Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(5), stalled.write_all(&[7u8; 1024]))
+            .await
+            .expect("the stall limit ends the write")
+            .expect_err("nobody reads the far end");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() >= limit, "{:?}", t0.elapsed());
+
+        // A reader taking a little at a time, each sooner than the limit: never cut off.
+        let (near, mut far2) = tokio::io::duplex(64);
+        let mut slow = WriteStall::new(near, limit);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            while got.len() < 1024 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let n = far2.read(&mut buf).await.expect("read");
+                got.extend_from_slice(&buf[..n]);
+            }
+            got.len()
+        });
+        slow.write_all(&[7u8; 1024])
+            .await
+            .expect("a reader that keeps up");
+        assert_eq!(reader.await.expect("reader"), 1024);
     }
 
     #[test]
