@@ -8,8 +8,9 @@ use tern::serve::connections::default_max_connections;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConnectionArgs {
-    /// Connections served at once; one more gets a 503 and is closed before its request is
-    /// read (default: half the open-files limit, `ulimit -n`, at most 8192).
+    /// Connections open at once: one more closes the oldest that is in no request, or, when
+    /// all are, gets a 503 and is closed unread (default: half the open-files limit,
+    /// `ulimit -n`, at most 8192).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
     /// A connection is closed when its TLS handshake takes longer than this, or a request's

@@ -1,14 +1,17 @@
 //! The accept loop both servers share, and what bounds a connection: a cap on how many are
-//! open at once (the excess answered with a fixed 503 and closed before anything is read from
-//! them), deadlines on the TLS handshake and request headers (the same deadline bounds a
-//! kept-alive connection's idle time), on a request's body and on a response the client stops
-//! taking, and accept errors (out of file descriptors above all) waited out instead of ending
-//! the server or spinning.
+//! open at once (at the cap, the oldest connection not in the middle of a request is closed to
+//! make room; only when every one is, the newcomer gets a fixed 503 and is closed before
+//! anything is read from it), deadlines on the TLS handshake and request headers (the same
+//! deadline bounds a kept-alive connection's idle time), on a request's body and on a response
+//! the client stops taking, and accept errors (out of file descriptors above all) waited out
+//! instead of ending the server or spinning.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -18,7 +21,7 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
@@ -26,7 +29,8 @@ use tower::ServiceExt;
 /// Bounds on the connections a server keeps: see the module's documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
-    /// Connections open at once; one more is refused at once.
+    /// Connections open at once: one more closes the oldest that is not in a request, or is
+    /// refused at once when all are.
     pub max_connections: usize,
     /// The TLS handshake must finish within this long of the connection opening, and each
     /// request's headers must arrive within this long of the connection (or handshake) or of
@@ -86,7 +90,7 @@ pub async fn serve(
     router: Router,
     limits: ConnectionLimits,
 ) -> io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let open = Arc::new(Open::new(limits.max_connections));
     let tls = tls.map(TlsAcceptor::from);
     let mut backoff = AcceptBackoff::default();
     loop {
@@ -102,9 +106,9 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let Some(slot) = open.admit() else {
             tracing::debug!(
-                "refusing {peer}: {} connections open",
+                "refusing {peer}: {} connections open, each in a request",
                 limits.max_connections
             );
             refuse(stream, tls.is_none());
@@ -120,6 +124,95 @@ pub async fn serve(
     }
 }
 
+/// The open connections, oldest first: the cap counts them, and at the cap the oldest idle
+/// one makes room.
+#[derive(Debug)]
+struct Open {
+    most: usize,
+    table: Mutex<OpenTable>,
+}
+
+#[derive(Debug, Default)]
+struct OpenTable {
+    next: u64,
+    conns: BTreeMap<u64, Arc<Conn>>,
+}
+
+/// One open connection as the cap sees it.
+#[derive(Debug, Default)]
+struct Conn {
+    /// Requests of it being answered now.
+    busy: AtomicUsize,
+    /// Told to close, to make room.
+    shed: Notify,
+}
+
+/// A connection's place in [`Open`], given up when dropped.
+#[derive(Debug)]
+struct Slot {
+    open: Arc<Open>,
+    id: u64,
+    conn: Arc<Conn>,
+}
+
+impl Open {
+    fn new(most: usize) -> Self {
+        Open {
+            most: most.max(1),
+            table: Mutex::new(OpenTable::default()),
+        }
+    }
+
+    /// A place for a new connection: free, or taken from the oldest connection that is in no
+    /// request (still in its handshake or headers, or idle between requests), which is told
+    /// to close; `None` when every open connection is in a request.
+    fn admit(self: &Arc<Self>) -> Option<Slot> {
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if table.conns.len() >= self.most {
+            let idle = table
+                .conns
+                .iter()
+                .find(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
+                .map(|(id, _)| *id)?;
+            if let Some(victim) = table.conns.remove(&idle) {
+                victim.shed.notify_one();
+            }
+        }
+        let id = table.next;
+        table.next += 1;
+        let conn = Arc::new(Conn::default());
+        table.conns.insert(id, conn.clone());
+        Some(Slot {
+            open: self.clone(),
+            id,
+            conn,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut table = self.open.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.conns.remove(&self.id);
+    }
+}
+
+/// Marks its connection busy while a request is answered.
+struct Busy(Arc<Conn>);
+
+impl Busy {
+    fn new(conn: &Arc<Conn>) -> Self {
+        conn.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(conn.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A connection over the cap: the fixed 503 if the socket takes it at once (plain HTTP only:
 /// TLS would need a handshake), then closed; never waits and never reads.
 fn refuse(stream: TcpStream, plain: bool) {
@@ -128,37 +221,54 @@ fn refuse(stream: TcpStream, plain: bool) {
     }
 }
 
-/// One connection, holding `_slot` until it closes.
+/// One connection, holding `slot` until it closes or is told to make room.
 async fn connection(
     stream: TcpStream,
-    _slot: OwnedSemaphorePermit,
+    slot: Slot,
     tls: Option<TlsAcceptor>,
     router: Router,
     limits: ConnectionLimits,
 ) {
     let peer = stream.peer_addr().ok();
-    match tls {
-        None => http(stream, router, limits).await,
-        Some(acceptor) => {
-            match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => http(tls, router, limits).await,
-                Ok(Err(e)) => tracing::debug!("TLS handshake with {peer:?} failed: {e}"),
-                Err(_) => tracing::debug!("TLS handshake with {peer:?} timed out"),
+    let conn = slot.conn.clone();
+    let served = async {
+        match tls {
+            None => http(stream, &conn, router, limits).await,
+            Some(acceptor) => {
+                match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => http(tls, &conn, router, limits).await,
+                    Ok(Err(e)) => tracing::debug!("TLS handshake with {peer:?} failed: {e}"),
+                    Err(_) => tracing::debug!("TLS handshake with {peer:?} timed out"),
+                }
             }
         }
+    };
+    tokio::select! {
+        () = served => {}
+        () = slot.conn.shed.notified() => {
+            tracing::debug!("closed {peer:?}, idle at the connection cap, to make room");
+        }
     }
+    drop(slot);
 }
 
 /// HTTP/1.1 on `io` until the client or a deadline closes it.
-async fn http<I>(io: I, router: Router, limits: ConnectionLimits)
+async fn http<I>(io: I, conn: &Arc<Conn>, router: Router, limits: ConnectionLimits)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let body_timeout = limits.body_timeout;
+    let conn = conn.clone();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let busy = Busy::new(&conn);
         let deadline = Instant::now() + body_timeout;
         let request = request.map(|body| axum::body::Body::new(BodyDeadline::new(body, deadline)));
-        router.clone().oneshot(request)
+        let answer = router.clone().oneshot(request);
+        async move {
+            let answered = answer.await;
+            drop(busy);
+            answered
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -435,6 +545,34 @@ mod tests {
             .await
             .expect("a reader that keeps up");
         assert_eq!(reader.await.expect("reader"), 1024);
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_never_do() {
+        let open = Arc::new(Open::new(3));
+        let slots: Vec<Slot> = (0..3).map(|_| open.admit().expect("room")).collect();
+        // The oldest is in a request: the next oldest, idle, is told to close.
+        let busy = Busy::new(&slots[0].conn);
+        let fourth = open.admit().expect("room made");
+        let told = |s: &Slot| {
+            let notified = s.conn.shed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable()
+        };
+        assert!(!told(&slots[0]));
+        assert!(told(&slots[1]));
+        assert!(!told(&slots[2]));
+        // Every one left in a request: refused.
+        let _busy = [Busy::new(&slots[2].conn), Busy::new(&fourth.conn)];
+        assert!(open.admit().is_none());
+        // A request answered frees its connection to make room again.
+        drop(busy);
+        assert!(open.admit().is_some());
+        // Closed connections give their place back.
+        drop(slots);
+        drop(fourth);
+        let table = open.table.lock().expect("lock");
+        assert!(table.conns.len() <= 1);
     }
 
     #[test]
