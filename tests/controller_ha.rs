@@ -119,3 +119,421 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
     assert_eq!(report["duplicate_launches"], 0, "{report}");
     assert!(report["billed_dollars"].as_f64() > Some(0.0), "{report}");
 }
+
+/// `tern controller` on the simulated cloud at `sim` with a 3 s lease (the probe's set-up).
+fn short_lease_controller(
+    sim: &str,
+    state: &str,
+    addr: &str,
+    id: &str,
+    log: &std::path::Path,
+) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args([
+            "controller",
+            "--sim-endpoint",
+            sim,
+            "--listen",
+            addr,
+            "--period",
+            "0.05",
+            "--lease-seconds",
+            "3",
+            "--state",
+            state,
+            "--id",
+            id,
+        ])
+        .env("TERN_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .spawn()
+        .expect("controller")
+}
+
+/// The last lines of a log, for a failure message.
+fn tail(log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success(), "kill {sig}");
+}
+
+/// The body of `GET path` at `addr` with the API token (a plain HTTP/1.1 exchange).
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
+
+/// `tern ARGS` started now against a server; its output is read when it ends.
+fn tern_in_background(args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .env("TERN_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tern")
+}
+
+fn spec_file(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        tern_cloud::testkit::spec(name)
+            .team("sre")
+            .workers("1")
+            .deadline(Some("24h"))
+            .samples(8_000_000)
+            .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20")
+            .text(),
+    )
+    .expect("spec");
+    path
+}
+
+/// The probe's defect: SIGSTOP the leader, let the standby take over, queue a submit and a
+/// cancel at the paused leader, SIGCONT it. Neither may be acknowledged or written: the
+/// resumed leader's writes are fenced (its answer is 503 naming the leader, or it has already
+/// stopped), the new leader never sees the submitted job, the job the user tried to cancel
+/// keeps running under the new leader, and the old leader exits.
+#[test]
+fn a_paused_leader_writes_nothing_after_it_resumes() {
+    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA test");
+    let state = pg.create_db("pause").expect("database");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim_addr = format!("127.0.0.1:{}", free_port());
+    let sim_url = format!("http://{sim_addr}");
+    let mut reaper = Reaper(Vec::new());
+    reaper.0.push(sim_serve(&sim_addr, 7));
+    wait_for(&sim_addr);
+    let a_addr = format!("127.0.0.1:{}", free_port());
+    let b_addr = format!("127.0.0.1:{}", free_port());
+    let a_url = format!("http://{a_addr}");
+    let b_url = format!("http://{b_addr}");
+    let a_log = dir.path().join("a.log");
+    let mut a = short_lease_controller(&sim_url, &state, &a_addr, "ctl-a", &a_log);
+    wait_for(&a_addr);
+    reaper.0.push(short_lease_controller(
+        &sim_url,
+        &state,
+        &b_addr,
+        "ctl-b",
+        &dir.path().join("b.log"),
+    ));
+    submit(&spec_file(dir.path(), "kept"), &a_url, TOKEN);
+    let t0 = Instant::now();
+    while tern_json(&["status", "--json", "--server", &a_url], TOKEN)["jobs"][0]["instances"]
+        .as_u64()
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "kept never ran: {}",
+            tail(&a_log)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    signal(&a, "-STOP");
+    let paused = Instant::now();
+    while !listening(&b_addr) {
+        assert!(paused.elapsed() < Duration::from_secs(20), "no takeover");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let late = spec_file(dir.path(), "late");
+    let late = late.to_str().expect("utf-8 path");
+    let queued = [
+        tern_in_background(&["submit", late, "--server", &a_url]),
+        tern_in_background(&["cancel", "kept", "--server", &a_url]),
+    ];
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&a, "-CONT");
+    for q in queued {
+        let out = q.wait_with_output().expect("tern");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "a paused leader acknowledged a write after it was deposed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // Either the 503 that names the leader, or no answer at all (it already stopped).
+        assert!(
+            stderr.contains("ctl-b") || !stderr.contains("answered"),
+            "{stderr}"
+        );
+        eprintln!("refused: {}", stderr.trim());
+    }
+    let t0 = Instant::now();
+    let exited = loop {
+        if let Some(status) = a.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the old leader did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!exited.success(), "a deposed leader stops with an error");
+
+    // The new leader's view, and the shared store, after a few passes.
+    std::thread::sleep(Duration::from_secs(1));
+    let v = tern_json(&["status", "--json", "--server", &b_url], TOKEN);
+    let jobs = v["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 1, "only the acknowledged job exists: {v}");
+    assert_eq!(jobs[0]["name"], "kept");
+    assert_ne!(jobs[0]["state"], "cancelled", "{v}");
+    assert!(jobs[0]["instances"].as_u64() > Some(0), "{v}");
+    let events = http_get(&b_addr, "/v1/events");
+    assert!(events.contains("kept"), "{events}");
+    assert!(
+        !events.to_string().contains("late"),
+        "the old leader logged for the refused job: {events}"
+    );
+    let out = tern_in_background(&["cancel", "kept", "--server", &b_url])
+        .wait_with_output()
+        .expect("cancel");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = sim_report_when_empty(&sim_url, &state, TOKEN);
+    assert_eq!(report["orphaned_instances"], 0, "{report}");
+    assert_eq!(report["duplicate_launches"], 0, "{report}");
+}
+
+/// How one soak request ended.
+struct Sent {
+    job: String,
+    cancel: bool,
+    acknowledged: bool,
+}
+
+/// `tern submit` or `tern cancel` to whichever of `urls` answers; acknowledged on a 2xx.
+fn send(dir: &std::path::Path, job: &str, cancel: bool, urls: &[String]) -> Sent {
+    let spec = (!cancel).then(|| soak_spec(dir, job));
+    let mut acknowledged = false;
+    for url in urls {
+        let mut args = vec![if cancel { "cancel" } else { "submit" }];
+        match &spec {
+            Some(path) => args.push(path.to_str().expect("utf-8 path")),
+            None => args.push(job),
+        }
+        args.extend(["--server", url.as_str()]);
+        let out = tern_in_background(&args).wait_with_output().expect("tern");
+        if out.status.success() {
+            acknowledged = true;
+            break;
+        }
+    }
+    Sent {
+        job: job.to_string(),
+        cancel,
+        acknowledged,
+    }
+}
+
+fn soak_spec(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        tern_cloud::testkit::spec(name)
+            .team("soak")
+            .workers("1")
+            .deadline(Some("24h"))
+            .samples(1_500_000)
+            .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20")
+            .text(),
+    )
+    .expect("spec");
+    path
+}
+
+/// The jobs the leader at one of `urls` shows, by name.
+fn jobs_at(urls: &[String]) -> Option<std::collections::BTreeMap<String, serde_json::Value>> {
+    for url in urls {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["status", "--json", "--server", url])
+            .env("TERN_TOKEN", TOKEN)
+            .output()
+            .expect("tern");
+        if !out.status.success() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value =
+            serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("json");
+        let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+        return Some(
+            jobs.into_iter()
+                .map(|j| (j["name"].as_str().unwrap_or("").to_string(), j))
+                .collect(),
+        );
+    }
+    None
+}
+
+/// The HA soak: two controllers on one PostgreSQL store and one simulated cloud, 3 s leases.
+/// Each round submits two jobs and cancels an earlier one while the leader is paused
+/// (SIGSTOP) for 0.5–5 s, seeded: past its lease the standby takes over and the resumed leader
+/// must stop (a supervisor restarts it as the standby); short of it, it goes on. At the end
+/// every acknowledged submit has run, every acknowledged cancel ended its job's instances, and
+/// the cloud shows no duplicate launches and no orphans. The seed is printed (replay with
+/// TERN_HA_SOAK_SEED=N); 8 rounds.
+#[test]
+fn ha_soak_pauses_the_leader_with_writes_in_flight() {
+    const ROUNDS: u32 = 8;
+    let seed = std::env::var("TERN_HA_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| u64::from(d.subsec_nanos() % 10_000))
+        });
+    eprintln!("ha soak: {ROUNDS} rounds, seed {seed}");
+    let mut draw = tern_sim::testkit::Lcg::new(seed);
+    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA soak");
+    let state = pg.create_db("soak").expect("database");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim_addr = format!("127.0.0.1:{}", free_port());
+    let sim_url = format!("http://{sim_addr}");
+    let mut reaper = Reaper(Vec::new());
+    reaper.0.push(sim_serve(&sim_addr, seed));
+    wait_for(&sim_addr);
+    let addrs = [
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    ];
+    let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
+    let start = |i: usize| {
+        let log = dir.path().join(format!("ctl-{i}.log"));
+        short_lease_controller(&sim_url, &state, &addrs[i], &format!("ctl-{i}"), &log)
+    };
+    let mut ctl = Pair([Some(start(0)), None]);
+    wait_for(&addrs[0]);
+    ctl.0[1] = Some(start(1));
+    let mut sent: Vec<Sent> = Vec::new();
+    let (mut takeovers, mut pauses) = (0, 0);
+    for round in 0..ROUNDS {
+        let leader = (0..2)
+            .find(|&i| listening(&addrs[i]))
+            .expect("a leader serves");
+        let submits: Vec<String> = (0..2).map(|k| format!("r{round}-{k}")).collect();
+        let cancel = sent
+            .iter()
+            .filter(|s| !s.cancel && s.acknowledged)
+            .map(|s| s.job.clone())
+            .nth(draw.next_u32() as usize % sent.len().max(1));
+        let pause = Duration::from_millis(500 + u64::from(draw.next_u32() % 4_500));
+        signal(ctl.0[leader].as_ref().expect("running"), "-STOP");
+        pauses += 1;
+        let in_flight: Vec<_> = submits
+            .iter()
+            .map(|j| (j.clone(), false))
+            .chain(cancel.map(|j| (j, true)))
+            .map(|(job, is_cancel)| {
+                let urls = urls.clone();
+                let dir = dir.path().to_path_buf();
+                std::thread::spawn(move || send(&dir, &job, is_cancel, &urls))
+            })
+            .collect();
+        std::thread::sleep(pause);
+        signal(ctl.0[leader].as_ref().expect("running"), "-CONT");
+        for t in in_flight {
+            sent.push(t.join().expect("request"));
+        }
+        // A deposed leader stops; a supervisor would restart it, as the standby.
+        std::thread::sleep(Duration::from_millis(300));
+        let c = ctl.0[leader].as_mut().expect("running");
+        if c.try_wait().expect("wait").is_some() {
+            takeovers += 1;
+            ctl.0[leader] = Some(start(leader));
+        }
+        let t0 = Instant::now();
+        while !addrs.iter().any(|a| listening(a)) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "round {round}: no leader"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    eprintln!(
+        "ha soak: {pauses} pauses, {takeovers} takeovers, {} requests, {} acknowledged",
+        sent.len(),
+        sent.iter().filter(|s| s.acknowledged).count()
+    );
+
+    // Every acknowledged submit runs (or ran), every acknowledged cancel ends its job.
+    let cancelled: std::collections::BTreeSet<&str> = sent
+        .iter()
+        .filter(|s| s.cancel && s.acknowledged)
+        .map(|s| s.job.as_str())
+        .collect();
+    let t0 = Instant::now();
+    loop {
+        let jobs = jobs_at(&urls).unwrap_or_default();
+        let waiting: Vec<String> = sent
+            .iter()
+            .filter(|s| !s.cancel && s.acknowledged)
+            .filter_map(|s| {
+                let j = jobs.get(&s.job);
+                let state = j.map_or("missing", |j| j["state"].as_str().unwrap_or(""));
+                let ok = if cancelled.contains(s.job.as_str()) {
+                    state == "cancelled" && j.is_some_and(|j| j["instances"] == 0)
+                } else {
+                    state == "finished"
+                };
+                (!ok).then(|| format!("{}: {state}", s.job))
+            })
+            .collect();
+        if waiting.is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "seed {seed}: not done: {waiting:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let report = sim_report_when_empty(&sim_url, &state, TOKEN);
+    eprintln!("ha soak: {report}");
+    assert_eq!(report["orphaned_instances"], 0, "seed {seed}: {report}");
+    assert_eq!(report["duplicate_launches"], 0, "seed {seed}: {report}");
+}
+
+/// The soak's two controllers, killed and reaped however the test ends (they are replaced as
+/// they stop, so they cannot live in a `Reaper`).
+struct Pair([Option<std::process::Child>; 2]);
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -17,6 +17,7 @@
 pub mod access;
 mod audit;
 pub mod client;
+mod leader;
 mod quotas;
 mod tokens;
 pub mod wire;
@@ -339,6 +340,7 @@ pub fn router(state: ApiState) -> Router {
             .nest("/v1", v1)
             .route("/metrics", get(metrics_text))
             .route("/healthz", get(healthz))
+            .layer(middleware::from_fn_with_state(state.clone(), leader::guard))
             .with_state(state),
     )
 }

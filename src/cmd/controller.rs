@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chrono::Utc;
 use tern::api::{ApiState, router};
-use tern::controller::lease::{Leadership, default_holder, lock_state_file};
+use tern::controller::lease::{Leadership, Lease, default_holder, lock_state_file};
 use tern::controller::metrics::Metrics;
 use tern::controller::probe::ProbeBounds;
 use tern::controller::service::{Clock, Service, ServiceConfig, Shared, WallClock};
@@ -129,6 +129,11 @@ pub struct Args {
     /// This controller's name in the leader lease (default: host-pid-random).
     #[arg(long)]
     id: Option<String>,
+    /// The URL clients reach this controller's API at, written into the leader lease so that a
+    /// deposed controller's 503s point clients at the leader (default: the scheme and --listen
+    /// address, with this host's name when listening on every address).
+    #[arg(long, value_name = "URL")]
+    advertise: Option<String>,
     #[arg(long, default_value = "127.0.0.1:8470")]
     listen: SocketAddr,
     /// The bearer token every `/v1` request must carry (`--token` or `--token-file`).
@@ -498,6 +503,15 @@ fn checked(args: &Args) -> anyhow::Result<TlsAndBudgets> {
         args.lease_seconds >= 1.0,
         "--lease-seconds must be at least 1"
     );
+    if let Some(url) = &args.advertise {
+        anyhow::ensure!(
+            (url.starts_with("http://") || url.starts_with("https://"))
+                && url
+                    .split_once("://")
+                    .is_some_and(|(_, rest)| !rest.is_empty()),
+            "--advertise {url}: expected the API's URL, http://HOST:PORT or https://HOST:PORT"
+        );
+    }
     Ok((tls, limits))
 }
 
@@ -518,7 +532,7 @@ struct Led {
     store: Arc<Store>,
     /// The store as the log shows it.
     shown: String,
-    leadership: Option<Leadership>,
+    leadership: Option<Lease>,
     _file_lock: Option<std::fs::File>,
 }
 
@@ -545,12 +559,17 @@ async fn lead(args: &Args, holder: &str) -> anyhow::Result<Option<Led>> {
     let mut leadership = None;
     if let StoreUrl::Postgres(_) = &url {
         let ttl = Duration::from_secs_f64(args.lease_seconds);
-        let mut lease = Leadership::new(store.clone(), holder.to_string(), ttl);
+        let mut lease =
+            Leadership::new(store.clone(), holder.to_string(), ttl).advertising(advertised(args));
         tokio::select! {
             () = lease.wait_to_lead() => {}
             () = shutdown_signal() => return Ok(None),
         }
-        leadership = Some(lease);
+        leadership = Some(
+            lease
+                .keep()
+                .context("starting the lease's renewal thread")?,
+        );
     }
     Ok(Some(Led {
         store,
@@ -558,6 +577,34 @@ async fn lead(args: &Args, holder: &str) -> anyhow::Result<Option<Led>> {
         leadership,
         _file_lock: file_lock,
     }))
+}
+
+/// Where clients reach this controller: `--advertise`, or the scheme and listen address (this
+/// host's name in place of an unspecified address).
+fn advertised(args: &Args) -> String {
+    if let Some(url) = &args.advertise {
+        return url.clone();
+    }
+    let scheme = if args.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let host = if args.listen.ip().is_unspecified() {
+        std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| args.listen.ip().to_string())
+    } else {
+        args.listen.ip().to_string()
+    };
+    match args.listen.ip() {
+        std::net::IpAddr::V6(_) if host.contains(':') => {
+            format!("{scheme}://[{host}]:{}", args.listen.port())
+        }
+        _ => format!("{scheme}://{host}:{}", args.listen.port()),
+    }
 }
 
 fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> ControllerConfig {

@@ -1,40 +1,42 @@
 //! Leader election: several controllers may share one store (PostgreSQL, for HA); only the
-//! holder of the store's `controller` lease acts. The leader renews the lease every third of
-//! its TTL; a standby polls and takes the lease once it has expired, so it leads within
-//! TTL + one poll of the leader's death (15 s + 3 s by default).
+//! holder of the store's `controller` lease acts. A standby polls and takes the lease once it
+//! has expired, so it leads within TTL + one poll of the leader's death (15 s + 3 s by default),
+//! and loads the store only after it has taken it.
 //!
-//! The leader is fail-stop: if it cannot renew (another controller took over, or the store was
-//! unreachable for a whole TTL) it stops, rather than act beside a new leader. Expiry uses the
-//! database's clock, so controllers on different hosts need not agree on the time.
+//! Each take is a new reign (an epoch), and the leader's store fences every write on it (see
+//! `store::lease`): a deposed leader's writes are refused in their own transaction, whatever
+//! it was doing when it lost the lease (paused, partitioned, mid-pass). The lease is renewed by
+//! a thread of its own every third of its TTL, however long a pass takes; the loop only reads
+//! what that thread found. The leader is fail-stop: once its reign is over (another controller
+//! took over, or the store was unreachable for two thirds of a TTL) it stops, rather than act
+//! beside a new leader. Expiry uses the database's clock, so hosts need not agree on the time.
 
-use std::sync::Arc;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::store::{Store, StoreError};
+use crate::store::{Fence, Store};
 
 /// The one lease every controller of a deployment competes for.
 pub const LEASE: &str = "controller";
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseError {
     #[error("lost the leadership lease to {holder}; stopping so that only one controller acts")]
     Lost { holder: String },
-    #[error("could not renew the leadership lease for {}s: {source}", .for_.as_secs())]
-    Unreachable {
-        for_: Duration,
-        #[source]
-        source: StoreError,
-    },
+    #[error("could not renew the leadership lease for {}s: {reason}", .for_.as_secs())]
+    Unreachable { for_: Duration, reason: String },
 }
 
-/// This controller's claim on the lease.
+/// A controller that wants to lead: waits for the lease.
 #[derive(Debug)]
 pub struct Leadership {
     store: Arc<Store>,
     holder: String,
     ttl: Duration,
-    /// When the lease was last known to be ours (renewed or taken).
-    held_since_renewal: Option<Instant>,
+    /// Where this controller serves its API, written into the lease for others to point at.
+    address: Option<String>,
+    fence: Option<Fence>,
 }
 
 impl Leadership {
@@ -43,25 +45,35 @@ impl Leadership {
             store,
             holder: holder.into(),
             ttl,
-            held_since_renewal: None,
+            address: None,
+            fence: None,
         }
     }
 
-    /// Wait until this controller holds the lease. Says once who leads meanwhile.
+    /// Advertise `address` (the API's URL) in the lease while this controller leads.
+    pub fn advertising(mut self, address: impl Into<String>) -> Leadership {
+        self.address = Some(address.into());
+        self
+    }
+
+    /// Wait until this controller holds the lease, then fence the store's writes on its reign.
+    /// Says once who leads meanwhile.
     pub async fn wait_to_lead(&mut self) {
         let poll = self.ttl / 5;
         let mut said: Option<String> = None;
         loop {
-            match self.store.acquire_lease(LEASE, &self.holder, self.ttl) {
-                Ok(true) => {
-                    self.held_since_renewal = Some(Instant::now());
-                    if said.is_some() {
-                        tracing::info!(holder = %self.holder, "took over as leader");
-                    }
+            match self
+                .store
+                .take_lease(LEASE, &self.holder, self.ttl, self.address.as_deref())
+            {
+                Ok(Some(fence)) => {
+                    tracing::info!(holder = %self.holder, epoch = fence.epoch, "leading");
+                    self.store.fence_writes(fence.clone());
+                    self.fence = Some(fence);
                     return;
                 }
-                Ok(false) => {
-                    let leader = self.leader().unwrap_or_default();
+                Ok(None) => {
+                    let leader = leader(&self.store).unwrap_or_default();
                     if said.as_deref() != Some(leader.as_str()) {
                         tracing::info!(
                             holder = %self.holder,
@@ -76,49 +88,136 @@ impl Leadership {
         }
     }
 
-    /// Renew the lease when a third of its TTL has passed since the last renewal. Errors mean
-    /// this controller must stop acting.
-    pub fn renew_if_due(&mut self) -> Result<(), LeaseError> {
-        let last = self.held_since_renewal.unwrap_or_else(Instant::now);
-        if self.held_since_renewal.is_some() && last.elapsed() < self.ttl / 3 {
-            return Ok(());
+    /// Keep the lease taken by [`Leadership::wait_to_lead`]: renewals on a thread of their own.
+    pub fn keep(self) -> std::io::Result<Lease> {
+        let fence = self.fence.ok_or_else(|| {
+            std::io::Error::other("keep() before wait_to_lead(): no lease is held")
+        })?;
+        let ended = Arc::new(Mutex::new(None));
+        let (stop, stopped) = mpsc::channel();
+        let renewer = Renewer {
+            store: self.store.clone(),
+            fence: fence.clone(),
+            ttl: self.ttl,
+            ended: ended.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("tern-lease".into())
+            .spawn(move || renewer.run(&stopped))?;
+        Ok(Lease {
+            store: self.store,
+            fence,
+            ended,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The lease a leader holds, renewed in the background until it is released or lost.
+#[derive(Debug)]
+pub struct Lease {
+    store: Arc<Store>,
+    fence: Fence,
+    ended: Arc<Mutex<Option<LeaseError>>>,
+    stop: mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Lease {
+    /// Whether this controller still leads; no store call. Errors mean it must stop acting.
+    pub fn check(&self) -> Result<(), LeaseError> {
+        if let Some(e) = self
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            return Err(e);
         }
-        match self.store.acquire_lease(LEASE, &self.holder, self.ttl) {
-            Ok(true) => {
-                self.held_since_renewal = Some(Instant::now());
-                Ok(())
-            }
-            Ok(false) => Err(LeaseError::Lost {
-                holder: self.leader().unwrap_or_else(|| "another controller".into()),
+        match self.store.deposed() {
+            Some(leader) => Err(LeaseError::Lost {
+                holder: leader.map_or_else(|| "another controller".into(), |l| l.holder),
             }),
-            // Keep going on a transient failure while the lease we hold is still valid; a
-            // margin of one renewal period keeps us from acting after a standby could take it.
-            Err(e) if last.elapsed() < self.ttl * 2 / 3 => {
-                tracing::warn!("renewing the leadership lease: {e}");
-                Ok(())
-            }
-            Err(source) => Err(LeaseError::Unreachable {
-                for_: last.elapsed(),
-                source,
-            }),
+            None => Ok(()),
         }
     }
 
-    /// Who holds the lease now, if the store can tell (for messages only).
-    fn leader(&self) -> Option<String> {
-        self.store
-            .lease_holder(LEASE)
-            .ok()
-            .flatten()
-            .map(|h| h.holder)
+    /// The reign this controller leads in.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
     }
 
-    /// Hand the lease over at once on a clean shutdown.
-    pub fn release(&self) {
-        if let Err(e) = self.store.release_lease(LEASE, &self.holder) {
+    /// Stop renewing and hand the lease over at once (a clean shutdown).
+    pub fn release(mut self) {
+        let _ = self.stop.send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if self.check().is_ok()
+            && let Err(e) = self.store.release_lease(&self.fence)
+        {
             tracing::warn!("releasing the leadership lease: {e}");
         }
     }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+    }
+}
+
+/// The renewal thread's state.
+struct Renewer {
+    store: Arc<Store>,
+    fence: Fence,
+    ttl: Duration,
+    ended: Arc<Mutex<Option<LeaseError>>>,
+}
+
+impl Renewer {
+    /// Renew every third of the TTL until stopped or the reign ends; on its end, depose the
+    /// store (its writes fail at once, the API answers 503) and say why.
+    fn run(self, stopped: &mpsc::Receiver<()>) {
+        let mut last = Instant::now();
+        loop {
+            match stopped.recv_timeout(self.ttl / 3) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            let error = match self.store.renew_lease(&self.fence, self.ttl) {
+                Ok(true) => {
+                    last = Instant::now();
+                    continue;
+                }
+                Ok(false) => LeaseError::Lost {
+                    holder: leader(&self.store).unwrap_or_else(|| "another controller".into()),
+                },
+                // Keep going on a transient failure while the lease we hold is still valid; a
+                // margin of one renewal period keeps us from acting after a standby could take
+                // it.
+                Err(e) if last.elapsed() < self.ttl * 2 / 3 => {
+                    tracing::warn!("renewing the leadership lease: {e}");
+                    continue;
+                }
+                Err(e) => LeaseError::Unreachable {
+                    for_: last.elapsed(),
+                    reason: e.to_string(),
+                },
+            };
+            tracing::error!("{error}");
+            self.store
+                .depose(self.store.lease_holder(LEASE).ok().flatten());
+            *self.ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+            return;
+        }
+    }
+}
+
+/// Who holds the lease now, if the store can tell (for messages only).
+fn leader(store: &Store) -> Option<String> {
+    store.lease_holder(LEASE).ok().flatten().map(|h| h.holder)
 }
 
 /// The embedded store's guard against two controllers on one SQLite file: an exclusive OS
@@ -184,27 +283,59 @@ mod tests {
         let ttl = Duration::from_millis(300);
         let mut a = Leadership::new(store.clone(), "a", ttl);
         a.wait_to_lead().await;
+        // a "dies" without renewing: no `keep()`.
+        drop(a);
         let mut b = Leadership::new(store.clone(), "b", ttl);
         let started = Instant::now();
-        // a stops renewing (it "died"): b leads after the TTL, not before.
         b.wait_to_lead().await;
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(250), "{waited:?}");
         assert!(waited < Duration::from_secs(2), "{waited:?}");
-        // a comes back: it must notice it lost the lease and stop.
-        std::thread::sleep(ttl / 2);
-        let err = a.renew_if_due().expect_err("a lost the lease");
-        assert!(
-            matches!(&err, LeaseError::Lost { holder } if holder == "b"),
-            "{err}"
-        );
-        assert!(b.renew_if_due().is_ok());
+        let b = b.keep().expect("keep");
+        assert!(b.check().is_ok());
         // A clean shutdown hands over at once.
         b.release();
         let mut c = Leadership::new(store, "c", ttl);
         let started = Instant::now();
         c.wait_to_lead().await;
         assert!(started.elapsed() < Duration::from_millis(50));
+    }
+
+    /// The renewal thread keeps the lease however long the loop is busy (here: never asked),
+    /// and once another controller takes over it reports the loss and the store is deposed.
+    #[tokio::test]
+    async fn the_lease_is_kept_apart_from_the_loop_and_its_loss_is_seen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("tern.db");
+        let store = Arc::new(Store::open(&path).expect("store"));
+        let ttl = Duration::from_millis(300);
+        let mut a = Leadership::new(store.clone(), "a", ttl).advertising("http://a:1");
+        a.wait_to_lead().await;
+        let a = a.keep().expect("keep");
+        // A "pass" of five TTLs: the standby never gets the lease.
+        let other = Arc::new(Store::open(&path).expect("store"));
+        let mut b = Leadership::new(other.clone(), "b", ttl);
+        let took = tokio::time::timeout(ttl * 5, b.wait_to_lead()).await;
+        assert!(
+            took.is_err(),
+            "the standby took a lease that was being renewed"
+        );
+        assert!(a.check().is_ok());
+        // Another process restarts under the same name and takes the lease (a new reign): the
+        // old one sees it at its next renewal, stops, and its store refuses writes from then on.
+        let restarted = other
+            .take_lease(LEASE, "a", ttl, None)
+            .expect("take")
+            .expect("the same name takes its own lease");
+        assert!(restarted.epoch > a.fence().epoch);
+        let deadline = Instant::now() + ttl * 3;
+        while a.check().is_ok() {
+            assert!(Instant::now() < deadline, "the loss was not seen");
+            std::thread::sleep(ttl / 10);
+        }
+        let err = a.check().expect_err("lost");
+        assert!(matches!(&err, LeaseError::Lost { .. }), "{err}");
+        assert!(store.deposed().is_some());
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use tern_cloud::ProviderError;
 use tokio::sync::{Notify, oneshot, watch};
 
 use super::inputs::Request;
-use super::lease::{Leadership, LeaseError};
+use super::lease::{Lease, LeaseError};
 use super::metrics::Metrics;
 use super::workload::Workload;
 use super::{Controller, Requeue};
@@ -296,7 +296,7 @@ pub struct Service {
     shared: Arc<Shared>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
-    leadership: Option<Leadership>,
+    leadership: Option<Lease>,
     workload: Option<Workload>,
     period: Duration,
     last: Option<DateTime<Utc>>,
@@ -317,7 +317,7 @@ impl Service {
         shared: Arc<Shared>,
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
-        leadership: Option<Leadership>,
+        leadership: Option<Lease>,
         config: &ServiceConfig,
     ) -> Service {
         shared.publish(View::of(&controller));
@@ -335,13 +335,12 @@ impl Service {
         }
     }
 
-    /// One turn of the loop: renew the lease, take the queued requests, run a pass, move the
+    /// One turn of the loop: check the lease, take the queued requests, run a pass, move the
     /// simulated workers, refresh metrics and publish. Returns how long to wait for the next.
     pub async fn turn(&mut self) -> Result<Duration, ServiceError> {
-        // Fail-stop: never act without a valid lease (a standby may already lead).
-        if let Some(lease) = &mut self.leadership {
-            lease.renew_if_due()?;
-        }
+        // Fail-stop: never act without a valid lease (a standby may already lead). The lease's
+        // own thread renews it; its store refuses the writes of a pass the loss interrupts.
+        self.check_lease()?;
         // Fail-stop too when the store is no longer the one opened (a deleted or swapped
         // state file): a pass on an empty copy would see the fleet as unaccounted for.
         match self.controller.store().verify() {
@@ -375,6 +374,7 @@ impl Service {
         {
             tracing::error!("metrics: {e}");
         }
+        self.check_lease()?;
         self.take_requests();
         self.shared.publish(View::of(&self.controller));
         Ok(match outcome {
@@ -389,6 +389,10 @@ impl Service {
                 }
             }
         })
+    }
+
+    fn check_lease(&self) -> Result<(), LeaseError> {
+        self.leadership.as_ref().map_or(Ok(()), Lease::check)
     }
 
     fn take_requests(&mut self) {
@@ -409,7 +413,7 @@ impl Service {
                 _ = tokio::time::sleep(wait) => {}
                 _ = shared.wake.notified() => {}
                 _ = stop.changed() => {
-                    if let Some(lease) = &self.leadership {
+                    if let Some(lease) = self.leadership.take() {
                         lease.release();
                     }
                     return Ok(());

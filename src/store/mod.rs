@@ -71,6 +71,10 @@ pub enum StoreError {
     /// the state that accounts for the fleet. The controller stops.
     #[error("state store replaced: {0}")]
     Replaced(String),
+    /// A write refused because this process no longer holds the leader lease: another
+    /// controller took it (named when the store could tell). Nothing of the write was kept.
+    #[error("{}", lease::fenced_message(.0.as_ref()))]
+    Fenced(Option<LeaseHolder>),
     /// A reader was pointed at a SQLite file that does not exist; none was created.
     #[error("no state store at {0}")]
     Missing(String),
@@ -153,7 +157,13 @@ pub struct LeaseHolder {
     pub holder: String,
     /// Milliseconds until the lease expires (negative: expired), by the database's clock.
     pub expires_in_ms: i64,
+    /// The reign: grows with every take of the lease.
+    pub epoch: i64,
+    /// Where the holder serves its API, as it advertised it.
+    pub address: Option<String>,
 }
+
+pub use lease::Fence;
 
 /// The state store. Cheap to share behind an `Arc`; calls are short and serialised per
 /// backend connection.
@@ -166,6 +176,8 @@ pub struct Store {
     file: Option<identity::FileIdentity>,
     /// The key of derived agent tokens ([`Store::agent_token`]), written once per store.
     agent_key: tokens::AgentKey,
+    /// The leader's fence, once it leads: every write checks it in its own transaction.
+    fencing: lease::Fencing,
 }
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -262,6 +274,7 @@ impl Store {
             cluster: String::new(),
             file,
             agent_key: tokens::AgentKey(String::new()),
+            fencing: lease::Fencing::default(),
         }
     }
 
@@ -282,7 +295,12 @@ impl Store {
         }
     }
 
+    /// Every statement goes through here: a batch that writes carries the leader's fence.
     fn run(&self, batch: Vec<Stmt>) -> Result<Vec<Outcome>> {
+        self.run_fenced(batch)
+    }
+
+    fn run_unfenced(&self, batch: Vec<Stmt>) -> Result<Vec<Outcome>> {
         match &self.backend {
             Backend::Sqlite(db) => db.run(batch),
             Backend::Postgres(db) => db.run(batch),

@@ -30,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_probe.sql"),
     include_str!("migrations/0009_event_fields.sql"),
     include_str!("migrations/postgres/0010_tokens_audit.sql"),
+    include_str!("migrations/0011_lease_epoch.sql"),
 ];
 
 /// The schema this tern knows: how many migrations it has.
@@ -260,7 +261,7 @@ impl Worker {
                 s.params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
             out.push(match s.shape {
                 Shape::Count => Outcome::Count(tx.execute(stmt, &params)?),
-                Shape::Rows => {
+                Shape::Rows | Shape::Guard => {
                     let rows = tx.query(stmt, &params)?;
                     let mut got = Vec::with_capacity(rows.len());
                     for r in &rows {
@@ -268,7 +269,12 @@ impl Worker {
                             .map(|i| value_at(r, i))
                             .collect::<Result<_, _>>()?));
                     }
-                    Outcome::Rows(got)
+                    if s.shape == Shape::Guard {
+                        // Dropping `tx` rolls the transaction back.
+                        Outcome::guarded(got)?
+                    } else {
+                        Outcome::Rows(got)
+                    }
                 }
             });
         }

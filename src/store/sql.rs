@@ -74,6 +74,9 @@ pub(crate) use params;
 pub enum Shape {
     Rows,
     Count,
+    /// A query that must return a row, or the whole transaction is rolled back with
+    /// [`StoreError::Fenced`]: the leader's fence, checked in each write's own transaction.
+    Guard,
 }
 
 /// One statement with its parameters.
@@ -100,6 +103,24 @@ impl Stmt {
             shape: Shape::Count,
         }
     }
+
+    pub fn guard(sql: impl Into<String>, params: Vec<Value>) -> Stmt {
+        Stmt {
+            sql: sql.into(),
+            params,
+            shape: Shape::Guard,
+        }
+    }
+
+    /// Whether the statement may change the database: anything but a plain `SELECT` (an
+    /// `INSERT … RETURNING` returns rows and writes).
+    pub fn writes(&self) -> bool {
+        let head = self.sql.trim_start();
+        self.shape == Shape::Count
+            || !head
+                .get(..6)
+                .is_some_and(|h| h.eq_ignore_ascii_case("select"))
+    }
 }
 
 /// What one statement of a batch gave back.
@@ -110,6 +131,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A guard's rows, or [`StoreError::Fenced`] when it found none.
+    pub fn guarded(rows: Vec<Row>) -> Result<Outcome, StoreError> {
+        if rows.is_empty() {
+            return Err(StoreError::Fenced(None));
+        }
+        Ok(Outcome::Rows(rows))
+    }
+
     pub fn rows(self) -> Vec<Row> {
         match self {
             Outcome::Rows(r) => r,

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::config::DbConfig;
+use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags, params_from_iter};
 
 use super::StoreError;
@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_probe.sql"),
     include_str!("migrations/0009_event_fields.sql"),
     include_str!("migrations/0010_tokens_audit.sql"),
+    include_str!("migrations/0011_lease_epoch.sql"),
 ];
 
 /// The schema this tern knows: how many migrations it has.
@@ -121,7 +122,7 @@ fn one(conn: &Connection, s: &Stmt) -> Result<Outcome, StoreError> {
     let params = params_from_iter(s.params.iter());
     match s.shape {
         Shape::Count => Ok(Outcome::Count(stmt.execute(params)? as u64)),
-        Shape::Rows => {
+        Shape::Rows | Shape::Guard => {
             let width = stmt.column_count();
             let mut rows = stmt.query(params)?;
             let mut out = Vec::new();
@@ -138,6 +139,9 @@ fn one(conn: &Connection, s: &Stmt) -> Result<Outcome, StoreError> {
                     });
                 }
                 out.push(Row(row));
+            }
+            if s.shape == Shape::Guard {
+                return Outcome::guarded(out);
             }
             Ok(Outcome::Rows(out))
         }

@@ -33,7 +33,10 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     };
     {
         let store = open();
-        assert_eq!(store.schema_version().expect("version"), 10);
+        assert_eq!(
+            store.schema_version().expect("version"),
+            Store::known_schema()
+        );
         let job = JobRecord::new(spec(), t0);
         assert_eq!(job.deadline_at, Some(t0 + TimeDelta::hours(10)));
         store.insert_job(&job, t0).expect("insert");
@@ -47,7 +50,7 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
     let store = open();
     assert_eq!(
         store.schema_version().expect("no migration applied twice"),
-        10
+        Store::known_schema()
     );
     let snap = store.load().expect("load");
     assert_eq!(snap.jobs.len(), 1);
@@ -182,61 +185,168 @@ fn survives_reopening_and_closes_usage_atomically(open: &dyn Fn() -> Store) {
 }
 
 /// One leader at a time; a standby takes over only once the lease has expired, and a leader
-/// that released its lease is replaced at once.
+/// that released its lease is replaced at once. Every take is a new, higher epoch.
 fn lease_elects_one_leader(store: &Store) {
     let ttl = Duration::from_millis(600);
     assert!(store.lease_holder("controller").expect("holder").is_none());
+    let a = store
+        .take_lease("controller", "a", ttl, Some("http://a:7070"))
+        .expect("take")
+        .expect("a takes a free lease");
     assert!(
         store
-            .acquire_lease("controller", "a", ttl)
-            .expect("a takes")
+            .take_lease("controller", "b", ttl, None)
+            .expect("take")
+            .is_none(),
+        "b waits while a's lease runs"
     );
-    assert!(
-        !store
-            .acquire_lease("controller", "b", ttl)
-            .expect("b waits")
-    );
-    assert!(
-        store
-            .acquire_lease("controller", "a", ttl)
-            .expect("a renews")
-    );
+    assert!(store.renew_lease(&a, ttl).expect("a renews"));
     let held = store
         .lease_holder("controller")
         .expect("holder")
         .expect("held");
     assert_eq!(held.holder, "a");
+    assert_eq!(held.epoch, a.epoch);
+    assert_eq!(held.address.as_deref(), Some("http://a:7070"));
     assert!(
         held.expires_in_ms > 0 && held.expires_in_ms <= 600,
         "{held:?}"
     );
     std::thread::sleep(Duration::from_millis(700));
+    let b = store
+        .take_lease("controller", "b", ttl, None)
+        .expect("take")
+        .expect("b takes an expired lease");
+    assert!(b.epoch > a.epoch, "{b:?} after {a:?}");
+    assert!(!store.renew_lease(&a, ttl).expect("renew"), "a lost it");
+    store.release_lease(&a).expect("not a's: no-op");
     assert!(
         store
-            .acquire_lease("controller", "b", ttl)
-            .expect("b takes an expired lease")
+            .take_lease("controller", "a", ttl, None)
+            .expect("take")
+            .is_none(),
+        "still b's"
     );
-    assert!(
-        !store
-            .acquire_lease("controller", "a", ttl)
-            .expect("a lost it")
-    );
-    store
-        .release_lease("controller", "a")
-        .expect("not a's: no-op");
-    assert!(
-        !store
-            .acquire_lease("controller", "a", ttl)
-            .expect("still b's")
-    );
-    store.release_lease("controller", "b").expect("release");
-    assert!(
-        store
-            .acquire_lease("controller", "a", ttl)
-            .expect("a takes a released lease")
-    );
+    store.release_lease(&b).expect("release");
+    let a2 = store
+        .take_lease("controller", "a", ttl, None)
+        .expect("take")
+        .expect("a takes a released lease at once");
+    assert!(a2.epoch > b.epoch, "a release keeps the epoch: {a2:?}");
+    // A restart under the same name is a new reign too.
+    let a3 = store
+        .take_lease("controller", "a", ttl, None)
+        .expect("take")
+        .expect("the same name takes its own lease");
+    assert!(a3.epoch > a2.epoch);
+    assert!(!store.renew_lease(&a2, ttl).expect("renew"));
     // Leases are per name.
-    assert!(store.acquire_lease("other", "b", ttl).expect("other lease"));
+    assert!(
+        store
+            .take_lease("other", "b", ttl, None)
+            .expect("take")
+            .is_some()
+    );
+}
+
+/// A leader's writes hold only while its reign does: once another controller takes the lease,
+/// every write of the old one (a job, an event, a batch) is refused whole, nothing of it is
+/// kept, the refusal names the new leader, and reads still work. `open` opens another
+/// connection to the same database each call.
+fn a_deposed_leader_writes_nothing(open: &dyn Fn() -> Store) {
+    let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
+    let ttl = Duration::from_millis(400);
+    let old = open();
+    let fence = old
+        .take_lease("controller", "old", ttl, Some("http://old:1"))
+        .expect("take")
+        .expect("free");
+    old.fence_writes(fence);
+    old.insert_job(&JobRecord::new(spec(), t0), t0)
+        .expect("the leader writes");
+    std::thread::sleep(Duration::from_millis(500));
+    let new = open();
+    let taken = new
+        .take_lease("controller", "new", ttl, Some("http://new:2"))
+        .expect("take")
+        .expect("expired");
+    new.fence_writes(taken);
+
+    let mut other = spec();
+    other.name = "j2".into();
+    let refused = old
+        .insert_job(&JobRecord::new(other.clone(), t0), t0)
+        .expect_err("a deposed leader must not write");
+    let StoreError::Fenced(Some(leader)) = &refused else {
+        panic!("expected a fenced write naming the leader, got {refused}");
+    };
+    assert_eq!(leader.holder, "new");
+    assert!(
+        refused.to_string().contains("http://new:2"),
+        "the refusal points at the leader: {refused}"
+    );
+    assert!(old.deposed().is_some());
+    let refused = old
+        .add_event(t0, Some("j1"), "launched", "late", None)
+        .expect_err("nor log events");
+    assert!(matches!(refused, StoreError::Fenced(_)), "{refused}");
+    // Reads still work, and nothing of the refused writes is there.
+    assert!(old.job("j2").expect("read").is_none());
+    assert!(new.job("j2").expect("read").is_none());
+    assert_eq!(new.events(0, None).expect("events").len(), 0);
+    // The new leader writes.
+    new.insert_job(&JobRecord::new(other, t0), t0)
+        .expect("the leader writes");
+    assert!(new.job("j2").expect("read").is_some());
+}
+
+/// A leader writing as fast as it can while a standby takes over: the new leader loads right
+/// after its take, and every write the old one saw acknowledged is in that load (a write
+/// either committed before the take or was refused).
+fn a_takeover_loads_every_acknowledged_write(open: &dyn Fn() -> Store) {
+    let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
+    let ttl = Duration::from_millis(300);
+    let old = open();
+    let fence = old
+        .take_lease("controller", "old", ttl, None)
+        .expect("take")
+        .expect("free");
+    old.fence_writes(fence);
+    let new = open();
+    let (acked, loaded) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut acked = Vec::new();
+            for i in 0.. {
+                let mut job = spec();
+                job.name = format!("j-{i}");
+                match old.insert_job(&JobRecord::new(job, t0), t0) {
+                    Ok(()) => acked.push(format!("j-{i}")),
+                    Err(StoreError::Fenced(_)) => break,
+                    Err(e) => panic!("unexpected: {e}"),
+                }
+            }
+            acked
+        });
+        let loaded = loop {
+            if let Some(f) = new
+                .take_lease("controller", "new", ttl, None)
+                .expect("take")
+            {
+                new.fence_writes(f);
+                break new.load().expect("load");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        (writer.join().expect("writer"), loaded)
+    });
+    let names: std::collections::BTreeSet<&str> = loaded.jobs.iter().map(|j| j.name()).collect();
+    assert!(!acked.is_empty());
+    for a in &acked {
+        assert!(
+            names.contains(a.as_str()),
+            "{a} was acknowledged but not loaded"
+        );
+    }
 }
 
 #[test]
@@ -339,6 +449,13 @@ fn sqlite_lease_elects_one_leader() {
 }
 
 #[test]
+fn sqlite_deposed_leader_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    a_deposed_leader_writes_nothing(&|| Store::open(&path).expect("open"));
+}
+
+#[test]
 fn a_store_keeps_its_identity_and_another_file_has_another() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("tern.db");
@@ -427,6 +544,11 @@ fn postgres_store_passes_the_same_checks() {
     let url = cluster.create_db("lease").expect("db");
     lease_elects_one_leader(&Store::connect(&url).expect("connect"));
 
+    let url = cluster.create_db("fence").expect("db");
+    a_deposed_leader_writes_nothing(&|| Store::connect(&url).expect("connect"));
+    let url = cluster.create_db("takeover").expect("db");
+    a_takeover_loads_every_acknowledged_write(&|| Store::connect(&url).expect("connect"));
+
     // Controllers starting together: the migration runs once, under an advisory lock.
     let url = cluster.create_db("race").expect("db");
     let stores: Vec<Store> = std::thread::scope(|s| {
@@ -439,7 +561,7 @@ fn postgres_store_passes_the_same_checks() {
             .collect()
     });
     for s in &stores {
-        assert_eq!(s.schema_version().expect("version"), 10);
+        assert_eq!(s.schema_version().expect("version"), Store::known_schema());
     }
     // One database, one identity, however many controllers created it at once.
     assert!(
@@ -489,7 +611,10 @@ fn postgres_store_speaks_tls_and_checks_the_certificate() {
         certs.ca.display()
     ));
     let store = Store::connect(&url).expect("verify-full against the right CA");
-    assert_eq!(store.schema_version().expect("version"), 10);
+    assert_eq!(
+        store.schema_version().expect("version"),
+        Store::known_schema()
+    );
     assert!(pg_ssl_in_use(&store), "the connection is not encrypted");
 
     for query in [
