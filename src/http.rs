@@ -14,6 +14,10 @@ use std::time::Duration;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Whole-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// A pooled connection unused this long is closed by the client: sooner than tern's servers
+/// close an idle one (`--header-timeout`, 10 s by default), so a request is not sent on a
+/// connection the server is closing at that moment.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -42,6 +46,7 @@ pub fn client_with_ca(ca: Option<&Path>) -> Result<reqwest::Client, HttpError> {
     let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .user_agent(concat!("tern/", env!("CARGO_PKG_VERSION")));
     if let Some(path) = ca {
         let ca_err = |reason: String| HttpError::Ca {
