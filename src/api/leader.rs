@@ -4,8 +4,10 @@
 //! holder), every route answers `503 Service Unavailable` with `{"error", "leader"}` and a
 //! `Retry-After`, so a client or load balancer goes to the leader; `/healthz` too, so probes
 //! take it out of rotation. A handler whose write was refused by the fence would have answered
-//! 500: that answer is replaced the same way, so a client never reads a write as failed for
-//! an unknown reason when it was refused for leadership, nor as done when it was not.
+//! an error of its own (500, or a 4xx where it reads the store's error as the request's): any
+//! unsuccessful answer given once the store is deposed is replaced the same way, so a client
+//! reads a refusal for leadership as such. A write that committed before the takeover keeps
+//! its 2xx: the new leader loaded it.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -21,7 +23,7 @@ pub async fn guard(State(state): State<ApiState>, request: Request, next: Next) 
         return not_leader(leader);
     }
     let answer = next.run(request).await;
-    if answer.status().is_server_error()
+    if !answer.status().is_success()
         && let Some(leader) = state.store.deposed()
     {
         return not_leader(leader);

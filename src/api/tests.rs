@@ -324,6 +324,76 @@ async fn idle_server(token: &str) -> String {
     base
 }
 
+/// Once another controller takes the lease, every route of the old one answers 503 with the
+/// leader's address and `Retry-After`, `/healthz` included, and its writes are not kept; a
+/// write acknowledged before the takeover is in the store the new leader reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_controller_answers_503_naming_the_leader_and_writes_nothing() {
+    use crate::controller::lease::LEASE;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    let store = Arc::new(Store::open(&path).expect("store"));
+    let ttl = Duration::from_millis(200);
+    let fence = store
+        .take_lease(LEASE, "old", ttl, Some("http://old:1"))
+        .expect("take")
+        .expect("free");
+    store.fence_writes(fence);
+    let state = ApiState {
+        shared: Shared::new(),
+        store: store.clone(),
+        token: "t0k".into(),
+        metrics: Arc::new(Metrics::new()),
+        clock: Arc::new(Fixed),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let http = crate::http::client().expect("http");
+    let post = |name: &str| {
+        http.post(format!("{base}/v1/jobs"))
+            .bearer_auth("t0k")
+            .body(spec(name))
+            .send()
+    };
+    assert_eq!(post("before").await.expect("submit").status(), 201);
+
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let other = Store::open(&path).expect("store");
+    other
+        .take_lease(LEASE, "new", Duration::from_secs(30), Some("http://new:2"))
+        .expect("take")
+        .expect("expired");
+    let reply = post("after").await.expect("submit");
+    assert_eq!(reply.status(), 503);
+    assert_eq!(
+        reply
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let body: serde_json::Value = reply.json().await.expect("json");
+    assert_eq!(body["leader"], "http://new:2", "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("new")),
+        "{body}"
+    );
+    for path in ["/healthz", "/v1/jobs", "/metrics"] {
+        let reply = http
+            .get(format!("{base}{path}"))
+            .bearer_auth("t0k")
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(reply.status(), 503, "{path}");
+    }
+    assert!(other.job("before").expect("read").is_some());
+    assert!(other.job("after").expect("read").is_none());
+}
+
 /// Status and the `error` field of a JSON error body (the test fails on any other shape).
 async fn json_error_of(reply: reqwest::Response) -> (u16, String) {
     let status = reply.status().as_u16();

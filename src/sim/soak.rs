@@ -349,7 +349,7 @@ async fn judge(run: &Run, r: &mut SoakReport) -> Result<(), SoakError> {
         .report(OWNER)
         .await
         .map_err(|e| SoakError::Setup(format!("the simulated cloud's report: {e}")))?;
-    let store = Store::open(&run.dir.join("state.db"))
+    let store = Store::read_only(&crate::store::StoreUrl::Sqlite(run.dir.join("state.db")))
         .map_err(|e| SoakError::Setup(format!("reading the state store: {e}")))?;
     let snapshot = store
         .load()
