@@ -266,8 +266,8 @@ where
         let answer = router.clone().oneshot(request);
         async move {
             let answered = answer.await;
-            drop(busy);
-            answered
+            // Busy until the answer's body is written (or the connection is gone).
+            answered.map(|response| response.map(|body| Holding::body(body, busy)))
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -327,6 +327,38 @@ impl AcceptBackoff {
             );
             self.failures = 0;
         }
+    }
+}
+
+/// An answer's body that keeps its connection marked busy until hyper drops it.
+struct Holding {
+    body: axum::body::Body,
+    _busy: Busy,
+}
+
+impl Holding {
+    fn body(body: axum::body::Body, busy: Busy) -> axum::body::Body {
+        axum::body::Body::new(Holding { body, _busy: busy })
+    }
+}
+
+impl HttpBody for Holding {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -573,6 +605,17 @@ mod tests {
         drop(fourth);
         let table = open.table.lock().expect("lock");
         assert!(table.conns.len() <= 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_stays_busy_until_its_answer_is_written() {
+        let conn = Arc::new(Conn::default());
+        let body = Holding::body(axum::body::Body::from("answer"), Busy::new(&conn));
+        assert_eq!(conn.busy.load(Ordering::Acquire), 1);
+        assert_eq!(body.size_hint().exact(), Some(6));
+        let bytes = axum::body::to_bytes(body, 64).await.expect("body");
+        assert_eq!(&bytes[..], b"answer");
+        assert_eq!(conn.busy.load(Ordering::Acquire), 0);
     }
 
     #[test]
