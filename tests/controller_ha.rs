@@ -1,7 +1,9 @@
 //! High availability on a real PostgreSQL server: two controllers share one store and one
 //! simulated cloud (`tern sim serve`). Only the leader acts and serves the API; when it is
 //! killed with SIGKILL the standby takes over within 30 s (default 15 s lease), carries on
-//! with the leader's jobs from the shared store, and nothing is leaked or launched twice.
+//! with the leader's jobs from the shared store, and nothing is leaked or launched twice. A
+//! leader paused past its lease (SIGSTOP) writes nothing once it resumes, alone and in a seeded
+//! soak of pauses with submits and cancels in flight.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -120,7 +122,8 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
     assert!(report["billed_dollars"].as_f64() > Some(0.0), "{report}");
 }
 
-/// `tern controller` on the simulated cloud at `sim` with a 3 s lease (the probe's set-up).
+/// `tern controller` on the simulated cloud at `sim` with a 3 s lease (the probe's set-up),
+/// logging to `log`.
 fn short_lease_controller(
     sim: &str,
     state: &str,
@@ -128,23 +131,8 @@ fn short_lease_controller(
     id: &str,
     log: &std::path::Path,
 ) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "controller",
-            "--sim-endpoint",
-            sim,
-            "--listen",
-            addr,
-            "--period",
-            "0.05",
-            "--lease-seconds",
-            "3",
-            "--state",
-            state,
-            "--id",
-            id,
-        ])
-        .env("TERN_TOKEN", TOKEN)
+    common::sim_controller_command(sim, state, addr, id, TOKEN)
+        .args(["--lease-seconds", "3"])
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(log).expect("log file"))
         .spawn()

@@ -308,10 +308,14 @@ fn an_observation_an_older_tern_stored_unchecked_does_not_poison_the_job() {
 
 /// A server on an idle controller (no loop running): enough for what the API answers itself.
 async fn idle_server(token: &str) -> String {
-    let shared = Shared::new();
+    serve_store(Arc::new(Store::in_memory().expect("store")), token).await
+}
+
+/// The API alone (no loop running) on `store`, its base URL.
+async fn serve_store(store: Arc<Store>, token: &str) -> String {
     let state = ApiState {
-        shared,
-        store: Arc::new(Store::in_memory().expect("store")),
+        shared: Shared::new(),
+        store,
         token: token.into(),
         metrics: Arc::new(Metrics::new()),
         clock: Arc::new(Fixed),
@@ -339,18 +343,7 @@ async fn a_deposed_controller_answers_503_naming_the_leader_and_writes_nothing()
         .expect("take")
         .expect("free");
     store.fence_writes(fence);
-    let state = ApiState {
-        shared: Shared::new(),
-        store: store.clone(),
-        token: "t0k".into(),
-        metrics: Arc::new(Metrics::new()),
-        clock: Arc::new(Fixed),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let base = serve_store(store.clone(), "t0k").await;
     let http = crate::http::client().expect("http");
     let post = |name: &str| {
         http.post(format!("{base}/v1/jobs"))

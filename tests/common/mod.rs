@@ -140,25 +140,37 @@ pub fn sim_controller(
     id: &str,
     token: &str,
 ) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "controller",
-            "--sim-endpoint",
-            sim,
-            "--listen",
-            addr,
-            "--period",
-            "0.05",
-            "--state",
-            state,
-            "--id",
-            id,
-        ])
-        .env("TERN_TOKEN", token)
+    sim_controller_command(sim, state, addr, id, token)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("controller")
+}
+
+/// The command line of [`sim_controller`], for callers that add flags or keep its output.
+pub fn sim_controller_command(
+    sim: &str,
+    state: &str,
+    addr: &str,
+    id: &str,
+    token: &str,
+) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
+    c.args([
+        "controller",
+        "--sim-endpoint",
+        sim,
+        "--listen",
+        addr,
+        "--period",
+        "0.05",
+        "--state",
+        state,
+        "--id",
+        id,
+    ])
+    .env("TERN_TOKEN", token);
+    c
 }
 
 /// `tern sim serve` on `addr` at 600× speed with `seed`, its output silenced.
