@@ -123,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The report in `format`; SVG is the chart that fits the grouping (cost per day by day,
+/// The report in `format`; SVG is the chart that fits the grouping (cost per bucket by day,
 /// spend against budget by team, actual vs on-demand vs plan otherwise).
 pub fn render(report: &CostReport, format: Format) -> anyhow::Result<String> {
     Ok(match format {

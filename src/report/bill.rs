@@ -92,31 +92,12 @@ pub fn dollars_within(pieces: &[Billed], (from, to): (DateTime<Utc>, DateTime<Ut
         .sum()
 }
 
-/// `pieces` cut at UTC midnights, keyed by day (`YYYY-MM-DD`).
+/// `pieces` cut at UTC midnights, keyed by day (`YYYY-MM-DD`): [`super::buckets::cut`] by day.
 pub fn by_day(pieces: &[Billed]) -> BTreeMap<String, Vec<Billed>> {
-    let mut out: BTreeMap<String, Vec<Billed>> = BTreeMap::new();
-    for b in pieces {
-        let mut at = b.piece.from;
-        while at < b.piece.to {
-            let day = at.date_naive();
-            let midnight = day
-                .succ_opt()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .map(|d| d.and_utc())
-                .unwrap_or(b.piece.to);
-            let to = midnight.min(b.piece.to);
-            out.entry(day.to_string()).or_default().push(Billed {
-                piece: Piece {
-                    from: at,
-                    to,
-                    price_per_hour: b.piece.price_per_hour,
-                },
-                on_demand_per_hour: b.on_demand_per_hour,
-            });
-            at = to;
-        }
-    }
-    out
+    super::buckets::cut(pieces, super::buckets::BucketUnit::Day)
+        .into_iter()
+        .map(|(start, p)| (start.date_naive().to_string(), p))
+        .collect()
 }
 
 #[cfg(test)]

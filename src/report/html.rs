@@ -1,5 +1,6 @@
 //! The cost report as one self-contained HTML page: a summary, the three charts inline as
-//! SVG, and the tables. No scripts, no external files: it opens anywhere and can be mailed.
+//! SVG, and the tables (rows, budgets, the buckets' numbers, segments). No scripts, no
+//! external files: it opens anywhere and can be mailed.
 
 use std::fmt::Write as _;
 
@@ -59,7 +60,7 @@ pub fn page(report: &CostReport) -> Result<String, ChartError> {
          <div>on demand<b id=\"total-on-demand\">{}</b></div>\
          <div>saved<b id=\"total-savings\">{} ({:.0}%)</b></div>\
          <div>spot share<b>{:.0}%</b></div>\
-         <div>plan<b>{}</b></div></div>\n",
+         <div>plan<b>{}</b></div>{}</div>\n",
         escape(&window),
         report.by.as_str(),
         report.generated_at.to_rfc3339(),
@@ -71,6 +72,14 @@ pub fn page(report: &CostReport) -> Result<String, ChartError> {
         t.savings_pct,
         100.0 * t.spot_share,
         opt(t.planned_cost),
+        report
+            .projection
+            .as_ref()
+            .map_or_else(String::new, |p| format!(
+                "<div>projected to {}<b id=\"projection\">{}</b></div>",
+                p.until.to_rfc3339(),
+                dollars(p.dollars)
+            )),
     );
     for (id, svg) in [
         ("chart-daily", chart::daily(report)?),
@@ -105,6 +114,7 @@ pub fn page(report: &CostReport) -> Result<String, ChartError> {
     row_html(&mut out, t, report.by, "total");
     out.push_str("</table>\n");
     budgets_html(&mut out, report);
+    buckets_html(&mut out, report);
     segments_html(&mut out, report);
     out.push_str("</body></html>\n");
     Ok(out)
@@ -133,6 +143,33 @@ fn budgets_html(out: &mut String, report: &CostReport) {
         );
     }
     out.push_str("</table>\n");
+}
+
+/// The numbers of the cost-per-bucket chart, folded away (a long span has many buckets).
+fn buckets_html(out: &mut String, report: &CostReport) {
+    if report.buckets.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<details id=\"buckets\"><summary>Cost per {} (UTC)</summary><table><tr>\
+         <th>{}</th><th class=\"n\">spot</th><th class=\"n\">on demand</th>\
+         <th class=\"n\">cost</th></tr>",
+        report.bucket.as_str(),
+        report.bucket.as_str(),
+    );
+    for b in &report.buckets {
+        let _ = writeln!(
+            out,
+            "<tr class=\"bucket\"><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td></tr>",
+            escape(&b.label),
+            dollars(b.spot),
+            dollars(b.on_demand),
+            dollars(b.spot + b.on_demand),
+        );
+    }
+    out.push_str("</table></details>\n");
 }
 
 fn segments_html(out: &mut String, report: &CostReport) {

@@ -7,6 +7,7 @@
 //! CSV, SVG charts and a self-contained HTML page.
 
 mod bill;
+pub mod buckets;
 pub mod chart;
 pub mod html;
 pub mod render;
@@ -17,7 +18,8 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Budget, Capacity, Offer};
 
 pub use crate::api::wire::costs::{
-    CostQuery, CostReport, CostRow, DayCost, GroupBy, Segment, TeamBudget,
+    BucketCost, BucketUnit, CostQuery, CostReport, CostRow, DayCost, GroupBy, Projection, Segment,
+    TeamBudget,
 };
 use bill::dollars_within;
 pub use bill::{Billed, bill, by_day, cloud_of};
@@ -203,6 +205,12 @@ pub fn build(
     };
     total_row.planned_cost = sum_planned(jobs.values().copied());
     total_row.plan_error = total_row.planned_cost.map(|p| total_row.cost - p);
+    let deadline = jobs
+        .values()
+        .filter(|j| !j.state.is_final())
+        .filter_map(|j| j.deadline_at)
+        .max();
+    let series = buckets::series(&billed, until, deadline);
     Ok(CostReport {
         generated_at: now,
         since: query.since,
@@ -220,6 +228,9 @@ pub fn build(
             .map(|(day, d)| DayCost { day, ..d })
             .collect(),
         budgets: budgets(ledger, &jobs, until, now),
+        bucket: series.unit,
+        buckets: series.buckets,
+        projection: series.projection,
     })
 }
 

@@ -2,6 +2,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tern_cloud::{Capacity, JobSpec};
 
 use super::*;
+use crate::report::bill::Billed;
 use crate::store::ProbeRecord;
 
 fn t(h: f64) -> DateTime<Utc> {
@@ -348,8 +349,14 @@ fn a_report_from_a_server_without_probe_spend_still_parses() {
         .as_object_mut()
         .expect("total")
         .remove("probe_usd");
-    let back: CostReport = serde_json::from_value(json).expect("older JSON");
+    let back: CostReport = serde_json::from_value(json.clone()).expect("older JSON");
     assert_eq!(back, r);
+    // Nor buckets or a projection.
+    for key in ["bucket", "buckets", "projection"] {
+        json.as_object_mut().expect("report").remove(key);
+    }
+    let back: CostReport = serde_json::from_value(json).expect("older JSON");
+    assert!(back.buckets.is_empty() && back.projection.is_none());
 }
 
 #[test]
@@ -388,4 +395,239 @@ fn every_format_renders_the_same_totals() {
         html.contains("id=\"total-probe\">$0.00<") && html.contains("id=\"total-rest\">$4.50<")
     );
     assert_eq!(html.matches("<svg").count(), 3);
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).expect("time").to_utc()
+}
+
+/// Job s of team nlp: spot at $1.37/h from 0.3 h to 50.7 h whose price moves to $2.11/h at
+/// 5.55 h and to $0.93/h at 30.123 h, and an on-demand instance at $3.30/h across midnight
+/// (23.9 h to 24.2 h): pieces that straddle hour, day and week boundaries and price steps.
+fn straddling() -> Ledger {
+    let s = job("s", "nlp", JobState::Finished);
+    let usage = vec![
+        usage("s", "i-1", Capacity::Spot, 1.37, 0.3, Some(50.7)),
+        usage("s", "i-2", Capacity::OnDemand, 3.3, 23.9, Some(24.2)),
+    ];
+    Ledger {
+        jobs: vec![s],
+        usage: usage.into_iter().map(|u| (u, None)).collect(),
+        prices: BTreeMap::from([(
+            "aws/use1-az1/p3.2xlarge/spot".to_string(),
+            vec![(t(5.55), 2.11), (t(30.123), 0.93)],
+        )]),
+        budgets: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn buckets_cut_pieces_at_their_boundaries_and_add_up_to_the_total() {
+    let l = straddling();
+    // By hand: 5.25 h × 1.37 + 24.573 h × 2.11 + 20.577 h × 0.93 spot, 0.3 h × 3.30 on demand.
+    let by_hand = 5.25 * 1.37 + 24.573 * 2.11 + 20.577 * 0.93 + 0.3 * 3.3;
+    for (now, unit, n) in [
+        // 0.3 h to 60 h: hours 0 through 59.
+        (60.0, BucketUnit::Hour, 60),
+        // To day 20: days 0 through 19.
+        (24.0 * 20.0, BucketUnit::Day, 20),
+        // To day 100 (Wednesday 2024-02-23): the weeks from Monday 2023-11-13 through it.
+        (24.0 * 100.0, BucketUnit::Week, 15),
+    ] {
+        let r = build(&l, &CostQuery::default(), t(now)).expect("report");
+        assert_eq!(r.bucket, unit, "{now}");
+        assert_eq!(r.buckets.len(), n, "{unit:?}");
+        let sum: f64 = r.buckets.iter().map(|b| b.spot + b.on_demand).sum();
+        assert_eq!(cents(sum), cents(r.total.cost), "{unit:?}: {sum}");
+        assert_eq!(cents(sum), cents(by_hand), "{unit:?}: {sum}");
+        let od: f64 = r.buckets.iter().map(|b| b.on_demand).sum();
+        assert_eq!(cents(od), 99, "{unit:?}");
+        // Contiguous, one unit each, the first holding the first billed second.
+        let len = buckets::length(unit);
+        assert!(r.buckets[0].start <= t(0.3) && t(0.3) < r.buckets[0].start + len);
+        for w in r.buckets.windows(2) {
+            assert_eq!(w[1].start - w[0].start, len);
+        }
+        assert!(r.buckets.last().expect("last").start + len >= t(now));
+    }
+    // Hourly: the hour 00:00–01:00 of 2023-11-16 holds 0.2 h on demand, and the spot hour
+    // of the price step at 5.55 h both prices.
+    let r = build(&l, &CostQuery::default(), t(60.0)).expect("report");
+    let h24 = r
+        .buckets
+        .iter()
+        .find(|b| b.start == t(24.0))
+        .expect("hour 24");
+    assert_eq!(h24.label, "2023-11-16 00:00");
+    assert_eq!(cents(h24.on_demand), 66);
+    let h5 = &r.buckets[5];
+    assert_eq!(h5.label, "2023-11-15 05:00");
+    assert_eq!(
+        cents(h5.spot * 100.0),
+        cents(100.0 * (0.55 * 1.37 + 0.45 * 2.11))
+    );
+    // Days keep their old field, cut at midnight the same way.
+    let days: f64 = r.days.iter().map(|d| d.spot + d.on_demand).sum();
+    assert_eq!(cents(days), cents(r.total.cost));
+}
+
+#[test]
+fn a_piece_across_midnight_is_cut_at_every_hour() {
+    let piece = Billed {
+        piece: tern_cloud::Piece {
+            from: at("2026-11-23T23:30:00Z"),
+            to: at("2026-11-24T01:15:00Z"),
+            price_per_hour: 2.0,
+        },
+        on_demand_per_hour: 4.0,
+    };
+    let hours = buckets::cut(std::slice::from_ref(&piece), BucketUnit::Hour);
+    let got: Vec<(String, i64)> = hours
+        .iter()
+        .map(|(s, p)| {
+            let d: f64 = p.iter().map(|b| b.piece.dollars()).sum();
+            (buckets::label(BucketUnit::Hour, *s), cents(d))
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("2026-11-23 23:00".to_string(), 100),
+            ("2026-11-24 00:00".to_string(), 200),
+            ("2026-11-24 01:00".to_string(), 50),
+        ]
+    );
+    let weeks = buckets::cut(std::slice::from_ref(&piece), BucketUnit::Week);
+    assert_eq!(weeks.len(), 1, "Monday 23 and Tuesday 24 share a week");
+}
+
+#[test]
+fn the_unit_follows_the_span_at_its_thresholds() {
+    let ms = TimeDelta::milliseconds(1);
+    assert_eq!(
+        buckets::unit_for(TimeDelta::hours(72) - ms),
+        BucketUnit::Hour
+    );
+    assert_eq!(buckets::unit_for(TimeDelta::hours(72)), BucketUnit::Day);
+    assert_eq!(buckets::unit_for(TimeDelta::weeks(8) - ms), BucketUnit::Day);
+    assert_eq!(buckets::unit_for(TimeDelta::weeks(8)), BucketUnit::Week);
+    // The span runs from the first billed piece (0 h) to the report's end.
+    let l = ledger();
+    for (until, unit) in [
+        (71.99, BucketUnit::Hour),
+        (72.0, BucketUnit::Day),
+        (24.0 * 56.0 - 0.01, BucketUnit::Day),
+        (24.0 * 56.0, BucketUnit::Week),
+    ] {
+        let q = CostQuery {
+            until: Some(t(until)),
+            ..CostQuery::default()
+        };
+        let r = build(&l, &q, t(until)).expect("report");
+        assert_eq!(r.bucket, unit, "until {until} h");
+    }
+    // A report that starts later: its span is shorter.
+    let q = CostQuery {
+        since: Some(t(3.0)),
+        until: Some(t(74.0)),
+        ..CostQuery::default()
+    };
+    assert_eq!(build(&l, &q, t(74.0)).expect("r").bucket, BucketUnit::Hour);
+}
+
+#[test]
+fn weeks_are_iso_weeks_from_monday() {
+    let w = BucketUnit::Week;
+    // Wednesday 2023-11-15 is in week 46, which began Monday the 13th.
+    assert_eq!(buckets::floor(w, t(0.0)), at("2023-11-13T00:00:00Z"));
+    assert_eq!(buckets::label(w, buckets::floor(w, t(0.0))), "2023-W46");
+    // New Year's Day 2027 (a Friday) is in the 53rd week of 2026.
+    let ny = buckets::floor(w, at("2027-01-01T12:00:00Z"));
+    assert_eq!(ny, at("2026-12-28T00:00:00Z"));
+    assert_eq!(buckets::label(w, ny), "2026-W53");
+    assert_eq!(buckets::label(w, at("2026-11-23T00:00:00Z")), "2026-W48");
+    // The last second of a Sunday is still its week.
+    let sunday = at("2026-11-29T23:59:59Z");
+    assert_eq!(buckets::label(w, buckets::floor(w, sunday)), "2026-W48");
+    assert_eq!(
+        buckets::label(BucketUnit::Day, buckets::floor(BucketUnit::Day, sunday)),
+        "2026-11-29"
+    );
+    let r = build(&straddling(), &CostQuery::default(), t(2400.0)).expect("report");
+    assert_eq!(r.buckets[0].label, "2023-W46");
+    assert_eq!(r.buckets[1].label, "2023-W47");
+}
+
+#[test]
+fn spend_is_projected_to_the_latest_deadline_of_unfinished_jobs() {
+    let mut l = ledger();
+    // Job c runs spot at $1/h since 8 h; its deadline is 48 h after submission (t = 48).
+    l.jobs.push(job("c", "nlp", JobState::Running));
+    l.usage
+        .push((usage("c", "i-9", Capacity::Spot, 1.0, 8.0, None), None));
+    let r = build(&l, &CostQuery::default(), t(10.0)).expect("report");
+    let p = r.projection.as_ref().expect("a projection");
+    assert_eq!((p.from, p.until), (t(10.0), t(48.0)));
+    // Spent: 4.5 (job a) + 2 (c); the last hour's rate, $1/h, for 38 h.
+    assert_eq!(cents(p.spent), 650);
+    assert_eq!(cents(p.per_hour), 100);
+    assert_eq!(cents(p.dollars), 650 + 3800);
+    let json = serde_json::to_value(&r).expect("json");
+    assert_eq!(json["bucket"], "hour");
+    assert_eq!(json["projection"]["until"], "2023-11-17T00:00:00Z");
+    let svg = chart::cumulative(&r).expect("svg");
+    assert!(svg.contains("projected to the deadline") && svg.contains("$44.50"));
+
+    // Every job finished (or cancelled): nothing to project to.
+    for j in &mut l.jobs {
+        j.state = if j.name() == "b" {
+            JobState::Cancelled
+        } else {
+            JobState::Finished
+        };
+    }
+    let r = build(&l, &CostQuery::default(), t(10.0)).expect("report");
+    assert_eq!(r.projection, None);
+    assert!(!chart::cumulative(&r).expect("svg").contains("projected"));
+    assert!(serde_json::to_value(&r).expect("json")["projection"].is_null());
+    // Unfinished, but without deadlines: none either.
+    for j in &mut l.jobs {
+        j.state = JobState::Running;
+        j.deadline_at = None;
+    }
+    let r = build(&l, &CostQuery::default(), t(10.0)).expect("report");
+    assert_eq!(r.projection, None);
+}
+
+#[test]
+fn the_charts_name_their_unit_and_label_at_most_24_ticks() {
+    for (now, unit) in [(70.0, "hour"), (24.0 * 50.0, "day"), (24.0 * 700.0, "week")] {
+        let r = build(&straddling(), &CostQuery::default(), t(now)).expect("report");
+        let svg = chart::daily(&r).expect("svg");
+        let caption = format!("Cost per {unit} (UTC), by capacity");
+        assert!(svg.contains(&caption), "{unit}");
+        // Tick labels are bucket names: `11-15 00:00`, `2023-11-15`, `2023-W46`.
+        let ticks = svg
+            .split("<text")
+            .filter(|t| {
+                let text = t.split('>').nth(1).unwrap_or("");
+                let text = text.split('<').next().unwrap_or("").trim();
+                (text.len() == 11 && text.contains(':'))
+                    || (text.starts_with("20") && (text.len() == 10 || text.contains("-W")))
+            })
+            .count();
+        assert!((1..=24).contains(&ticks), "{unit}: {ticks} labels");
+        let html = html::page(&r).expect("html");
+        assert_eq!(
+            html.matches("<tr class=\"bucket\">").count(),
+            r.buckets.len()
+        );
+    }
+    // Nothing billed: no buckets, empty charts without a time on their axis.
+    let r = build(&Ledger::default(), &CostQuery::default(), t(1.0)).expect("report");
+    assert!(r.buckets.is_empty() && r.projection.is_none());
+    for svg in [chart::daily(&r), chart::cumulative(&r)] {
+        let svg = svg.expect("svg");
+        assert!(svg.starts_with("<svg") && !svg.contains("00:00"), "{svg}");
+    }
 }

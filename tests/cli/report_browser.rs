@@ -85,19 +85,56 @@ fn the_html_report_renders_its_charts_with_the_reports_numbers() {
         dom.contains(&format!("id=\"total-cost\">${cost:.2}<")),
         "total ${cost:.2} not on the page"
     );
-    // Each day's spend is drawn above its bar, each job's cost above its own, as in the JSON.
+    // The demo's few virtual hours are drawn per hour; each hour's spend is written above its
+    // bar and in the buckets table, as in the JSON of a report to the same end (a report on
+    // its own runs to the wall clock's now, days after the demo's virtual hours).
+    let until_at = dom.find("up to ").expect("the page's end") + "up to ".len();
+    let until = &dom[until_at..until_at + dom[until_at..].find(';').expect("end")];
+    let to_end = tern_json(
+        &[
+            "cost-report",
+            "--state",
+            &state.display().to_string(),
+            "--until",
+            until,
+            "--json",
+        ],
+        TOKEN,
+    );
+    assert_eq!(to_end["bucket"], "hour", "{to_end}");
     let daily_at = dom.find("id=\"chart-daily\"").expect("daily chart");
     let daily = &dom[daily_at..daily_at + dom[daily_at..].find("</figure>").expect("end")];
-    let days = report["days"].as_array().expect("days");
-    assert!(!days.is_empty());
-    for d in days {
-        let total = d["spot"].as_f64().expect("spot") + d["on_demand"].as_f64().expect("od");
+    assert!(daily.contains("Cost per hour (UTC), by capacity"));
+    let buckets = to_end["buckets"].as_array().expect("buckets");
+    assert!(buckets.len() > 1, "{report}");
+    let table_at = dom.find("id=\"buckets\"").expect("buckets table");
+    let table = &dom[table_at..table_at + dom[table_at..].find("</table>").expect("end")];
+    let cells: Vec<&str> = table.split("<tr class=\"bucket\">").skip(1).collect();
+    assert_eq!(cells.len(), buckets.len());
+    let mut sum = 0.0;
+    for (b, row) in buckets.iter().zip(cells) {
+        let label = b["label"].as_str().expect("label");
+        let (spot, od) = (
+            b["spot"].as_f64().expect("spot"),
+            b["on_demand"].as_f64().expect("od"),
+        );
+        sum += spot + od;
+        let total = spot + od;
         assert!(
             daily.contains(&format!("${total:.2}")),
-            "{} ${total:.2}",
-            d["day"]
+            "{label} ${total:.2}"
         );
+        let want = format!(
+            "<td>{label}</td><td class=\"n\">${spot:.2}</td><td class=\"n\">${od:.2}</td>\
+             <td class=\"n\">${total:.2}</td>"
+        );
+        assert!(row.contains(&want), "{row} vs {want}");
     }
+    assert!(
+        (sum - cost).abs() < 0.005,
+        "buckets ${sum} vs total ${cost}"
+    );
+    // Each job's cost is written above its own bar.
     let rows_at = dom.find("id=\"chart-rows\"").expect("rows chart");
     for row in report["rows"].as_array().expect("rows") {
         let c = row["cost"].as_f64().expect("cost");

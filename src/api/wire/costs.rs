@@ -135,6 +135,47 @@ pub struct DayCost {
     pub on_demand: f64,
 }
 
+/// The length of the report's time buckets, chosen from its span (`report::buckets`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketUnit {
+    Hour,
+    #[default]
+    Day,
+    Week,
+}
+
+impl BucketUnit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BucketUnit::Hour => "hour",
+            BucketUnit::Day => "day",
+            BucketUnit::Week => "week",
+        }
+    }
+}
+
+/// Spend of one time bucket by capacity type: `[start, start + one unit)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BucketCost {
+    pub start: DateTime<Utc>,
+    /// `2026-11-23 14:00`, `2026-11-23` or `2026-W48` (ISO week, from Monday 00:00 UTC).
+    pub label: String,
+    pub spot: f64,
+    pub on_demand: f64,
+}
+
+/// Where spend is heading: from the report's end (`from`, `spent`) at `per_hour` until the
+/// latest deadline of its unfinished jobs (`until`, `dollars`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Projection {
+    pub from: DateTime<Utc>,
+    pub spent: f64,
+    pub per_hour: f64,
+    pub until: DateTime<Utc>,
+    pub dollars: f64,
+}
+
 /// A team against its budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TeamBudget {
@@ -164,4 +205,14 @@ pub struct CostReport {
     pub segments: Vec<Segment>,
     pub days: Vec<DayCost>,
     pub budgets: Vec<TeamBudget>,
+    /// The unit of `buckets`: hours for a span under 3 days, days under 8 weeks, else weeks.
+    /// Defaulted (as are `buckets` and `projection`): older servers omit them.
+    #[serde(default)]
+    pub bucket: BucketUnit,
+    /// Spend per bucket, every bucket from the first billed piece to the report's end.
+    #[serde(default)]
+    pub buckets: Vec<BucketCost>,
+    /// None without a deadline ahead among the report's unfinished jobs, or with nothing billed.
+    #[serde(default)]
+    pub projection: Option<Projection>,
 }
