@@ -1,6 +1,8 @@
 //! `tern demo`: the simulated cloud and the controller in one process, on an accelerated clock,
 //! with the bundled catalog's prices, real spot availability traces and the example jobs.
-//! Prints each decision as it happens and ends with a cost summary against on-demand.
+//! Prints each decision as it happens and ends with a cost summary against on-demand and the
+//! teams' budgets, and each migration with its expected and realised saving. One pool of the
+//! simulated cloud is a scenario: cheaper H100 capacity that opens mid-run, so a move pays.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Serialize;
-use tern::sim::{SimTraces, demo_pools, regions_of, sim_traces};
+use tern::sim::{DemoPools, SimTraces, demo_pools, regions_of, sim_traces};
 use tern_cloud::parse_job_spec;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{FaultSchedule, SimCloud};
@@ -41,6 +43,68 @@ const EXAMPLE_JOBS: &[(&str, &str)] = &[
         include_str!("../../examples/jobs/llm-finetune-a100.toml"),
     ),
 ];
+
+/// The teams' budgets the demo's cost report shows (`tern controller --quota` reads the same
+/// format): each team of the example jobs, with room for what its jobs cost.
+const DEMO_LIMITS: &str = include_str!("../../examples/demo-budgets.toml");
+
+/// The demo's budgets file, parsed and checked.
+fn demo_limits() -> anyhow::Result<tern::limits::Limits> {
+    Ok(tern::limits::Limits::parse(
+        DEMO_LIMITS,
+        "examples/demo-budgets.toml",
+    )?)
+}
+
+/// The demo's scenario for a proactive move: a third H100 spot pool opens in
+/// [`CHEAP_ZONE`] after [`OPENS_AFTER`] with steady room, at [`CHEAP_SHARE`] of what the same
+/// shape costs in [`CHEAP_BESIDE`]. A job running there has most of its work left when it
+/// opens, so the move rule's own test (saving beyond the cost of moving) says move.
+const CHEAP_SHAPE: &str = "p5.48xlarge";
+const CHEAP_BESIDE: &str = "us-east-2b";
+const CHEAP_ZONE: &str = "us-east-2c";
+const OPENS_AFTER: Duration = Duration::from_secs(3600);
+const CHEAP_SHARE: f64 = 0.5;
+const CHEAP_ROOM: u32 = 4;
+
+/// Add the pool of the demo's move scenario (no capacity until [`OPENS_AFTER`], then
+/// [`CHEAP_ROOM`] instances for the rest of the trace), with a line saying what it is.
+fn cheaper_pool_opens(pools: &mut DemoPools) -> anyhow::Result<()> {
+    let Some(k) = (0..pools.traces.len())
+        .find(|&k| pools.types[k].name == CHEAP_SHAPE && pools.traces[k].zone == CHEAP_BESIDE)
+    else {
+        return Ok(());
+    };
+    let base = &pools.traces[k];
+    let price = base
+        .spot_price
+        .context("the scenario's base pool has a spot price")?;
+    let gap = base.gap_seconds.max(1);
+    let closed = (OPENS_AFTER.as_secs() / u64::from(gap)) as usize;
+    let data: Vec<String> = (0..base.available.len().max(closed + 1))
+        .map(|i| if i < closed { 0 } else { CHEAP_ROOM }.to_string())
+        .collect();
+    let json = format!(
+        "{{\"metadata\": {{\"gap_seconds\": {gap}, \"zone\": \"{CHEAP_ZONE}\"}}, \"data\": [{}]}}",
+        data.join(",")
+    );
+    let mut t = tern_sim::Trace::parse(
+        std::path::Path::new(&format!("scenario/{CHEAP_ZONE}_{CHEAP_SHAPE}.json")),
+        json.as_bytes(),
+    )?;
+    t.spot_price = Some(price * CHEAP_SHARE);
+    t.on_demand_price = base.on_demand_price;
+    pools.notes.push(format!(
+        "{CHEAP_ZONE} {CHEAP_SHAPE}: scenario, no capacity for the first {:.0} h, then {CHEAP_ROOM} spot instances at ${:.2}/h ({:.0} % of {CHEAP_BESIDE}'s)",
+        OPENS_AFTER.as_secs_f64() / 3600.0,
+        price * CHEAP_SHARE,
+        CHEAP_SHARE * 100.0
+    ));
+    let shape = pools.types[k].clone();
+    pools.traces.push(t);
+    pools.types.push(shape);
+    Ok(())
+}
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -87,6 +151,20 @@ struct JobLine {
     lost_samples: f64,
 }
 
+/// One migration of the demo: where the job went, when, and what it saved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct MigrationLine {
+    job: String,
+    /// The zone it left (with the capacity when that was on-demand).
+    from: String,
+    to: String,
+    at: DateTime<Utc>,
+    /// The move rule's net saving when the move began (the `migrate` event's).
+    expected_saving: f64,
+    /// See [`realised_saving`].
+    realised_saving: f64,
+}
+
 #[derive(Debug, Serialize)]
 struct Summary {
     virtual_hours: f64,
@@ -101,10 +179,13 @@ struct Summary {
     on_demand_hours: f64,
     notices: u64,
     launches: u64,
-    migrations: u64,
+    /// Each migration the controller started, with what it expected to save and what it did.
+    migrations: Vec<MigrationLine>,
     leaks_collected: u64,
     cloud_errors: BTreeMap<&'static str, u64>,
     instances_left: usize,
+    /// Each team against its budget (the demo's budgets file), as the cost report has it.
+    budgets: Vec<report::TeamBudget>,
     /// Where the HTML cost report was written.
     report_html: Option<PathBuf>,
 }
@@ -153,7 +234,8 @@ fn setup(args: &Args) -> anyhow::Result<Setup> {
     };
     let traces = sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
     print_trace_note(&traces);
-    let pools = demo_pools(traces, args.seed, &config.instance_type)?;
+    let mut pools = demo_pools(traces, args.seed, &config.instance_type)?;
+    cheaper_pool_opens(&mut pools)?;
     let regions = regions_of(&pools.traces);
     let mut zones: Vec<String> = pools.traces.iter().map(|t| t.zone.clone()).collect();
     zones.sort();
@@ -168,7 +250,8 @@ fn setup(args: &Args) -> anyhow::Result<Setup> {
         .unwrap_or_else(|| tmp.path().join("tern-demo.db"));
     let store =
         Arc::new(Store::open(&state).with_context(|| format!("opening {}", state.display()))?);
-    let config = ControllerConfig::new("tern-demo", regions);
+    let mut config = ControllerConfig::new("tern-demo", regions);
+    config.limits = Arc::new(demo_limits()?);
     let mut ctl = Controller::open(store.clone(), sim.clone(), config)?;
     for (file, text) in EXAMPLE_JOBS {
         ctl.submit(parse_job_spec(text, file)?, start)?;
@@ -230,10 +313,12 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     printed?;
     let now = world.now();
     // The demo's bill is the cost report's: one billing for every figure.
-    let ledger = Ledger::load(&store, Default::default())?;
+    let ledger = Ledger::load(&store, demo_limits()?.budgets())?;
     let report = report::build(&ledger, &CostQuery::default(), now)?;
     let workload = world.workers.take().unwrap_or_default();
+    let moves = migrations(&store, now)?;
     let mut summary = summarise(&world.ctl, &report, &workload, now, start, wall.elapsed());
+    summary.migrations = moves;
     let html = args
         .report
         .clone()
@@ -251,7 +336,7 @@ async fn demo(args: Args) -> anyhow::Result<()> {
                 log.hidden
             );
         }
-        print_summary(&summary, &report);
+        print_summary(&summary, &report, start);
     }
     Ok(())
 }
@@ -376,15 +461,16 @@ fn summarise(
         on_demand_hours: t.instance_hours - t.spot_hours,
         notices: s.notices,
         launches: s.launches,
-        migrations: s.migrations,
+        migrations: Vec::new(),
         leaks_collected: s.leaks_collected,
         cloud_errors: s.cloud_errors.clone(),
         instances_left: ctl.instances().count(),
+        budgets: report.budgets.clone(),
         report_html: None,
     }
 }
 
-fn print_summary(s: &Summary, report: &CostReport) {
+fn print_summary(s: &Summary, report: &CostReport, start: DateTime<Utc>) {
     println!(
         "\nCost report after {:.1} virtual hours ({} passes, {:.1} s wall):",
         s.virtual_hours, s.passes, s.wall_seconds
@@ -402,6 +488,17 @@ fn print_summary(s: &Summary, report: &CostReport) {
         s.spot_hours,
         s.on_demand_hours
     );
+    for m in &s.migrations {
+        println!(
+            "migrated {} {} → {} at {}: expected ${:.2}, realised ${:.2}",
+            m.job,
+            m.from,
+            m.to,
+            clock(m.at - start),
+            m.expected_saving,
+            m.realised_saving
+        );
+    }
     let errors: Vec<String> = s
         .cloud_errors
         .iter()
@@ -411,7 +508,7 @@ fn print_summary(s: &Summary, report: &CostReport) {
         "{} launches, {} interruption notices, {} migrations, {} leaks collected, cloud API errors: {}; {} instances left running",
         s.launches,
         s.notices,
-        s.migrations,
+        s.migrations.len(),
         s.leaks_collected,
         if errors.is_empty() {
             "none".to_string()
@@ -423,6 +520,145 @@ fn print_summary(s: &Summary, report: &CostReport) {
     if let Some(html) = &s.report_html {
         println!("HTML cost report: {}", html.display());
     }
+}
+
+/// Where a node ran, as a migration line names it.
+fn place(zone: &tern_cloud::Zone, capacity: tern_cloud::Capacity) -> String {
+    match capacity {
+        tern_cloud::Capacity::Spot => zone.to_string(),
+        c => format!("{zone} ({c})"),
+    }
+}
+
+/// Every migration the controller started, read back from the store's events, with its
+/// realised saving ([`realised_saving`]) from the store's usage and prices up to `now`.
+fn migrations(store: &Store, now: DateTime<Utc>) -> anyhow::Result<Vec<MigrationLine>> {
+    use tern::controller::Event;
+    let moves: Vec<(DateTime<Utc>, Event)> = store
+        .events(0, None)?
+        .into_iter()
+        .filter(|e| e.kind == "migrate")
+        .filter_map(|e| Some((e.at, serde_json::from_value(e.fields?).ok()?)))
+        .collect();
+    let usage = store.usage_with_offers()?;
+    let prices = store.prices()?;
+    let mut out = Vec::new();
+    for (k, (at, e)) in moves.iter().enumerate() {
+        let Event::Migrating {
+            job,
+            from_capacity,
+            from_price,
+            from_zone,
+            to_capacity,
+            to_zone,
+            net_saving,
+            ..
+        } = e
+        else {
+            continue;
+        };
+        // Until the job's next move (or now): what ran on the new pool after it belongs to
+        // the next one.
+        let until = moves[k + 1..]
+            .iter()
+            .find(|(_, e)| e.job() == Some(job.as_str()))
+            .map_or(now, |(t, _)| *t);
+        out.push(MigrationLine {
+            job: job.clone(),
+            from: place(from_zone, *from_capacity),
+            to: place(to_zone, *to_capacity),
+            at: *at,
+            expected_saving: *net_saving,
+            realised_saving: realised_saving(
+                &usage,
+                &prices,
+                Move {
+                    job,
+                    at: *at,
+                    until,
+                    from: (from_zone, *from_capacity, *from_price),
+                    to: (to_zone, *to_capacity),
+                },
+                now,
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// One migration as [`realised_saving`] reads it: the job, when the move began, until when
+/// its new place counts (its next move, or the end), the pool it left (zone, capacity, $/h when
+/// it left) and the pool it went to.
+struct Move<'a> {
+    job: &'a str,
+    at: DateTime<Utc>,
+    until: DateTime<Utc>,
+    from: (&'a tern_cloud::Zone, tern_cloud::Capacity, f64),
+    to: (&'a tern_cloud::Zone, tern_cloud::Capacity),
+}
+
+/// The zone and capacity of an offer key (`cloud/zone/type/capacity`).
+fn zone_and_capacity(key: &str) -> (Option<&str>, Option<&str>) {
+    let mut parts = key.split('/');
+    (parts.nth(1), parts.nth(1))
+}
+
+/// What a migration saved, from the store's usage intervals and recorded prices, not from its
+/// expectation: `stay − paid − held`, where
+/// - `paid` is what the job's nodes on the new pool (those started from the move until its
+///   next move or the end) were billed over that time;
+/// - `stay` is what the same hours would have cost at the old pool's price at the same moments
+///   (its recorded price steps after the move, the price it was left at before the first);
+/// - `held` is the move's cost: what the old nodes that were running when the move began were
+///   billed from then until they were released (both pools paid while the new nodes booted and
+///   restored the checkpoint).
+///
+/// Work lost to the move shows as longer running on the new pool, which `stay` prices at the
+/// old rate too; a move that pays less than it costs comes out negative.
+fn realised_saving(
+    usage: &[(tern::store::Usage, Option<tern_cloud::Offer>)],
+    prices: &tern::store::PriceLog,
+    m: Move<'_>,
+    now: DateTime<Utc>,
+) -> f64 {
+    use tern::report::bill::{bill, dollars_within};
+    let on = |key: &str, (zone, capacity): (&tern_cloud::Zone, tern_cloud::Capacity)| {
+        zone_and_capacity(key) == (Some(zone.as_str()), Some(capacity.to_string().as_str()))
+    };
+    let billed = |u: &tern::store::Usage, o: Option<&tern_cloud::Offer>, from, to| {
+        let steps = prices.get(&u.offer_key).map_or(&[][..], Vec::as_slice);
+        bill(u, o, steps, (Some(from), to), now)
+    };
+    let mine = usage.iter().filter(|(u, _)| u.job == m.job);
+    let (mut stay, mut paid, mut held) = (0.0, 0.0, 0.0);
+    let mut old_key = None;
+    for (u, o) in mine.clone() {
+        let running_then = u.started_at <= m.at && u.ended_at.is_none_or(|e| e > m.at);
+        if running_then && on(&u.offer_key, (m.from.0, m.from.1)) {
+            held += dollars_within(&billed(u, o.as_ref(), m.at, now), (m.at, now));
+            old_key.get_or_insert(u.offer_key.clone());
+        }
+    }
+    let old_steps = tern_cloud::PriceSteps::new(
+        old_key
+            .and_then(|k| prices.get(&k))
+            .map(|p| p.iter().copied().filter(|(t, _)| *t > m.at).collect())
+            .unwrap_or_default(),
+    );
+    for (u, o) in mine {
+        if u.started_at < m.at || u.started_at >= m.until || !on(&u.offer_key, m.to) {
+            continue;
+        }
+        for b in billed(u, o.as_ref(), m.at, m.until) {
+            paid += b.piece.dollars();
+            stay += old_steps
+                .pieces(b.piece.from, b.piece.to, m.from.2)
+                .iter()
+                .map(tern_cloud::Piece::dollars)
+                .sum::<f64>();
+        }
+    }
+    stay - paid - held
 }
 
 #[cfg(test)]
@@ -438,6 +674,56 @@ mod tests {
             message: format!("{kind} {id}"),
             fields: None,
         }
+    }
+
+    fn usage(job: &str, key: &str, price: f64, from_h: f64, to_h: f64) -> tern::store::Usage {
+        let at = |h: f64| t0() + chrono::TimeDelta::seconds((h * 3600.0) as i64);
+        tern::store::Usage {
+            instance: format!("{job}-{key}-{from_h}"),
+            job: job.into(),
+            offer_key: key.into(),
+            capacity: tern_cloud::Capacity::Spot,
+            price_per_hour: price,
+            on_demand_per_hour: Some(30.0),
+            started_at: at(from_h),
+            ended_at: Some(at(to_h)),
+        }
+    }
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).expect("time")
+    }
+
+    #[test]
+    fn a_moves_realised_saving_is_the_old_price_for_the_new_hours_less_both_bills() {
+        let (a, b) = ("sim/z-a/p5.48xlarge/spot", "sim/z-b/p5.48xlarge/spot");
+        let hour = chrono::TimeDelta::hours(1);
+        let usage: Vec<_> = [
+            // The moved node: on the old pool 2 h before the move, 6 min after it.
+            usage("j", a, 10.0, -2.0, 0.1),
+            // The new node: 2 h on the new pool.
+            usage("j", b, 4.0, 0.0, 2.0),
+            // Another job on the new pool, and this job after its next move: not this move's.
+            usage("k", b, 4.0, 0.0, 2.0),
+            usage("j", b, 4.0, 3.0, 4.0),
+        ]
+        .into_iter()
+        .map(|u| (u, None))
+        .collect();
+        // The old pool's price rose an hour after the move: staying would have cost more.
+        let prices: tern::store::PriceLog = [(a.to_string(), vec![(t0() + hour, 12.0)])].into();
+        let (za, zb) = (tern_cloud::Zone::new("z-a"), tern_cloud::Zone::new("z-b"));
+        let m = Move {
+            job: "j",
+            at: t0(),
+            until: t0() + hour * 3,
+            from: (&za, tern_cloud::Capacity::Spot, 10.0),
+            to: (&zb, tern_cloud::Capacity::Spot),
+        };
+        let got = realised_saving(&usage, &prices, m, t0() + hour * 5);
+        // Stay: 1 h at $10 and 1 h at $12; paid: 2 h at $4; held: 0.1 h at $10.
+        let want = (10.0 + 12.0) - 2.0 * 4.0 - 0.1 * 10.0;
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
     }
 
     #[test]

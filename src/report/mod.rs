@@ -6,7 +6,7 @@
 //! [`CostQuery`] in, a [`CostReport`] out. `render`, `chart` and `html` turn it into tables,
 //! CSV, SVG charts and a self-contained HTML page.
 
-mod bill;
+pub mod bill;
 pub mod buckets;
 pub mod chart;
 pub mod html;

@@ -144,3 +144,50 @@ fn the_demo_log_prints_state_changes_and_verbose_prints_every_pass() {
         assert!(text.contains("Cost report after") && text.contains("HTML cost report: "));
     }
 }
+
+#[test]
+fn the_demo_migrates_when_a_cheaper_pool_opens_and_reports_budgets() {
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["demo", "--json"])
+        .env("TERN_DATA", data())
+        .output()
+        .expect("run tern demo");
+    let wall = started.elapsed().as_secs_f64();
+    let s = last_json(&out);
+    assert!(wall < 60.0, "{wall} s");
+    assert!(s["wall_seconds"].as_f64().expect("wall") < 60.0);
+    for j in s["jobs"].as_array().expect("jobs") {
+        assert_eq!(j["state"], "finished", "{j}");
+    }
+    // The scenario's H100 pool opens at half price while the fine-tune has hours of work
+    // left: the move rule says move, and the store's bill says it paid.
+    let moves = s["migrations"].as_array().expect("migrations");
+    assert!(!moves.is_empty(), "{s}");
+    for m in moves {
+        for field in ["job", "from", "to", "at"] {
+            assert!(m[field].as_str().is_some_and(|v| !v.is_empty()), "{m}");
+        }
+        assert_ne!(m["from"], m["to"], "{m}");
+        assert!(
+            m["expected_saving"].as_f64().expect("expected") > 0.0,
+            "{m}"
+        );
+        assert!(m["realised_saving"].as_f64().is_some(), "{m}");
+    }
+    assert!(
+        moves
+            .iter()
+            .any(|m| m["realised_saving"].as_f64().expect("realised") > 0.0),
+        "{moves:?}"
+    );
+    // Every team of the example jobs has a budget, and none is spent.
+    let budgets = s["budgets"].as_array().expect("budgets");
+    let teams: Vec<&str> = budgets.iter().filter_map(|b| b["team"].as_str()).collect();
+    assert_eq!(teams, ["nlp", "research", "vision"], "{budgets:?}");
+    for b in budgets {
+        let budget = b["budget_usd"].as_f64().expect("a total budget");
+        let spent = b["spent"].as_f64().expect("spent");
+        assert!(spent > 0.0 && spent < budget, "{b}");
+    }
+}
