@@ -37,6 +37,9 @@ enum Command {
     /// What jobs cost, billed at the prices that held: by job, team, day, cloud, capacity or
     /// instance type, against on-demand and the plan; table, CSV, JSON, HTML or SVG.
     CostReport(cmd::cost_report::Args),
+    /// A job's decisions in order (plan, launch, wait, move, resize, fallback, notice…), with
+    /// the reasons and the numbers compared, and what each move saved.
+    Explain(cmd::explain::Args),
     /// Worker agent for a training VM: progress reports, notices, drain, torchrun.
     Agent(cmd::agent::Args),
     /// Started by `tern agent` beside the training: stops the training's processes when the
@@ -76,6 +79,7 @@ fn main() -> std::process::ExitCode {
         Command::Token(command) => cmd::tokens::run(command),
         Command::Audit(args) => cmd::audit::run(args),
         Command::CostReport(args) => cmd::cost_report::run(args),
+        Command::Explain(args) => cmd::explain::run(args),
         Command::Agent(args) => cmd::agent::run(args),
         Command::AgentWatchdog(args) => cmd::agent::watchdog(args),
         Command::Sim(command) => cmd::sim::run(command),

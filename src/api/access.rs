@@ -134,7 +134,7 @@ pub fn need<'a>(method: &Method, path: &'a str) -> (Need, Option<&'a str>) {
         | (["offers" | "events" | "costs" | "audit" | "metrics"], "GET") => (Need::AnyTeam, None),
         (["jobs", job], "GET") => (Need::ReadJob, Some(job)),
         (["jobs", job], "DELETE") => (Need::TeamOfJob, Some(job)),
-        (["jobs", job, "spec"], _) if get => (Need::TeamOfJob, Some(job)),
+        (["jobs", job, "spec" | "decisions"], _) if get => (Need::TeamOfJob, Some(job)),
         (["jobs", job, "start" | "progress"], "POST") => (Need::AgentOfJob, Some(job)),
         (["jobs", job, ..], _) => (Need::Admin, Some(job)),
         _ => (Need::Admin, None),
@@ -229,8 +229,9 @@ mod tests {
         assert!(may(&a, Method::GET, "/jobs/j", Some("a")));
         assert!(may(&a, Method::DELETE, "/jobs/j", Some("a")));
         assert!(may(&a, Method::GET, "/jobs/j/spec", Some("a")));
+        assert!(may(&a, Method::GET, "/jobs/j/decisions", Some("a")));
         assert!(may(&a, Method::GET, "/offers", None));
-        for path in ["/jobs/j", "/jobs/j/spec"] {
+        for path in ["/jobs/j", "/jobs/j/spec", "/jobs/j/decisions"] {
             assert!(!may(&a, Method::GET, path, Some("b")), "{path}");
         }
         assert!(!may(&a, Method::DELETE, "/jobs/j", Some("b")));

@@ -6,6 +6,7 @@ use serde::de::DeserializeOwned;
 
 use super::wire::access::{AuditQuery, AuditView, TokenRequest, TokenView};
 use super::wire::costs::{CostQuery, CostReport};
+use super::wire::decisions::Timeline;
 use super::wire::{
     Action, ErrorBody, EventView, JobStatus, Progress, ProgressReply, StartReply, StartRequest,
 };
@@ -162,6 +163,12 @@ impl Client {
     /// The spec the job was admitted with (`GET /v1/jobs/{name}/spec`).
     pub async fn job_spec(&self, name: &str) -> Result<tern_cloud::JobSpec, ClientError> {
         let url = self.url(&format!("/v1/jobs/{}/spec", path_segment(name)));
+        self.send(self.http.get(&url), url).await
+    }
+
+    /// The job's decision timeline (`GET /v1/jobs/{name}/decisions`).
+    pub async fn decisions(&self, name: &str) -> Result<Timeline, ClientError> {
+        let url = self.url(&format!("/v1/jobs/{}/decisions", path_segment(name)));
         self.send(self.http.get(&url), url).await
     }
 

@@ -1,4 +1,4 @@
-//! The controller's HTTP API (axum): jobs (submit, list, status, cancel, progress), events,
+//! The controller's HTTP API (axum): jobs (submit, list, status, cancel, progress, decisions), events,
 //! `/metrics` (Prometheus text format: the fleet's aggregates), `/v1/metrics` (the per-team
 //! and per-job series) and `/healthz`.
 //!
@@ -37,7 +37,7 @@ use serde::Deserialize;
 use crate::controller::inputs::{Request as Change, admit};
 use crate::controller::metrics::Metrics;
 use crate::controller::service::{Clock, Shared};
-use crate::controller::{ControllerError, inputs};
+use crate::controller::{ControllerError, explain, inputs};
 use crate::report::{self, ReportError};
 use crate::serve;
 use crate::store::{Store, StoreError};
@@ -183,6 +183,23 @@ async fn spec(State(state): State<ApiState>, Path(name): Path<String>) -> Respon
     }
 }
 
+/// `GET /v1/jobs/{name}/decisions`: the job's decision timeline from the store's events
+/// ([`crate::controller::explain`], the same JSON as `tern explain --json`).
+async fn decisions(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    let store = state.store.clone();
+    let job = name.clone();
+    let built = tokio::task::spawn_blocking(move || explain::load(&store, &job)).await;
+    match built {
+        Ok(Ok(t)) => axum::Json(t).into_response(),
+        // The store's error lists every job: the route says only that this one is unknown.
+        Ok(Err(explain::ExplainError::UnknownJob { .. })) => {
+            error(StatusCode::NOT_FOUND, format!("unknown job {name}"))
+        }
+        Ok(Err(e)) => internal(e),
+        Err(e) => internal(e),
+    }
+}
+
 async fn cancel(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
     if !state.shared.view().jobs.contains_key(&name) {
         return error(StatusCode::NOT_FOUND, format!("unknown job {name}"));
@@ -324,6 +341,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs", post(submit).get(list))
         .route("/jobs/{name}", get(status).delete(cancel))
         .route("/jobs/{name}/spec", get(spec))
+        .route("/jobs/{name}/decisions", get(decisions))
         .route("/jobs/{name}/start", post(workers::start))
         .route("/jobs/{name}/progress", post(workers::progress))
         .route("/offers", get(offers))

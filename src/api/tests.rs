@@ -773,3 +773,77 @@ async fn the_open_metrics_name_no_job_or_team_and_the_per_job_series_need_a_toke
         .expect("join")
         .expect("stop");
 }
+
+/// `GET /v1/jobs/NAME/decisions`: a job that ran shows its plan and launch with the numbers
+/// compared, the same timeline `tern explain --state` builds from the store; an unknown job is
+/// a 404, and a team token reads its own team's jobs only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_ran_explains_its_plan_and_launch_with_their_numbers() {
+    let (c, store, running) = serve(idle_sim()).await;
+    c.submit(&spec("a").replace("48h", "400h"))
+        .await
+        .expect("submit");
+    started(&c, "a").await;
+    let until = Instant::now() + Duration::from_secs(20);
+    let t = loop {
+        let t = c.decisions("a").await.expect("decisions");
+        let has = |k: &str| t.decisions.iter().any(|d| d.kind == k);
+        if has("plan") && has("launch") {
+            break t;
+        }
+        assert!(Instant::now() < until, "no plan and launch yet: {t:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(t.job, "a");
+    let plan = t.decisions.iter().find(|d| d.kind == "plan").expect("plan");
+    assert!(plan.numbers["expected_cost"] > 0.0, "{plan:?}");
+    assert!(plan.numbers["finish_h"] > 0.0, "{plan:?}");
+    assert!(plan.reason.starts_with("planner ("), "{plan:?}");
+    let launch = t
+        .decisions
+        .iter()
+        .find(|d| d.kind == "launch")
+        .expect("launch");
+    assert!(launch.numbers["nodes"] >= 1.0, "{launch:?}");
+    assert!(launch.numbers["price_per_h"] > 0.0, "{launch:?}");
+    assert!(plan.at <= launch.at);
+    assert!(t.decisions.iter().all(|d| d.expected_saving.is_none()));
+    // The same timeline as the store's, up to the events written since the answer.
+    let (s, job) = (store.clone(), "a");
+    let direct = tokio::task::spawn_blocking(move || crate::controller::explain::load(&s, job))
+        .await
+        .expect("join")
+        .expect("load");
+    assert_eq!(direct.decisions[..t.decisions.len()], t.decisions[..]);
+
+    let missing = c.decisions("nope").await.expect_err("unknown job");
+    assert_eq!(missing.status(), Some(404), "{missing}");
+    assert!(
+        missing.to_string().contains("unknown job nope"),
+        "{missing}"
+    );
+
+    let own_team = store.job("a").expect("read").expect("a").spec.team;
+    let mine = team_client(&c, &store, &own_team).await;
+    assert_eq!(mine.decisions("a").await.expect("its own job").job, "a");
+    let other = team_client(&c, &store, "someone-else").await;
+    let refused = other.decisions("a").await.expect_err("another team's job");
+    assert_eq!(refused.status(), Some(403), "{refused}");
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}
+
+/// A client holding a new team token of `team`.
+async fn team_client(c: &client::Client, store: &Arc<Store>, team: &str) -> client::Client {
+    let (s, name) = (store.clone(), team.to_string());
+    let t = tokio::task::spawn_blocking(move || {
+        s.create_token(crate::store::Role::Team, Some(&name), None, start())
+    })
+    .await
+    .expect("join")
+    .expect("token");
+    let http = crate::http::client().expect("http");
+    client::Client::new(c.base(), Some(t.secret), http).expect("client")
+}

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod costs;
+pub mod decisions;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

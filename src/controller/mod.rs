@@ -24,6 +24,7 @@ mod carry_out;
 mod decide;
 mod disruption;
 pub mod events;
+pub mod explain;
 pub mod fencing;
 pub mod inputs;
 mod instances;

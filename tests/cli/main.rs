@@ -9,6 +9,7 @@ mod cli_offers;
 mod cli_plan;
 mod controller_demo;
 mod cost_report;
+mod explain_cli;
 mod forecast_cli;
 mod readers;
 mod readme_examples;

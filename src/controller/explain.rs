@@ -1,0 +1,608 @@
+//! `tern explain` and `GET /v1/jobs/NAME/decisions`: a job's decision timeline, built by one
+//! pure function ([`timeline`]) over the events the controller stored for it, so the command
+//! reading a store and the API answer the same JSON.
+//!
+//! Each decision carries the reason the controller gave (the event's message) and the numbers
+//! it compared (the typed event's fields). A move also carries the saving the move rule
+//! expected and, once the event log shows how long the moved nodes ran at the new price, the
+//! saving realised: the price difference times the nodes moved times the hours from the old
+//! nodes' release to the job's next change of nodes (another move, a notice, a reclaim, a
+//! resize, a replacement, a regroup, or its end), less what the new nodes cost while both ran.
+//! Until such a later event exists it is `null` ("not known yet").
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+
+use super::events::{Event, ResizeWhy, WaitReason};
+use crate::api::wire::decisions::{DecisionView, Timeline};
+use crate::store::{self, Store, StoreError};
+
+/// Event kinds (the store's `kind`) that end the stretch a move's saving is counted over.
+const CHANGES: &[&str] = &[
+    "migrate",
+    "notice",
+    "preempted",
+    "resize",
+    "replace",
+    "regroup",
+    "finished",
+    "cancel",
+    "failed",
+    "over-budget",
+];
+
+/// The timeline of `job` from its stored events (oldest first; others' events are skipped).
+pub fn timeline(job: &str, events: &[store::Event]) -> Timeline {
+    let mine: Vec<&store::Event> = events
+        .iter()
+        .filter(|e| e.job.as_deref() == Some(job))
+        .collect();
+    let mut decisions = Vec::new();
+    for (i, e) in mine.iter().enumerate() {
+        let typed = e
+            .fields
+            .clone()
+            .and_then(|f| serde_json::from_value::<Event>(f).ok());
+        let Some((kind, numbers)) = (match &typed {
+            Some(t) => decision(t),
+            // Stored before events carried their fields: the kind and message only.
+            None => untyped_kind(&e.kind).map(|k| (k, BTreeMap::new())),
+        }) else {
+            continue;
+        };
+        let (expected_saving, realised_saving) = match &typed {
+            Some(Event::Migrating {
+                net_saving,
+                moved,
+                from_price,
+                to_price,
+                ..
+            }) => {
+                let rate = from_price - to_price;
+                let realised = realised(&mine[i + 1..], e.at).map(|(overlap_h, after_h)| {
+                    f64::from(*moved) * (rate * after_h - to_price * overlap_h)
+                });
+                (Some(*net_saving), realised)
+            }
+            _ => (None, None),
+        };
+        decisions.push(DecisionView {
+            at: e.at,
+            kind: kind.to_string(),
+            reason: e.message.clone(),
+            numbers,
+            expected_saving,
+            realised_saving,
+        });
+    }
+    Timeline {
+        job: job.to_string(),
+        decisions,
+    }
+}
+
+/// For a move started at `at`: the hours both old and new nodes ran (to the `migrated` event)
+/// and the hours after, to the job's next change; `None` until both are in the log.
+fn realised(later: &[&store::Event], at: DateTime<Utc>) -> Option<(f64, f64)> {
+    let done = later.iter().position(|e| e.kind == "migrated")?;
+    if later[..done]
+        .iter()
+        .any(|e| CHANGES.contains(&e.kind.as_str()))
+    {
+        return None;
+    }
+    let released = later[done].at;
+    let next = later[done + 1..]
+        .iter()
+        .find(|e| CHANGES.contains(&e.kind.as_str()))?;
+    Some((hours(at, released), hours(released, next.at)))
+}
+
+fn hours(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).num_milliseconds().max(0) as f64 / 3_600_000.0
+}
+
+/// The timeline's kind for an event stored without fields.
+fn untyped_kind(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "plan" => "plan",
+        "launched" => "launch",
+        "wait" => "wait",
+        "migrate" => "move",
+        "resize" => "resize",
+        "notice" => "notice",
+        "queue-cancelled" => "fallback",
+        "replace" => "replace",
+        "finished" => "finish",
+        _ => return None,
+    })
+}
+
+/// A typed event as a decision: its kind and numbers; `None` for what is no decision
+/// (submission, workers starting, terminations confirmed, forecasts…).
+fn decision(e: &Event) -> Option<(&'static str, BTreeMap<String, f64>)> {
+    let mut n = BTreeMap::new();
+    let mut put = |k: &str, v: f64| {
+        n.insert(k.to_string(), v);
+    };
+    let kind = match e {
+        Event::Planned { placement: p, .. } => {
+            put("nodes", f64::from(p.nodes));
+            put("expected_cost", p.expected_cost);
+            put("finish_h", p.finish_h);
+            if let Some(d) = p.deadline_h {
+                put("deadline_h", d);
+            }
+            "plan"
+        }
+        Event::Unplaceable { .. } => "unplaceable",
+        Event::Launched { count, price, .. } => {
+            put("nodes", *count as f64);
+            put("price_per_h", *price);
+            put("total_per_h", *count as f64 * price);
+            "launch"
+        }
+        Event::LaunchFailed { .. } => "launch-failed",
+        Event::CapacityError { avoided, .. } => {
+            put("avoided_min", avoided.as_secs_f64() / 60.0);
+            "capacity"
+        }
+        Event::LaunchTimedOut { after, avoided, .. } => {
+            put("after_min", after.as_secs_f64() / 60.0);
+            put("avoided_min", avoided.as_secs_f64() / 60.0);
+            "timeout"
+        }
+        Event::Waiting { reason, .. } => {
+            wait_numbers(reason, &mut put);
+            "wait"
+        }
+        Event::Migrating {
+            moved,
+            of,
+            from_price,
+            to_price,
+            net_saving,
+            work_h,
+            budget,
+            ..
+        } => {
+            put("moved", f64::from(*moved));
+            put("of", f64::from(*of));
+            put("from_price_per_h", *from_price);
+            put("to_price_per_h", *to_price);
+            put("net_saving", *net_saving);
+            put("work_h", *work_h);
+            put("disruption_budget", *budget);
+            "move"
+        }
+        Event::Resized { from, to, why, .. } => {
+            put("from", f64::from(*from));
+            put("to", f64::from(*to));
+            if let ResizeWhy::SpotOut(w) = why {
+                wait_numbers(w, &mut put);
+            }
+            "resize"
+        }
+        Event::Replacing {
+            missing, on_demand, ..
+        } => {
+            put("missing", f64::from(*missing));
+            // The deadline needs the work now and spot has none: on-demand.
+            if *on_demand { "fallback" } else { "replace" }
+        }
+        Event::QueueCancelled { .. } => "fallback",
+        Event::Regrouped { released, .. } => {
+            put("released", *released as f64);
+            "regroup"
+        }
+        Event::Notice { ids, lead_s, .. } => {
+            put("nodes", ids.len() as f64);
+            if let Some(s) = lead_s {
+                put("lead_s", *s as f64);
+            }
+            "notice"
+        }
+        Event::Preempted { ids, .. } => {
+            put("nodes", ids.len() as f64);
+            "preempted"
+        }
+        Event::Probing {
+            nodes,
+            max_seconds,
+            max_usd,
+            ..
+        } => {
+            put("nodes", f64::from(*nodes));
+            put("max_seconds", *max_seconds);
+            put("max_usd", *max_usd);
+            "probe"
+        }
+        Event::Probed { seconds, usd, .. } => {
+            put("seconds", *seconds);
+            put("usd", *usd);
+            "probed"
+        }
+        Event::ColdStart { .. } => "cold-start",
+        Event::BudgetWarning { spent, limit, .. } => {
+            put("spent", *spent);
+            put("limit", *limit);
+            "budget-warning"
+        }
+        Event::OverBudget { spent, limit, .. } => {
+            put("spent", *spent);
+            put("limit", *limit);
+            "over-budget"
+        }
+        Event::Finished { late_h, took_h, .. } => {
+            put("took_h", *took_h);
+            if let Some(l) = late_h {
+                put("late_h", *l);
+            }
+            "finish"
+        }
+        Event::Submitted { .. }
+        | Event::Cancelled { .. }
+        | Event::Failed { .. }
+        | Event::WorkersStarted { .. }
+        | Event::LeakCollected { .. }
+        | Event::Terminated { .. }
+        | Event::ForeignInstance { .. }
+        | Event::Migrated { .. }
+        | Event::Basis { .. } => return None,
+    };
+    Some((kind, n))
+}
+
+/// The numbers a wait compared (the slack rule's hours, the launch budget).
+fn wait_numbers(reason: &WaitReason, put: &mut impl FnMut(&str, f64)) {
+    match reason {
+        WaitReason::Slack {
+            slack_h,
+            left_h,
+            work_h,
+            reserve_h,
+        } => {
+            put("slack_h", *slack_h);
+            put("left_h", *left_h);
+            put("work_h", *work_h);
+            put("reserve_h", *reserve_h);
+        }
+        WaitReason::OnSurvivors { why, survivors } => {
+            put("survivors", f64::from(*survivors));
+            wait_numbers(why, put);
+        }
+        WaitReason::LaunchBudget { launched, budget } => {
+            put("launched", f64::from(*launched));
+            put("launch_budget", f64::from(*budget));
+        }
+        WaitReason::NoDeadline
+        | WaitReason::NoCapacity
+        | WaitReason::Policy { .. }
+        | WaitReason::Limit { .. } => {}
+    }
+}
+
+/// Why a timeline could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("no job named '{name}' in this store{}", known_list(known))]
+    UnknownJob { name: String, known: Vec<String> },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        " (it has no jobs)".to_string()
+    } else {
+        format!(" (known: {})", known.join(", "))
+    }
+}
+
+/// `job`'s timeline from `store`; an unknown job is an error naming the known ones.
+pub fn load(store: &Store, job: &str) -> Result<Timeline, ExplainError> {
+    if store.job(job)?.is_none() {
+        let known = store
+            .load()?
+            .jobs
+            .iter()
+            .map(|j| j.name().to_string())
+            .collect();
+        return Err(ExplainError::UnknownJob {
+            name: job.to_string(),
+            known,
+        });
+    }
+    Ok(timeline(job, &store.events(0, Some(job))?))
+}
+
+/// The timeline for people: a line per decision, then its numbers and, for a move, its saving.
+pub fn text(t: &Timeline) -> String {
+    let mut out = String::new();
+    if t.decisions.is_empty() {
+        let _ = writeln!(out, "{}: no decisions yet", t.job);
+        return out;
+    }
+    let _ = writeln!(out, "{}: {} decision(s)", t.job, t.decisions.len());
+    for d in &t.decisions {
+        let _ = writeln!(
+            out,
+            "{}  {:<9} {}",
+            d.at.format("%Y-%m-%d %H:%M:%S"),
+            d.kind,
+            d.reason
+        );
+        if !d.numbers.is_empty() {
+            let numbers: Vec<String> = d
+                .numbers
+                .iter()
+                .map(|(k, v)| format!("{k}={}", number(*v)))
+                .collect();
+            let _ = writeln!(out, "{:21}{}", "", numbers.join(" "));
+        }
+        if let Some(e) = d.expected_saving {
+            let realised = match d.realised_saving {
+                Some(r) => format!("${r:.2}"),
+                None => "not known yet".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "{:21}saving: expected ${e:.2}, realised {realised}",
+                ""
+            );
+        }
+    }
+    out
+}
+
+/// A number as short as it reads exactly enough: integers bare, the rest to 4 places.
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::events::Placement;
+    use chrono::TimeDelta;
+    use tern_cloud::{Capacity, Zone};
+
+    fn at(minutes: i64) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-02T08:00:00Z")
+            .expect("time")
+            .with_timezone(&Utc)
+            + TimeDelta::minutes(minutes)
+    }
+
+    /// A stored event as the controller writes it: kind, message and typed fields.
+    fn stored(id: i64, minutes: i64, e: &Event) -> store::Event {
+        store::Event {
+            id,
+            at: at(minutes),
+            job: e.job().map(str::to_string),
+            kind: e.kind().to_string(),
+            message: e.to_string(),
+            fields: Some(serde_json::to_value(e).expect("json")),
+        }
+    }
+
+    fn migrating(job: &str) -> Event {
+        Event::Migrating {
+            job: job.into(),
+            moved: 2,
+            of: 2,
+            from_capacity: Capacity::OnDemand,
+            from_price: 3.0,
+            from_zone: Zone::new("use1-az1"),
+            to_capacity: Capacity::Spot,
+            to_price: 1.0,
+            to_zone: Zone::new("use1-az2"),
+            net_saving: 10.0,
+            work_h: 4.0,
+            budget: 0.25,
+            policy: None,
+        }
+    }
+
+    #[test]
+    fn a_hand_written_life_reads_as_its_decisions_with_their_numbers() {
+        let j = || "bert".to_string();
+        let events = [
+            Event::Submitted {
+                job: j(),
+                samples: 1e6,
+                workers: "2".into(),
+                accelerators: vec!["A100".into()],
+                due_in_h: Some(12.0),
+            },
+            Event::Planned {
+                job: j(),
+                placement: Placement {
+                    solver: "milp".into(),
+                    nodes: 2,
+                    instance_type: "p4d".into(),
+                    capacity: Capacity::Spot,
+                    zone: "use1-az1".into(),
+                    expected_cost: 42.5,
+                    finish_h: 6.0,
+                    deadline_h: Some(12.0),
+                    versus_cheapest: None,
+                    policy: None,
+                    basis: None,
+                },
+            },
+            Event::Launched {
+                job: j(),
+                count: 2,
+                instance_type: "p4d".into(),
+                capacity: Capacity::Spot,
+                zone: Zone::new("use1-az1"),
+                price: 1.5,
+            },
+            Event::Submitted {
+                job: "other".into(),
+                samples: 1.0,
+                workers: "1".into(),
+                accelerators: vec![],
+                due_in_h: None,
+            },
+            Event::Waiting {
+                job: j(),
+                reason: WaitReason::Slack {
+                    slack_h: 3.0,
+                    left_h: 9.0,
+                    work_h: 6.0,
+                    reserve_h: 1.5,
+                },
+            },
+            Event::Notice {
+                job: j(),
+                pool: "spot use1-az1".into(),
+                ids: vec!["i-1".into()],
+                lead_s: Some(120),
+            },
+            Event::Replacing {
+                job: j(),
+                missing: 1,
+                on_demand: true,
+            },
+            migrating("bert"),
+            Event::Migrated {
+                job: j(),
+                released: 2,
+            },
+            Event::Resized {
+                job: j(),
+                from: 2,
+                to: 1,
+                why: ResizeWhy::SpotOut(WaitReason::NoCapacity),
+            },
+            migrating("bert"),
+        ];
+        // Minutes of each event: the first move at 60, its old nodes released at 90, the
+        // resize at 240 (2.5 h later); the second move has nothing after it.
+        let minutes = [0, 0, 1, 2, 10, 20, 21, 60, 90, 240, 300];
+        let mut log: Vec<store::Event> = events
+            .iter()
+            .zip(minutes)
+            .enumerate()
+            .map(|(i, (e, m))| stored(i as i64 + 1, m, e))
+            .collect();
+        // An event stored before events carried fields: its kind and message still count.
+        log.push(store::Event {
+            id: 99,
+            at: at(400),
+            job: Some(j()),
+            kind: "launched".into(),
+            message: "1× p4d spot".into(),
+            fields: None,
+        });
+
+        let t = timeline("bert", &log);
+        assert_eq!(t.job, "bert");
+        let kinds: Vec<&str> = t.decisions.iter().map(|d| d.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "plan", "launch", "wait", "notice", "fallback", "move", "resize", "move", "launch"
+            ]
+        );
+        let d = &t.decisions;
+        assert_eq!(d[0].numbers["expected_cost"], 42.5);
+        assert_eq!(d[0].numbers["deadline_h"], 12.0);
+        assert_eq!(d[0].at, at(0));
+        assert!(
+            d[0].reason.starts_with("planner (milp): 2× p4d spot"),
+            "{}",
+            d[0].reason
+        );
+        assert_eq!(d[1].numbers["total_per_h"], 3.0);
+        assert_eq!(d[2].numbers["slack_h"], 3.0);
+        assert_eq!(d[2].numbers["reserve_h"], 1.5);
+        assert_eq!(d[3].numbers["lead_s"], 120.0);
+        assert_eq!(d[4].numbers["missing"], 1.0);
+        // The first move: $2/h saved on each of 2 nodes for 2.5 h, less the new nodes' $1/h
+        // each for the half hour both ran.
+        assert_eq!(d[5].expected_saving, Some(10.0));
+        assert_eq!(d[5].realised_saving, Some(2.0 * (2.0 * 2.5 - 1.0 * 0.5)));
+        assert_eq!(d[5].numbers["from_price_per_h"], 3.0);
+        assert_eq!(d[6].numbers["to"], 1.0);
+        assert_eq!(d[6].expected_saving, None);
+        // The second: not known yet.
+        assert_eq!(d[7].expected_saving, Some(10.0));
+        assert_eq!(d[7].realised_saving, None);
+        assert!(d[8].numbers.is_empty());
+        assert!(
+            d.iter()
+                .all(|x| x.kind == "move" || x.realised_saving.is_none())
+        );
+
+        let shown = text(&t);
+        assert!(shown.starts_with("bert: 9 decision(s)\n"), "{shown}");
+        assert!(
+            shown.contains("saving: expected $10.00, realised $9.00"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("saving: expected $10.00, realised not known yet"),
+            "{shown}"
+        );
+        assert!(shown.contains("slack_h=3 work_h=6"), "{shown}");
+        for k in kinds {
+            assert!(shown.contains(&format!("  {k} ")), "{k}: {shown}");
+        }
+        let json = serde_json::to_value(&t).expect("json");
+        assert_eq!(json["decisions"][0]["at"], "2026-11-02T08:00:00Z");
+        assert!(json["decisions"][0]["realised_saving"].is_null());
+    }
+
+    #[test]
+    fn a_move_cut_short_before_its_old_nodes_go_has_no_realised_saving() {
+        let log = [
+            stored(1, 0, &migrating("j")),
+            stored(
+                2,
+                5,
+                &Event::Notice {
+                    job: "j".into(),
+                    pool: "p".into(),
+                    ids: vec![],
+                    lead_s: None,
+                },
+            ),
+            stored(
+                3,
+                10,
+                &Event::Migrated {
+                    job: "j".into(),
+                    released: 2,
+                },
+            ),
+            stored(
+                4,
+                70,
+                &Event::Finished {
+                    job: "j".into(),
+                    late_h: None,
+                    took_h: 1.0,
+                },
+            ),
+        ];
+        let t = timeline("j", &log);
+        assert_eq!(t.decisions[0].realised_saving, None);
+        assert_eq!(timeline("nobody", &log).decisions, vec![]);
+        assert_eq!(
+            text(&timeline("nobody", &log)),
+            "nobody: no decisions yet\n"
+        );
+    }
+}
