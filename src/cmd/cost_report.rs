@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use chrono::{DateTime, NaiveDate, Utc};
 use tern::report::{self, CostQuery, CostReport, GroupBy, Ledger};
-use tern::store::{Store, StoreError, StoreUrl};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -19,23 +18,9 @@ pub enum Format {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The controller's state store: a SQLite file (`sqlite:PATH` or a path) or a PostgreSQL
-    /// URL. Default: <data dir>/tern/controller.db.
-    #[arg(
-        long,
-        env = "TERN_STATE",
-        hide_env_values = true,
-        conflicts_with = "server"
-    )]
-    state: Option<String>,
-    /// Ask a running controller (`GET /v1/costs`, bearer auth) instead of reading a store.
-    #[arg(long, value_name = "URL")]
-    server: Option<String>,
+    // The store (`--state`) or the controller (`--server`: `GET /v1/costs`).
     #[command(flatten)]
-    token: super::token::TokenArgs,
-    /// PEM CA certificate to trust for an `https://` controller.
-    #[arg(long, env = "TERN_CA", value_name = "FILE")]
-    ca: Option<PathBuf>,
+    source: super::reading::SourceArgs,
     /// Start of the window: RFC 3339 (`2026-11-01T00:00:00Z`), a date (`2026-11-01`, UTC
     /// midnight) or a duration before now (`7d`, `12h`).
     #[arg(long, value_name = "T", value_parser = parse_time)]
@@ -107,7 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(s), Some(u)) = (query.since, query.until) {
         anyhow::ensure!(s <= u, "--since {s} is after --until {u}");
     }
-    let report = match &args.server {
+    let report = match &args.source.server {
         Some(url) => from_server(&args, url, &query)?,
         None => from_store(&args, &query)?,
     };
@@ -140,21 +125,7 @@ pub fn render(report: &CostReport, format: Format) -> anyhow::Result<String> {
 }
 
 fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<CostReport> {
-    let url = match &args.state {
-        Some(s) => StoreUrl::parse(s),
-        None => StoreUrl::Sqlite(
-            dirs::data_dir()
-                .context("no data directory; pass --state PATH")?
-                .join("tern/controller.db"),
-        ),
-    };
-    // A report reads: no store created where none was, no migration, no write lock.
-    let store = Store::read_only(&url).map_err(|e| match e {
-        e @ StoreError::Missing(_) => {
-            anyhow::anyhow!("{e} (pass --state PATH or postgres://…, or --server URL)")
-        }
-        e => anyhow::Error::new(e).context(format!("opening {}", describe(&url))),
-    })?;
+    let store = args.source.store()?;
     let budgets = match &args.quota {
         Some(p) => tern::limits::Limits::load(p)?.budgets(),
         None => Default::default(),
@@ -163,16 +134,8 @@ fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<CostReport> {
     Ok(report::build(&ledger, query, Utc::now())?)
 }
 
-fn describe(url: &StoreUrl) -> String {
-    match url {
-        StoreUrl::Sqlite(p) => p.display().to_string(),
-        StoreUrl::Postgres(_) => "the PostgreSQL state store".into(),
-    }
-}
-
 fn from_server(args: &Args, url: &str, query: &CostQuery) -> anyhow::Result<CostReport> {
-    let http = tern::http::client_with_ca(args.ca.as_deref())?;
-    let client = tern::api::client::Client::new(url, args.token.get()?, http)?;
+    let client = args.source.client(url)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

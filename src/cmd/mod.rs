@@ -21,6 +21,7 @@ pub mod offers;
 pub mod output;
 pub mod plan;
 pub mod prices;
+pub mod reading;
 pub mod serving;
 pub mod sim;
 pub mod simulate;
