@@ -12,7 +12,8 @@ mod common;
 use tern::store::pg_cluster;
 
 use common::{
-    Reaper, free_port, quiet, sim_controller, sim_report_when_empty, submit, tern_json, wait_for,
+    Reaper, free_port, quiet, sim_controller_logged, sim_report_when_empty, submit, tern_json,
+    wait_for, wait_for_child,
 };
 
 const TOKEN: &str = "chaos-token";
@@ -61,8 +62,10 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
     wait_for(&sim_addr);
     let ctl_addr = format!("127.0.0.1:{}", free_port());
     let server = format!("http://{ctl_addr}");
-    let mut ctl = sim_controller(&sim_url, state, &ctl_addr, "chaos", TOKEN);
-    wait_for(&ctl_addr);
+    // Every start's stderr goes to one log, shown when a start fails.
+    let log = dir.path().join("controller.log");
+    let mut ctl = sim_controller_logged(&sim_url, state, &ctl_addr, "chaos", TOKEN, &log);
+    wait_for_child(&ctl_addr, &mut ctl, &log);
     for (name, workers, gang, samples) in [
         ("gang", "4", true, 5_000_000u64),
         ("elastic", "{ min = 2, max = 6 }", false, 6_000_000),
@@ -82,8 +85,8 @@ fn chaos(dir: &tempfile::TempDir, state: &str) {
         std::thread::sleep(Duration::from_millis(150 + rng % 700));
         ctl.kill().expect("SIGKILL");
         ctl.wait().expect("reaped");
-        ctl = sim_controller(&sim_url, state, &ctl_addr, "chaos", TOKEN);
-        wait_for(&ctl_addr);
+        ctl = sim_controller_logged(&sim_url, state, &ctl_addr, "chaos", TOKEN, &log);
+        wait_for_child(&ctl_addr, &mut ctl, &log);
     }
 
     // Let it finish.

@@ -30,6 +30,50 @@ pub fn wait_for(addr: &str) {
     }
 }
 
+/// Wait for `child` to accept connections on `addr`, for up to 60 s (a debug build starting
+/// on two busy cores). A child that exits first, or a timeout, fails at once with its exit
+/// status and the tail of `log` (where its stderr went), so a failure says why.
+pub fn wait_for_child(addr: &str, child: &mut std::process::Child, log: &Path) {
+    let t0 = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        let exited = child.try_wait().expect("try_wait");
+        let late = t0.elapsed() > Duration::from_secs(60);
+        if exited.is_some() || late {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "{addr} did not come up after {:.1} s ({}); its log ends:\n{}",
+                t0.elapsed().as_secs_f64(),
+                exited.map_or_else(|| "still running".to_string(), |s| s.to_string()),
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// [`sim_controller`] with its stderr appended to `log` (for [`wait_for_child`]).
+pub fn sim_controller_logged(
+    sim: &str,
+    state: &str,
+    addr: &str,
+    id: &str,
+    token: &str,
+    log: &Path,
+) -> std::process::Child {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("controller log");
+    sim_controller_command(sim, state, addr, id, token)
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("controller")
+}
+
 /// Give `c` the shared data folder and silence its output: a server the test only talks to.
 pub fn quiet(c: &mut Command) -> &mut Command {
     c.env(
