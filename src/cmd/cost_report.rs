@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use chrono::{DateTime, NaiveDate, Utc};
+use tern::api::wire::decisions::Timeline;
 use tern::report::{self, CostQuery, CostReport, GroupBy, Ledger};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -92,12 +93,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(s), Some(u)) = (query.since, query.until) {
         anyhow::ensure!(s <= u, "--since {s} is after --until {u}");
     }
-    let report = match &args.source.server {
-        Some(url) => from_server(&args, url, &query)?,
+    let format = if args.json { Format::Json } else { args.format };
+    let (report, decisions) = match &args.source.server {
+        Some(url) => from_server(&args, url, &query, format == Format::Html)?,
         None => from_store(&args, &query)?,
     };
-    let format = if args.json { Format::Json } else { args.format };
-    let text = render(&report, format)?;
+    let text = match format {
+        Format::Html => report::html::page(&report, &decisions)?,
+        _ => render(&report, format)?,
+    };
     match &args.output {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -115,7 +119,7 @@ pub fn render(report: &CostReport, format: Format) -> anyhow::Result<String> {
         Format::Table => report::render::table_text(report),
         Format::Csv => report::render::csv_text(report)?,
         Format::Json => format!("{}\n", serde_json::to_string(report)?),
-        Format::Html => report::html::page(report)?,
+        Format::Html => report::html::page(report, &[])?,
         Format::Svg => match report.by {
             GroupBy::Day => report::chart::daily(report)?,
             GroupBy::Team => report::chart::cumulative(report)?,
@@ -124,25 +128,55 @@ pub fn render(report: &CostReport, format: Format) -> anyhow::Result<String> {
     })
 }
 
-fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<CostReport> {
+/// The report, and the decision timeline of each job row (the HTML page's last section).
+type WithDecisions = (CostReport, Vec<Timeline>);
+
+fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<WithDecisions> {
     let store = args.source.store()?;
     let budgets = match &args.quota {
         Some(p) => tern::limits::Limits::load(p)?.budgets(),
         None => Default::default(),
     };
     let ledger = Ledger::load(&store, budgets).context("reading usage and prices")?;
-    Ok(report::build(&ledger, query, Utc::now())?)
+    let report = report::build(&ledger, query, Utc::now())?;
+    let decisions = job_rows(&report)
+        .map(|job| tern::controller::explain::timeline(job, &ledger.events))
+        .collect();
+    Ok((report, decisions))
 }
 
-fn from_server(args: &Args, url: &str, query: &CostQuery) -> anyhow::Result<CostReport> {
+/// The job names of a report by job (none for other groupings).
+fn job_rows(report: &CostReport) -> impl Iterator<Item = &str> {
+    report
+        .rows
+        .iter()
+        .filter(|_| report.by == GroupBy::Job)
+        .map(|r| r.key.as_str())
+}
+
+/// The report from a controller; with `decisions`, each job row's timeline too.
+fn from_server(
+    args: &Args,
+    url: &str,
+    query: &CostQuery,
+    decisions: bool,
+) -> anyhow::Result<WithDecisions> {
     let client = args.source.client(url)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(client.costs(query)).map_err(|e| match e {
+    let hint = |e| match e {
         e @ tern::api::client::ClientError::Transport { .. } => {
             anyhow::anyhow!("{e} (is `tern controller` running there?)")
         }
-        e => e.into(),
-    })
+        e => anyhow::Error::from(e),
+    };
+    let report = runtime.block_on(client.costs(query)).map_err(hint)?;
+    let mut timelines = Vec::new();
+    if decisions {
+        for job in job_rows(&report) {
+            timelines.push(runtime.block_on(client.decisions(job)).map_err(hint)?);
+        }
+    }
+    Ok((report, timelines))
 }

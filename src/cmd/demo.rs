@@ -323,7 +323,12 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         .report
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("tern-demo-report.html"));
-    std::fs::write(&html, report::html::page(&report)?)
+    let decisions: Vec<_> = report
+        .rows
+        .iter()
+        .map(|r| tern::controller::explain::timeline(&r.key, &ledger.events))
+        .collect();
+    std::fs::write(&html, report::html::page(&report, &decisions)?)
         .with_context(|| format!("writing {}", html.display()))?;
     summary.report_html = Some(html);
     if args.json {

@@ -69,7 +69,14 @@ pub enum Event {
         lead_s: Option<i64>,
     },
     #[serde(rename = "preempted")]
-    Preempted { job: String, ids: Vec<String> },
+    Preempted {
+        job: String,
+        ids: Vec<String>,
+        /// Samples done since the job's last checkpoint when its nodes went: the work to
+        /// redo (cost attribution). Defaulted: events stored before it was recorded.
+        #[serde(default)]
+        lost_samples: f64,
+    },
     #[serde(rename = "leak")]
     LeakCollected { job: Option<String>, id: InstanceId },
     /// Instances the cloud confirmed terminated, by the `terminate` or `migrate` intent that
@@ -490,12 +497,23 @@ impl Event {
                 }
                 write!(f, ": checkpoint now, replacement requested")
             }
-            Event::Preempted { ids, .. } => write!(
-                f,
-                "{} node(s) reclaimed by the cloud: {}",
-                ids.len(),
-                ids.join(", ")
-            ),
+            Event::Preempted {
+                ids, lost_samples, ..
+            } => {
+                write!(
+                    f,
+                    "{} node(s) reclaimed by the cloud: {}",
+                    ids.len(),
+                    ids.join(", ")
+                )?;
+                if *lost_samples > 0.0 {
+                    write!(
+                        f,
+                        "; {lost_samples:.0} samples since the last checkpoint to redo"
+                    )?;
+                }
+                Ok(())
+            }
             Event::LeakCollected { id, .. } => write!(
                 f,
                 "terminated {id}: tagged as ours but owned by no open intent or live job"

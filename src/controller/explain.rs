@@ -204,8 +204,11 @@ fn decision(e: &Event) -> Option<(&'static str, BTreeMap<String, f64>)> {
             }
             "notice"
         }
-        Event::Preempted { ids, .. } => {
+        Event::Preempted {
+            ids, lost_samples, ..
+        } => {
             put("nodes", ids.len() as f64);
+            put("lost_samples", *lost_samples);
             "preempted"
         }
         Event::Probing {

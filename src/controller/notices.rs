@@ -15,8 +15,8 @@ use super::{Controller, Result};
 struct Noticed {
     /// (job, pool) → instance ids and seconds of lead time.
     draining: BTreeMap<(String, String), (Vec<String>, Option<i64>)>,
-    /// job → instance ids already gone.
-    lost: BTreeMap<String, Vec<String>>,
+    /// job → instance ids already gone, and the samples done since its last checkpoint.
+    lost: BTreeMap<String, (Vec<String>, f64)>,
 }
 
 impl Controller {
@@ -49,8 +49,15 @@ impl Controller {
                 },
             )?;
         }
-        for (job, ids) in seen.lost {
-            self.emit(now, Event::Preempted { job, ids })?;
+        for (job, (ids, lost_samples)) in seen.lost {
+            self.emit(
+                now,
+                Event::Preempted {
+                    job,
+                    ids,
+                    lost_samples,
+                },
+            )?;
         }
         Ok(())
     }
@@ -98,13 +105,13 @@ impl Controller {
         };
         self.store
             .end_instance(&inst.id, n.deadline.unwrap_or(now).min(now))?;
+        let entry = seen.lost.entry(inst.job.clone()).or_default();
         if let Some(e) = self.fleet.jobs.get_mut(&inst.job) {
             e.dirty = true;
+            // The whole job resumes from its checkpoint, once however many nodes went.
+            entry.1 = (e.record.done_samples - e.record.checkpoint_samples).max(0.0);
         }
-        seen.lost
-            .entry(inst.job)
-            .or_default()
-            .push(inst.id.to_string());
+        entry.0.push(inst.id.to_string());
         Ok(())
     }
 }

@@ -190,7 +190,7 @@ impl Controller {
     /// The planner's first estimate of what the job will cost (the cost report's plan column),
     /// kept from the first plan after submission, whether the job then starts or waits. Set
     /// here; written with the record's next write (placement), or by [`Self::wait`].
-    fn remember_plan_estimate(&mut self, job: &str, dollars: f64) {
+    pub(super) fn remember_plan_estimate(&mut self, job: &str, dollars: f64) {
         if let Some(e) = self
             .fleet
             .jobs

@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use super::chart::{self, ChartError};
 use super::{CostReport, CostRow, GroupBy};
+use crate::api::wire::decisions::Timeline;
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -40,8 +41,8 @@ fn row_html(out: &mut String, r: &CostRow, by: GroupBy, class: &str) {
     out.push_str("</tr>\n");
 }
 
-/// The whole page.
-pub fn page(report: &CostReport) -> Result<String, ChartError> {
+/// The whole page; `decisions` (each job's timeline, `tern explain`) is its last section.
+pub fn page(report: &CostReport, decisions: &[Timeline]) -> Result<String, ChartError> {
     let t = &report.total;
     let mut out = String::new();
     let window = match report.since {
@@ -113,11 +114,64 @@ pub fn page(report: &CostReport) -> Result<String, ChartError> {
     }
     row_html(&mut out, t, report.by, "total");
     out.push_str("</table>\n");
+    attribution_html(&mut out, report);
     budgets_html(&mut out, report);
     buckets_html(&mut out, report);
     segments_html(&mut out, report);
+    decisions_html(&mut out, decisions);
     out.push_str("</body></html>\n");
     Ok(out)
+}
+
+/// Where the dollars went: the waterfall of the total and of each row (the costliest 24),
+/// then the parts as a table (every row).
+fn attribution_html(out: &mut String, report: &CostReport) {
+    let Some(total) = super::waterfall::svg(&report.total, "Total: plan to actual, by cause")
+    else {
+        return;
+    };
+    out.push_str("<h2 id=\"attribution\">Where the dollars went</h2>\n");
+    let _ = writeln!(out, "<figure id=\"waterfall-total\">{total}</figure>");
+    let mut rows: Vec<&CostRow> = report
+        .rows
+        .iter()
+        .filter(|r| r.attribution.is_some())
+        .collect();
+    rows.sort_by(|a, b| b.cost.total_cmp(&a.cost));
+    for r in rows.iter().take(24) {
+        let caption = format!("{}: plan to actual, by cause", r.key);
+        if let Some(svg) = super::waterfall::svg(r, &caption) {
+            let _ = writeln!(out, "<figure class=\"waterfall-row\">{svg}</figure>");
+        }
+    }
+    let _ = write!(
+        out,
+        "<table id=\"attribution-table\"><tr><th>{}</th>",
+        report.by.as_str()
+    );
+    for p in super::Attribution::PARTS {
+        let _ = write!(out, "<th class=\"n\">{p}</th>");
+    }
+    out.push_str("<th class=\"n\">vs plan</th></tr>\n");
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    for (r, class) in rows
+        .iter()
+        .map(|r| (*r, "row"))
+        .chain([(&report.total, "total")])
+    {
+        let Some(a) = r.attribution else { continue };
+        let _ = write!(
+            out,
+            "<tr class=\"{class}\" data-row=\"{}\"><td>{}</td>",
+            escape(&r.key),
+            escape(&r.key)
+        );
+        for (name, v) in a.parts() {
+            let _ = write!(out, "<td class=\"n\" data-part=\"{name}\">{v:+.2}</td>");
+        }
+        let _ = writeln!(out, "<td class=\"n\">{:+.2}</td></tr>", a.total());
+    }
+    out.push_str("</table>\n");
 }
 
 fn budgets_html(out: &mut String, report: &CostReport) {
@@ -199,4 +253,38 @@ fn segments_html(out: &mut String, report: &CostReport) {
         );
     }
     out.push_str("</table>\n");
+}
+
+/// Why each job ran where it ran (`tern explain`): its decisions, folded per job, with a
+/// move's expected and realised saving.
+fn decisions_html(out: &mut String, timelines: &[Timeline]) {
+    if timelines.iter().all(|t| t.decisions.is_empty()) {
+        return;
+    }
+    out.push_str("<h2 id=\"decisions\">Decisions</h2>\n");
+    for t in timelines.iter().filter(|t| !t.decisions.is_empty()) {
+        let _ = writeln!(
+            out,
+            "<details class=\"decisions\" data-job=\"{}\"><summary>{} ({} decisions)</summary>\
+             <table><tr><th>at (UTC)</th><th>decision</th><th>reason</th>\
+             <th class=\"n\">expected saving</th><th class=\"n\">realised saving</th></tr>",
+            escape(&t.job),
+            escape(&t.job),
+            t.decisions.len()
+        );
+        for d in &t.decisions {
+            let _ = writeln!(
+                out,
+                "<tr class=\"decision\" data-kind=\"{}\"><td>{}</td><td>{}</td><td>{}</td>\
+                 <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                escape(&d.kind),
+                d.at.format("%Y-%m-%d %H:%M:%S"),
+                escape(&d.kind),
+                escape(&d.reason),
+                opt(d.expected_saving),
+                opt(d.realised_saving),
+            );
+        }
+        out.push_str("</table></details>\n");
+    }
 }

@@ -6,11 +6,13 @@
 //! [`CostQuery`] in, a [`CostReport`] out. `render`, `chart` and `html` turn it into tables,
 //! CSV, SVG charts and a self-contained HTML page.
 
+pub mod attribution;
 pub mod bill;
 pub mod buckets;
 pub mod chart;
 pub mod html;
 pub mod render;
+pub mod waterfall;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,8 +20,8 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Budget, Capacity, Offer};
 
 pub use crate::api::wire::costs::{
-    BucketCost, BucketUnit, CostQuery, CostReport, CostRow, DayCost, GroupBy, Projection, Segment,
-    TeamBudget,
+    Attribution, BucketCost, BucketUnit, CostQuery, CostReport, CostRow, DayCost, GroupBy,
+    Projection, Segment, TeamBudget,
 };
 use bill::dollars_within;
 pub use bill::{Billed, bill, by_day, cloud_of};
@@ -69,6 +71,8 @@ pub struct Ledger {
     pub prices: PriceLog,
     /// Team → budget (from the quota/budget file).
     pub budgets: BTreeMap<String, Budget>,
+    /// The controller's events, oldest first: what attribution reads (plans, notices, moves).
+    pub events: Vec<crate::store::Event>,
 }
 
 impl Ledger {
@@ -78,6 +82,7 @@ impl Ledger {
             usage: store.usage_with_offers()?,
             prices: store.prices()?,
             budgets,
+            events: store.events(0, None)?,
         })
     }
 
@@ -145,6 +150,7 @@ impl Acc {
             spot_share: ratio(self.spot_hours, self.hours),
             planned_cost: None,
             plan_error: None,
+            attribution: None,
         }
     }
 }
@@ -192,11 +198,23 @@ pub fn build(
             groups.entry(key).or_default().add(u, pieces, probe);
         }
     }
+    let parts = attributions(ledger, &jobs, &billed, &probes);
     let mut rows: Vec<CostRow> = match query.by {
         GroupBy::Job => job_rows(&jobs, &groups, query.launched_only),
         GroupBy::Team => team_rows(&jobs, &groups),
         _ => groups.iter().map(|(k, a)| a.row(k.clone())).collect(),
     };
+    for r in &mut rows {
+        r.attribution = match query.by {
+            GroupBy::Job => parts.get(r.key.as_str()).copied(),
+            GroupBy::Team => summed(
+                jobs.iter()
+                    .filter(|(_, j)| j.spec.team == r.key)
+                    .filter_map(|(n, _)| parts.get(n)),
+            ),
+            _ => None,
+        };
+    }
     rows.sort_by(|a, b| a.key.cmp(&b.key));
     let mut total_row = total.row("total".into());
     total_row.jobs = match query.by {
@@ -205,6 +223,7 @@ pub fn build(
     };
     total_row.planned_cost = sum_planned(jobs.values().copied());
     total_row.plan_error = total_row.planned_cost.map(|p| total_row.cost - p);
+    total_row.attribution = summed(parts.values());
     let deadline = jobs
         .values()
         .filter(|j| !j.state.is_final())
@@ -231,6 +250,48 @@ pub fn build(
         bucket: series.unit,
         buckets: series.buckets,
         projection: series.projection,
+    })
+}
+
+/// Each job's attribution (`report::attribution`), over the pieces its row bills: jobs that
+/// were planned or cost something.
+fn attributions<'a>(
+    ledger: &Ledger,
+    jobs: &BTreeMap<&'a str, &JobRecord>,
+    billed: &[BilledUsage<'_>],
+    probes: &BTreeMap<&str, Window>,
+) -> BTreeMap<&'a str, Attribution> {
+    let mut events = attribution::typed_events(&ledger.events);
+    let rates = attribution::work_rates(ledger.usage.iter().filter_map(|(_, o)| o.as_ref()));
+    jobs.iter()
+        .filter_map(|(name, record)| {
+            let mine: Vec<_> = billed
+                .iter()
+                .filter(|(u, _, _)| u.job == *name)
+                .map(|(u, _, p)| (*u, &p[..]))
+                .collect();
+            if record.planned_cost.is_none() && mine.is_empty() {
+                return None;
+            }
+            let run = attribution::JobRun {
+                record,
+                billed: mine,
+                prices: &ledger.prices,
+                events: events.remove(*name).unwrap_or_default(),
+                probe: probes.get(name).copied(),
+                rates: &rates,
+            };
+            Some((*name, attribution::attribute(&run)))
+        })
+        .collect()
+}
+
+/// Part-wise sum; `None` when nothing is summed.
+fn summed<'a>(parts: impl Iterator<Item = &'a Attribution>) -> Option<Attribution> {
+    parts.fold(None, |acc, a| {
+        let mut sum = acc.unwrap_or_default();
+        sum.add(a);
+        Some(sum)
     })
 }
 

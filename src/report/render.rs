@@ -3,10 +3,10 @@
 
 use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
 
-use super::{CostReport, CostRow, GroupBy};
+use super::{Attribution, CostReport, CostRow, GroupBy};
 
 /// CSV columns, in order (README "Cost reports" documents each).
-pub const CSV_COLUMNS: [&str; 17] = [
+pub const CSV_COLUMNS: [&str; 23] = [
     "row",
     "by",
     "key",
@@ -24,6 +24,12 @@ pub const CSV_COLUMNS: [&str; 17] = [
     "spot_share",
     "planned_cost",
     "plan_error",
+    "attribution_forecast",
+    "attribution_prices",
+    "attribution_interruptions",
+    "attribution_moves",
+    "attribution_fallback",
+    "attribution_probe",
 ];
 
 /// Segment CSV columns (`--split`).
@@ -120,9 +126,35 @@ pub fn table_text(report: &CostReport) -> String {
     }
     t.add_row(row_cells(&report.total, report.by));
     let mut out = format!("{t}\n");
+    out.push_str(&attribution_text(report));
     out.push_str(&segments_text(report));
     out.push_str(&budgets_text(report));
     out
+}
+
+/// Rows with an attribution: `vs plan $` split into its parts (they add up to it).
+fn attribution_text(report: &CostReport) -> String {
+    let rows: Vec<&CostRow> = report
+        .rows
+        .iter()
+        .chain([&report.total])
+        .filter(|r| r.attribution.is_some())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut header = vec![format!("{} (vs plan, by cause)", report.by.as_str())];
+    header.extend(Attribution::PARTS.iter().map(|p| format!("{p} $")));
+    header.push("vs plan $".into());
+    let mut t = table(header);
+    for r in rows {
+        let Some(a) = r.attribution else { continue };
+        let mut cells = vec![r.key.clone()];
+        cells.extend(a.parts().iter().map(|(_, v)| format!("{v:+.2}")));
+        cells.push(format!("{:+.2}", a.total()));
+        t.add_row(cells);
+    }
+    format!("\n{t}\n")
 }
 
 /// Each usage segment (one instance's billed interval), after the rows; empty without any.
@@ -202,7 +234,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 fn csv_record(kind: &str, by: GroupBy, r: &CostRow) -> Vec<String> {
-    vec![
+    let mut cells = vec![
         kind.into(),
         by.as_str().into(),
         r.key.clone(),
@@ -220,7 +252,12 @@ fn csv_record(kind: &str, by: GroupBy, r: &CostRow) -> Vec<String> {
         format!("{:.6}", r.spot_share),
         opt(r.planned_cost),
         opt(r.plan_error),
-    ]
+    ];
+    let parts = r.attribution.map(|a| a.parts());
+    for i in 0..Attribution::PARTS.len() {
+        cells.push(opt(parts.map(|p| p[i].1)));
+    }
+    cells
 }
 
 /// The rows (`row` = `group`) and the total (`row` = `total`) as CSV; with `--split`, the

@@ -59,6 +59,7 @@ fn ledger() -> Ledger {
                 per_hour_usd: None,
             },
         )]),
+        events: Vec::new(),
     }
 }
 
@@ -386,7 +387,7 @@ fn every_format_renders_the_same_totals() {
         assert!(svg.starts_with("<svg") && svg.contains("<rect"), "{svg}");
     }
     assert!(table.contains("probe $"), "{table}");
-    let html = html::page(&r).expect("html");
+    let html = html::page(&r, &[]).expect("html");
     assert!(
         html.contains("id=\"total-cost\">$4.50<"),
         "total in the page"
@@ -394,7 +395,9 @@ fn every_format_renders_the_same_totals() {
     assert!(
         html.contains("id=\"total-probe\">$0.00<") && html.contains("id=\"total-rest\">$4.50<")
     );
-    assert_eq!(html.matches("<svg").count(), 3);
+    // The three charts, and the waterfalls of the total and of the one job with a plan.
+    assert_eq!(html.matches("<svg").count(), 5);
+    assert_eq!(html.matches("class=\"waterfall\"").count(), 2);
 }
 
 fn at(s: &str) -> DateTime<Utc> {
@@ -418,6 +421,7 @@ fn straddling() -> Ledger {
             vec![(t(5.55), 2.11), (t(30.123), 0.93)],
         )]),
         budgets: BTreeMap::new(),
+        events: Vec::new(),
     }
 }
 
@@ -617,7 +621,7 @@ fn the_charts_name_their_unit_and_label_at_most_24_ticks() {
             })
             .count();
         assert!((1..=24).contains(&ticks), "{unit}: {ticks} labels");
-        let html = html::page(&r).expect("html");
+        let html = html::page(&r, &[]).expect("html");
         assert_eq!(
             html.matches("<tr class=\"bucket\">").count(),
             r.buckets.len()

@@ -116,6 +116,18 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
         "{api}"
     );
     assert_eq!(api["rows"], report["rows"]);
+    // Each row's attribution (through the API too) adds up to its difference from plan.
+    for row in api["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .chain([&api["total"]])
+    {
+        let a = row["attribution"].as_object().expect("attribution");
+        let sum: f64 = a.values().map(|v| v.as_f64().expect("part")).sum();
+        let diff = row["plan_error"].as_f64().expect("planned");
+        assert!((sum - diff).abs() < 0.01, "{row}");
+    }
 
     // Other groupings add up to the same total; CSV and HTML carry it too.
     for by in ["team", "day", "cloud", "capacity", "instance-type"] {
@@ -154,7 +166,10 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
     assert!(ok, "{err}");
     let page = std::fs::read_to_string(&html).expect("html");
     assert!(page.contains(&format!("id=\"total-cost\">${cost:.2}<")));
-    assert_eq!(page.matches("<svg").count(), 3);
+    // The three charts, and the waterfalls of the total and of the two jobs.
+    assert_eq!(page.matches("<svg").count(), 6);
+    assert_eq!(page.matches("class=\"waterfall\"").count(), 3);
+    assert!(page.contains("id=\"decisions\""), "no decisions section");
 
     // Bad input: a clear error, nothing else.
     let cases: [(&[&str], &str); 4] = [

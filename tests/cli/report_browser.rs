@@ -134,6 +134,49 @@ fn the_html_report_renders_its_charts_with_the_reports_numbers() {
         (sum - cost).abs() < 0.005,
         "buckets ${sum} vs total ${cost}"
     );
+    // The waterfall: the total's and each job's parts, as the JSON has them, and the steps
+    // add up from the plan to the cost.
+    let total = &to_end["total"];
+    waterfall_matches(&dom, "total", total);
+    for row in to_end["rows"].as_array().expect("rows") {
+        if !row["attribution"].is_null() {
+            waterfall_matches(&dom, row["key"].as_str().expect("key"), row);
+        }
+    }
+    // The decisions section: each job's timeline as `tern explain` has it, with the demo's
+    // move and its expected saving.
+    let moved = summary["migrations"][0]["job"]
+        .as_str()
+        .expect("the demo migrates");
+    let explained = tern_json(
+        &[
+            "explain",
+            moved,
+            "--state",
+            &state.display().to_string(),
+            "--json",
+        ],
+        TOKEN,
+    );
+    let at = dom
+        .find(&format!("class=\"decisions\" data-job=\"{moved}\""))
+        .expect("the moved job's decisions");
+    let section = &dom[at..at + dom[at..].find("</details>").expect("end")];
+    let decisions = explained["decisions"].as_array().expect("decisions");
+    assert_eq!(
+        section.matches("<tr class=\"decision\"").count(),
+        decisions.len(),
+        "{section}"
+    );
+    let expected = decisions
+        .iter()
+        .find(|d| d["kind"] == "move")
+        .and_then(|d| d["expected_saving"].as_f64())
+        .expect("a move with its expected saving");
+    assert!(
+        section.contains(&format!("${expected:.2}")),
+        "${expected:.2} not in {section}"
+    );
     // Each job's cost is written above its own bar.
     let rows_at = dom.find("id=\"chart-rows\"").expect("rows chart");
     for row in report["rows"].as_array().expect("rows") {
@@ -161,4 +204,57 @@ fn the_html_report_renders_its_charts_with_the_reports_numbers() {
     assert_eq!(&png[1..4], b"PNG");
     // A blank 1100×1500 page compresses to a few kB; three charts and tables do not.
     assert!(png.len() > 30_000, "screenshot of {} bytes", png.len());
+}
+
+/// The waterfall of `key` on the page carries `row`'s plan, parts and cost (to the cent it
+/// writes), and its parts sum to cost − plan within a cent.
+fn waterfall_matches(dom: &str, key: &str, row: &serde_json::Value) {
+    let at = dom
+        .find(&format!("class=\"waterfall\" data-row=\"{key}\""))
+        .unwrap_or_else(|| panic!("no waterfall for {key}"));
+    let svg = &dom[at..at + dom[at..].find("</svg>").expect("svg end")];
+    let on_page = |part: &str| -> f64 {
+        let tag = format!("data-part=\"{part}\" data-usd=\"");
+        let from = svg
+            .find(&tag)
+            .unwrap_or_else(|| panic!("{key}: no {part} in {svg}"))
+            + tag.len();
+        svg[from..from + svg[from..].find('"').expect("quote")]
+            .parse()
+            .expect("dollars")
+    };
+    let a = &row["attribution"];
+    let cost = row["cost"].as_f64().expect("cost");
+    let mut sum = 0.0;
+    for part in [
+        "forecast",
+        "prices",
+        "interruptions",
+        "moves",
+        "fallback",
+        "probe",
+    ] {
+        let v = a[part]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {part} in {row}"));
+        sum += v;
+        assert!(
+            (on_page(part) - v).abs() < 0.006,
+            "{key}: {part} {v} vs {svg}"
+        );
+    }
+    let plan = row["planned_cost"].as_f64().unwrap_or(0.0);
+    assert!(
+        (sum - (cost - plan)).abs() < 0.01,
+        "{key}: parts {sum} vs cost − plan {}",
+        cost - plan
+    );
+    assert!(
+        (on_page("plan") - plan).abs() < 0.011,
+        "{key}: plan {plan} vs {svg}"
+    );
+    assert!(
+        (on_page("actual") - cost).abs() < 0.006,
+        "{key}: cost {cost} vs {svg}"
+    );
 }

@@ -102,6 +102,71 @@ pub struct CostRow {
     pub planned_cost: Option<f64>,
     /// `cost - planned_cost`: the forecast error in dollars.
     pub plan_error: Option<f64>,
+    /// `cost − planned_cost` split by cause (rows by job or team, and the total); null for
+    /// other groupings and for a job that neither was planned nor cost anything. Defaulted:
+    /// older servers omit it.
+    #[serde(default)]
+    pub attribution: Option<Attribution>,
+}
+
+/// Why actual cost differs from the plan: additive parts, in dollars, that sum to
+/// `cost − planned_cost` (a job never planned counts as planned at $0). Each is zero when its
+/// cause is absent; `report::attribution` defines them (README "Where the dollars went").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Attribution {
+    /// Productive node-hours against the node-hours the plan paid for, at the plan's price.
+    pub forecast: f64,
+    /// Prices in force against prices at plan time, for the hours that ran.
+    pub prices: f64,
+    /// Replacements of reclaimed nodes: their boot, restore and redone work, and the price
+    /// difference of the pool they ran in.
+    pub interruptions: f64,
+    /// tern's own moves, resizes and placements elsewhere than planned: checkpoint restore and
+    /// overlap, less (or plus) the price difference of the pools moved to.
+    pub moves: f64,
+    /// On-demand hours bought where the plan said spot (to keep a deadline).
+    pub fallback: f64,
+    /// Spend inside the job's probe window.
+    pub probe: f64,
+}
+
+impl Attribution {
+    /// The parts' names, in the order reports show them.
+    pub const PARTS: [&'static str; 6] = [
+        "forecast",
+        "prices",
+        "interruptions",
+        "moves",
+        "fallback",
+        "probe",
+    ];
+
+    /// Each part with its name, in [`Self::PARTS`] order.
+    pub fn parts(&self) -> [(&'static str, f64); 6] {
+        [
+            ("forecast", self.forecast),
+            ("prices", self.prices),
+            ("interruptions", self.interruptions),
+            ("moves", self.moves),
+            ("fallback", self.fallback),
+            ("probe", self.probe),
+        ]
+    }
+
+    /// The sum of the parts: `cost − planned_cost`.
+    pub fn total(&self) -> f64 {
+        self.parts().iter().map(|(_, v)| v).sum()
+    }
+
+    /// Part-wise sum (a team's or the total's, over its jobs).
+    pub fn add(&mut self, other: &Attribution) {
+        self.forecast += other.forecast;
+        self.prices += other.prices;
+        self.interruptions += other.interruptions;
+        self.moves += other.moves;
+        self.fallback += other.fallback;
+        self.probe += other.probe;
+    }
 }
 
 impl CostRow {

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer, ProbeSpec};
 use tern_plan::JobPlan;
 
-use super::events::Event;
+use super::events::{Event, Placement};
 use super::{Controller, Result, fallbacks};
 use crate::store::{InstanceRecord, ProbeRecord};
 
@@ -608,6 +608,9 @@ impl Controller {
         now: DateTime<Utc>,
     ) -> Result<(String, Option<tern_plan::Config>)> {
         let mut moving = None;
+        if let Some(jp) = plan.filter(|jp| jp.placed) {
+            self.plan_after_probe(jp, now)?;
+        }
         let outcome = match plan.and_then(|jp| jp.choice.as_ref().filter(|_| jp.placed)) {
             None if self.unmeasured(name) && fleet.is_empty() => {
                 "no step was measured and its capacity is gone: the job is placed again".to_string()
@@ -644,6 +647,36 @@ impl Controller {
             None => outcome,
         };
         Ok((outcome, moving))
+    }
+
+    /// The plan made at the probe's end is the job's first real plan: its estimate is the
+    /// cost report's plan (the probe itself is billed apart), and its `plan` event is what
+    /// cost attribution measures the run against.
+    fn plan_after_probe(&mut self, jp: &JobPlan, now: DateTime<Utc>) -> Result<()> {
+        let Some(c) = &jp.choice else {
+            return Ok(());
+        };
+        self.remember_plan_estimate(&jp.job, c.expected_cost);
+        let placement = Placement {
+            solver: "milp".to_string(),
+            nodes: c.nodes,
+            instance_type: c.instance_type.clone(),
+            capacity: c.capacity,
+            zone: c.zone.clone(),
+            expected_cost: c.expected_cost,
+            finish_h: c.finish_h,
+            deadline_h: jp.deadline_h,
+            versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),
+            policy: None,
+            basis: self.basis_note(&jp.job, &c.accelerator, c.workers, c.nodes),
+        };
+        self.emit(
+            now,
+            Event::Planned {
+                job: jp.job.clone(),
+                placement,
+            },
+        )
     }
 
     /// The job's plan alone on its allowed offers ([`super::provision::solve_alone`]).
