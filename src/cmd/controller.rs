@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chrono::Utc;
 use tern::api::{ApiState, router};
-use tern::controller::lease::{Leadership, Lease, default_holder, lock_state_file};
+use tern::controller::lease::{Leadership, Lease, default_holder, host_name, lock_state_file};
 use tern::controller::metrics::Metrics;
 use tern::controller::probe::ProbeBounds;
 use tern::controller::service::{Clock, Service, ServiceConfig, Shared, WallClock};
@@ -591,11 +591,7 @@ fn advertised(args: &Args) -> String {
         "http"
     };
     let host = if args.listen.ip().is_unspecified() {
-        std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| args.listen.ip().to_string())
+        host_name().unwrap_or_else(|| args.listen.ip().to_string())
     } else {
         args.listen.ip().to_string()
     };

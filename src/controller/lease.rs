@@ -251,14 +251,18 @@ pub async fn lock_state_file(state: &std::path::Path) -> std::io::Result<std::fs
     }
 }
 
-/// A holder name unique to this process: host, pid and a random suffix.
-pub fn default_holder() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
+/// This host's name: `/etc/hostname`, else `$HOSTNAME`; `None` when neither says.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/etc/hostname")
         .ok()
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "host".into());
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+}
+
+/// A holder name unique to this process: host, pid and a random suffix.
+pub fn default_holder() -> String {
+    let host = host_name().unwrap_or_else(|| "host".into());
     // std's per-process random hash keys; no extra RNG dependency for eight hex digits.
     let salt = {
         use std::hash::{BuildHasher, Hasher};
