@@ -226,14 +226,7 @@ fn waterfall_matches(dom: &str, key: &str, row: &serde_json::Value) {
     let a = &row["attribution"];
     let cost = row["cost"].as_f64().expect("cost");
     let mut sum = 0.0;
-    for part in [
-        "forecast",
-        "prices",
-        "interruptions",
-        "moves",
-        "fallback",
-        "probe",
-    ] {
+    for part in tern::report::Attribution::PARTS {
         let v = a[part]
             .as_f64()
             .unwrap_or_else(|| panic!("{key}: {part} in {row}"));
