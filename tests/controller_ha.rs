@@ -317,12 +317,14 @@ struct Sent {
     job: String,
     cancel: bool,
     acknowledged: bool,
+    /// A cancel answered "had already ended": the job ended before it, as it was.
+    too_late: bool,
 }
 
 /// `tern submit` or `tern cancel` to whichever of `urls` answers; acknowledged on a 2xx.
 fn send(dir: &std::path::Path, job: &str, cancel: bool, urls: &[String]) -> Sent {
     let spec = (!cancel).then(|| soak_spec(dir, job));
-    let mut acknowledged = false;
+    let (mut acknowledged, mut too_late) = (false, false);
     for url in urls {
         let mut args = vec![if cancel { "cancel" } else { "submit" }];
         match &spec {
@@ -333,6 +335,7 @@ fn send(dir: &std::path::Path, job: &str, cancel: bool, urls: &[String]) -> Sent
         let out = tern_in_background(&args).wait_with_output().expect("tern");
         if out.status.success() {
             acknowledged = true;
+            too_late = String::from_utf8_lossy(&out.stdout).contains("had already ended");
             break;
         }
     }
@@ -340,6 +343,7 @@ fn send(dir: &std::path::Path, job: &str, cancel: bool, urls: &[String]) -> Sent
         job: job.to_string(),
         cancel,
         acknowledged,
+        too_late,
     }
 }
 
@@ -470,15 +474,18 @@ fn ha_soak_pauses_the_leader_with_writes_in_flight() {
         }
     }
     eprintln!(
-        "ha soak: {pauses} pauses, {takeovers} takeovers, {} requests, {} acknowledged",
+        "ha soak: {pauses} pauses, {takeovers} takeovers, {} requests, {} acknowledged, {} \
+         cancels after their job had ended",
         sent.len(),
-        sent.iter().filter(|s| s.acknowledged).count()
+        sent.iter().filter(|s| s.acknowledged).count(),
+        sent.iter().filter(|s| s.too_late).count()
     );
 
-    // Every acknowledged submit runs (or ran), every acknowledged cancel ends its job.
+    // Every acknowledged submit runs (or ran), every acknowledged cancel ends its job (one
+    // that came after the job finished says so and leaves it finished).
     let cancelled: std::collections::BTreeSet<&str> = sent
         .iter()
-        .filter(|s| s.cancel && s.acknowledged)
+        .filter(|s| s.cancel && s.acknowledged && !s.too_late)
         .map(|s| s.job.as_str())
         .collect();
     let t0 = Instant::now();

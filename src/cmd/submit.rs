@@ -161,8 +161,16 @@ fn forecast_cells(j: &JobStatus) -> (String, String) {
     (shown, finish)
 }
 
+/// Cancel a job. A job that had already ended (finished, failed, over budget) stays as it
+/// was, and the line says so: the cancel is answered either way.
 pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {
-    call(&args.server, async |c| c.cancel(&args.name).await)?;
-    println!("cancelled {}", args.name);
+    let status = call(&args.server, async |c| c.cancel(&args.name).await)?;
+    match status.as_ref().map(|s| s.state.as_str()) {
+        Some(state @ ("finished" | "failed" | "over-budget")) => println!(
+            "{} had already ended ({state}): nothing to cancel",
+            args.name
+        ),
+        _ => println!("cancelled {}", args.name),
+    }
     Ok(())
 }

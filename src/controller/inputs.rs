@@ -262,6 +262,18 @@ impl Controller {
         let event = Event::Cancelled {
             job: name.to_string(),
         };
+        // The cancel is in the store already, and the store keeps a cancel against any pass
+        // (`Store::update_job`): a job this memory ended a moment before (its finish written
+        // after the cancel, and so refused) is cancelled here too, as the store says.
+        if let Some(entry) = self.fleet.jobs.get_mut(name)
+            && entry.record.state.is_final()
+            && entry.record.state != JobState::Cancelled
+        {
+            entry.record.state = JobState::Cancelled;
+            entry.record.reason = Some(CANCELLED_BY_USER.into());
+            entry.dirty = true;
+            return self.emit(at, event);
+        }
         self.end(
             name,
             JobState::Cancelled,
@@ -291,5 +303,47 @@ impl Controller {
         entry.record.finished_at = Some(at);
         entry.dirty = true;
         self.emit(at, event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::controller::{Controller, ControllerConfig};
+    use crate::store::Store;
+
+    /// A pass ended the job in memory (finished) and the API's cancel reached the store before
+    /// the pass wrote it: the store keeps the cancel, so memory, and what `tern status` shows,
+    /// must say cancelled too (the HA soak once saw "finished" after an acknowledged cancel).
+    #[test]
+    fn a_cancel_the_store_kept_wins_over_a_finish_only_in_memory() {
+        let store = Arc::new(Store::in_memory().expect("store"));
+        let sim = crate::controller::tests::sim(Vec::new());
+        let config =
+            ControllerConfig::new("test-owner", vec![tern_cloud::Region::new("us-west-2")]);
+        let mut ctl = Controller::open(store.clone(), sim, config).expect("open");
+        let now = crate::controller::tests::start();
+        ctl.submit(tern_cloud::testkit::spec("j").build(), now)
+            .expect("submit");
+        let entry = ctl.fleet.jobs.get_mut("j").expect("job");
+        entry.record.state = JobState::Finished;
+        entry.dirty = true;
+        assert!(
+            store
+                .cancel_job("j", CANCELLED_BY_USER, now)
+                .expect("cancel")
+        );
+        ctl.apply(Request::Cancelled {
+            job: "j".into(),
+            at: now,
+        })
+        .expect("apply");
+        let record = ctl.job("j").expect("job").clone();
+        assert_eq!(record.state, JobState::Cancelled);
+        store.update_job(&record, now).expect("write");
+        let stored = store.job("j").expect("read").expect("job");
+        assert_eq!(stored.state, JobState::Cancelled);
     }
 }
