@@ -30,8 +30,84 @@ use tern_cloud::Capacity;
 use super::Window;
 use super::bill::{Billed, dollars_within};
 use crate::api::wire::costs::Attribution;
-use crate::controller::events::Event;
 use crate::store::{JobRecord, PriceLog, Usage};
+
+/// What attribution reads of a job's stored events, parsed from their JSON fields (the
+/// controller's `Event`, tagged by `event`), so the report needs no controller types.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// `plan`: the placement's pool, size and estimate.
+    Planned {
+        zone: String,
+        instance_type: String,
+        capacity: Capacity,
+        nodes: u32,
+        expected_cost: f64,
+        finish_h: f64,
+    },
+    /// `notice`: nodes to be reclaimed (drained, checkpointed).
+    Notice { ids: Vec<String> },
+    /// `preempted`: nodes gone, with the samples done since the last checkpoint.
+    Preempted { ids: Vec<String>, lost_samples: f64 },
+    /// `replace`: replacements requested.
+    Replacing,
+    /// `migrate`: a move of `moved` nodes starts.
+    Migrating { moved: u32 },
+    /// `migrated`: the old nodes of a move are released.
+    Migrated,
+    /// `resize`: the job goes to `to` nodes.
+    Resized { to: u32 },
+    /// `regroup`: a gang gathered into one zone.
+    Regrouped,
+    /// `workers`: an instance's workers started.
+    WorkersStarted { instance: String },
+}
+
+impl Event {
+    /// The event a stored event's fields describe; `None` for kinds attribution ignores and
+    /// for fields it cannot read.
+    pub fn parse(fields: &serde_json::Value) -> Option<Event> {
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        let ids = |f: &serde_json::Value| -> Vec<String> {
+            f["ids"]
+                .as_array()
+                .map(|a| a.iter().filter_map(text).collect())
+                .unwrap_or_default()
+        };
+        let count = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+        Some(match fields["event"].as_str()? {
+            "plan" => {
+                let p = &fields["placement"];
+                Event::Planned {
+                    zone: text(&p["zone"])?,
+                    instance_type: text(&p["instance_type"])?,
+                    capacity: serde_json::from_value(p["capacity"].clone()).ok()?,
+                    nodes: count(&p["nodes"])?,
+                    expected_cost: p["expected_cost"].as_f64()?,
+                    finish_h: p["finish_h"].as_f64()?,
+                }
+            }
+            "notice" => Event::Notice { ids: ids(fields) },
+            "preempted" => Event::Preempted {
+                ids: ids(fields),
+                lost_samples: fields["lost_samples"].as_f64().unwrap_or(0.0),
+            },
+            "replace" => Event::Replacing,
+            "migrate" => Event::Migrating {
+                moved: count(&fields["moved"])?,
+            },
+            "migrated" => Event::Migrated,
+            "resize" => Event::Resized {
+                to: count(&fields["to"])?,
+            },
+            "regroup" => Event::Regrouped,
+            "workers" => Event::WorkersStarted {
+                instance: text(&fields["instance"])?,
+            },
+            _ => return None,
+        })
+    }
+}
 
 /// What put an instance where it ran: the latest change of nodes before its launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +144,7 @@ pub fn typed_events(
         let (Some(job), Some(fields)) = (&e.job, &e.fields) else {
             continue;
         };
-        if let Ok(typed) = serde_json::from_value::<Event>(fields.clone()) {
+        if let Some(typed) = Event::parse(fields) {
             out.entry(job.clone()).or_default().push((e.at, typed));
         }
     }
@@ -169,7 +245,18 @@ fn within(b: &Billed, (from, to): Window) -> (f64, f64) {
 /// at that time; without one, the first instance's launch.
 fn basis(run: &JobRun<'_>) -> Basis {
     let placed = run.events.iter().find_map(|(at, e)| match e {
-        Event::Planned { placement, .. } => Some((*at, placement)),
+        Event::Planned {
+            zone,
+            instance_type,
+            capacity,
+            nodes,
+            expected_cost,
+            finish_h,
+        } => Some((
+            *at,
+            (zone.clone(), instance_type.clone(), *capacity),
+            (*nodes, *expected_cost, *finish_h),
+        )),
         _ => None,
     });
     let first = run
@@ -177,7 +264,7 @@ fn basis(run: &JobRun<'_>) -> Basis {
         .iter()
         .map(|(u, _)| *u)
         .min_by_key(|u| u.started_at);
-    let Some((at, placement)) = placed else {
+    let Some((at, pool, (nodes, expected_cost, finish_h))) = placed else {
         return match first {
             Some(u) => Basis {
                 at: u.started_at,
@@ -191,11 +278,6 @@ fn basis(run: &JobRun<'_>) -> Basis {
             },
         };
     };
-    let pool = (
-        placement.zone.clone(),
-        placement.instance_type.clone(),
-        placement.capacity,
-    );
     let on_pool = |key: &str| pool_of(key).as_ref() == Some(&pool);
     let key = run
         .billed
@@ -208,8 +290,8 @@ fn basis(run: &JobRun<'_>) -> Basis {
         .iter()
         .find(|(u, _)| on_pool(&u.offer_key))
         .map(|(u, _)| u.price_per_hour);
-    let implied = (placement.nodes > 0 && placement.finish_h > 0.0)
-        .then(|| placement.expected_cost / (f64::from(placement.nodes) * placement.finish_h));
+    let implied =
+        (nodes > 0 && finish_h > 0.0).then(|| expected_cost / (f64::from(nodes) * finish_h));
     let price = key
         .and_then(|k| price_at(run.prices, k, at))
         .or(launched)
@@ -254,12 +336,10 @@ fn cause_of(u: &Usage, events: &[(DateTime<Utc>, Event)]) -> Cause {
         .iter()
         .take_while(|(at, _)| *at <= u.started_at)
         .filter_map(|(_, e)| match e {
-            Event::Notice { .. } | Event::Preempted { .. } | Event::Replacing { .. } => {
+            Event::Notice { .. } | Event::Preempted { .. } | Event::Replacing => {
                 Some(Cause::Replacement)
             }
-            Event::Migrating { .. } | Event::Resized { .. } | Event::Regrouped { .. } => {
-                Some(Cause::Move)
-            }
+            Event::Migrating { .. } | Event::Resized { .. } | Event::Regrouped => Some(Cause::Move),
             _ => None,
         })
         .last()
@@ -310,7 +390,7 @@ fn overhead_hours(run: &JobRun<'_>, basis: &Basis, hours: f64) -> (f64, f64) {
             Event::Migrating { moved, .. } => {
                 let overlap_h = run.events[i + 1..]
                     .iter()
-                    .find(|(_, e)| matches!(e, Event::Migrated { .. }))
+                    .find(|(_, e)| matches!(e, Event::Migrated))
                     .map_or(0.0, |(end, _)| hours_between(*at, *end));
                 moves += f64::from(*moved) * (overlap_h + restore_h) * launched_from(*at);
             }
@@ -330,7 +410,7 @@ fn boot_of_replacements(run: &JobRun<'_>, ratio_of: &dyn Fn(&str) -> f64) -> f64
             .iter()
             .rev()
             .fold(BTreeMap::new(), |mut m, (at, e)| {
-                if let Event::WorkersStarted { instance, .. } = e {
+                if let Event::WorkersStarted { instance } = e {
                     m.insert(instance.as_str(), *at);
                 }
                 m

@@ -1,9 +1,8 @@
 use chrono::TimeDelta;
 use proptest::prelude::*;
-use tern_cloud::{JobSpec, Zone};
+use tern_cloud::JobSpec;
 
 use super::*;
-use crate::controller::events::Placement;
 use crate::report::bill::bill;
 
 fn t(h: f64) -> DateTime<Utc> {
@@ -41,24 +40,16 @@ fn usage(id: &str, key: &str, price: f64, from: f64, to: f64) -> Usage {
 }
 
 fn planned(at: f64, key: &str, nodes: u32, cost: f64) -> (DateTime<Utc>, Event) {
-    let (zone, kind, capacity) = pool_of(key).expect("key");
+    let (zone, instance_type, capacity) = pool_of(key).expect("key");
     (
         t(at),
         Event::Planned {
-            job: "j".into(),
-            placement: Placement {
-                solver: "milp".into(),
-                nodes,
-                instance_type: kind,
-                capacity,
-                zone,
-                expected_cost: cost,
-                finish_h: 1.0,
-                deadline_h: None,
-                versus_cheapest: None,
-                policy: None,
-                basis: None,
-            },
+            zone,
+            instance_type,
+            capacity,
+            nodes,
+            expected_cost: cost,
+            finish_h: 1.0,
         },
     )
 }
@@ -180,13 +171,7 @@ fn a_move_to_a_cheaper_pool_shows_its_overlap_against_its_saving() {
         events: vec![
             planned(0.0, SPOT_A, 1, 10.0),
             (t(2.0), migrating(1)),
-            (
-                t(2.5),
-                Event::Migrated {
-                    job: "j".into(),
-                    released: 1,
-                },
-            ),
+            (t(2.5), Event::Migrated),
         ],
         probe: None,
         rates: BTreeMap::new(),
@@ -199,21 +184,7 @@ fn a_move_to_a_cheaper_pool_shows_its_overlap_against_its_saving() {
 }
 
 fn migrating(moved: u32) -> Event {
-    Event::Migrating {
-        job: "j".into(),
-        moved,
-        of: moved,
-        from_capacity: Capacity::Spot,
-        from_price: 1.0,
-        from_zone: Zone::new("use1-az1"),
-        to_capacity: Capacity::Spot,
-        to_price: 0.5,
-        to_zone: Zone::new("use1-az2"),
-        net_saving: 3.0,
-        work_h: 8.0,
-        budget: 0.0,
-        policy: None,
-    }
+    Event::Migrating { moved }
 }
 
 #[test]
@@ -234,7 +205,6 @@ fn a_reclaim_costs_the_redone_work_the_restore_and_the_replacements_boot() {
             (
                 t(2.0),
                 Event::Preempted {
-                    job: "j".into(),
                     ids: vec!["i-1".into()],
                     lost_samples: 100.0,
                 },
@@ -242,10 +212,7 @@ fn a_reclaim_costs_the_redone_work_the_restore_and_the_replacements_boot() {
             (
                 t(2.1),
                 Event::WorkersStarted {
-                    job: "j".into(),
                     instance: "i-2".into(),
-                    incarnation: 2,
-                    opened: true,
                 },
             ),
         ],
@@ -279,10 +246,7 @@ fn hours_of_another_instance_type_count_by_the_work_they_do() {
             (
                 t(1.0),
                 Event::Notice {
-                    job: "j".into(),
-                    pool: "spot use1-az1".into(),
                     ids: vec!["i-1".into()],
-                    lead_s: Some(120),
                 },
             ),
         ],
@@ -448,7 +412,6 @@ fn build(r: &Random) -> Case {
             events.push((
                 t(split),
                 Event::Preempted {
-                    job: "j".into(),
                     ids: vec![me],
                     lost_samples: 500.0 * d.next(),
                 },
@@ -457,10 +420,7 @@ fn build(r: &Random) -> Case {
             events.push((
                 t(split + 0.05),
                 Event::WorkersStarted {
-                    job: "j".into(),
                     instance: next.clone(),
-                    incarnation: 2,
-                    opened: true,
                 },
             ));
             let key = if d.next() < 0.5 { SPOT_A } else { G5_B };
@@ -469,13 +429,7 @@ fn build(r: &Random) -> Case {
             let overlap = 0.2 * d.next();
             usage.push(usage_at(&me, SPOT_A, &prices, 0.0, split + overlap));
             events.push((t(split), migrating(1)));
-            events.push((
-                t(split + overlap),
-                Event::Migrated {
-                    job: "j".into(),
-                    released: 1,
-                },
-            ));
+            events.push((t(split + overlap), Event::Migrated));
             usage.push(usage_at(&id(), G5_B, &prices, split, ran_h));
         } else if r.fallback && d.next() < 0.7 {
             usage.push(usage_at(&me, SPOT_A, &prices, 0.0, split));
@@ -544,4 +498,40 @@ proptest! {
             prop_assert!(zero(a.total()), "a run as planned: {:?}", a);
         }
     }
+}
+
+#[test]
+fn stored_event_fields_parse_into_what_attribution_reads() {
+    let plan = serde_json::json!({
+        "event": "plan", "job": "j",
+        "placement": {"solver": "milp", "nodes": 2, "instance_type": "p4d.24xlarge",
+            "capacity": "spot", "zone": "use1-az1", "expected_cost": 42.5, "finish_h": 6.0}
+    });
+    assert_eq!(
+        Event::parse(&plan),
+        Some(Event::Planned {
+            zone: "use1-az1".into(),
+            instance_type: "p4d.24xlarge".into(),
+            capacity: Capacity::Spot,
+            nodes: 2,
+            expected_cost: 42.5,
+            finish_h: 6.0,
+        })
+    );
+    let gone = serde_json::json!({"event": "preempted", "job": "j", "ids": ["i-1"]});
+    assert_eq!(
+        Event::parse(&gone),
+        Some(Event::Preempted {
+            ids: vec!["i-1".into()],
+            lost_samples: 0.0
+        }),
+        "stored before lost_samples was recorded"
+    );
+    let moved = serde_json::json!({"event": "migrate", "moved": 3, "of": 4});
+    assert_eq!(Event::parse(&moved), Some(Event::Migrating { moved: 3 }));
+    assert_eq!(
+        Event::parse(&serde_json::json!({"event": "finished"})),
+        None
+    );
+    assert_eq!(Event::parse(&serde_json::json!({"event": "plan"})), None);
 }
