@@ -316,7 +316,7 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     let ledger = Ledger::load(&store, demo_limits()?.budgets())?;
     let report = report::build(&ledger, &CostQuery::default(), now)?;
     let workload = world.workers.take().unwrap_or_default();
-    let moves = migrations(&store, now)?;
+    let moves = migrations(&ledger, now)?;
     let mut summary = summarise(&world.ctl, &report, &workload, now, start, wall.elapsed());
     summary.migrations = moves;
     let html = args
@@ -535,18 +535,18 @@ fn place(zone: &tern_cloud::Zone, capacity: tern_cloud::Capacity) -> String {
     }
 }
 
-/// Every migration the controller started, read back from the store's events, with its
-/// realised saving ([`realised_saving`]) from the store's usage and prices up to `now`.
-fn migrations(store: &Store, now: DateTime<Utc>) -> anyhow::Result<Vec<MigrationLine>> {
+/// Every migration the controller started, read back from the ledger's events (the store's,
+/// as the cost report read them), with its realised saving ([`realised_saving`]) from the
+/// ledger's usage and prices up to `now`.
+fn migrations(ledger: &Ledger, now: DateTime<Utc>) -> anyhow::Result<Vec<MigrationLine>> {
     use tern::controller::Event;
-    let moves: Vec<(DateTime<Utc>, Event)> = store
-        .events(0, None)?
-        .into_iter()
+    let moves: Vec<(DateTime<Utc>, Event)> = ledger
+        .events
+        .iter()
         .filter(|e| e.kind == "migrate")
-        .filter_map(|e| Some((e.at, serde_json::from_value(e.fields?).ok()?)))
+        .filter_map(|e| Some((e.at, serde_json::from_value(e.fields.clone()?).ok()?)))
         .collect();
-    let usage = store.usage_with_offers()?;
-    let prices = store.prices()?;
+    let (usage, prices) = (&ledger.usage, &ledger.prices);
     let mut out = Vec::new();
     for (k, (at, e)) in moves.iter().enumerate() {
         let Event::Migrating {
@@ -575,8 +575,8 @@ fn migrations(store: &Store, now: DateTime<Utc>) -> anyhow::Result<Vec<Migration
             at: *at,
             expected_saving: *net_saving,
             realised_saving: realised_saving(
-                &usage,
-                &prices,
+                usage,
+                prices,
                 Move {
                     job,
                     at: *at,
