@@ -80,7 +80,9 @@ pub struct Args {
     /// node observed, else the accelerator's usual cloud node].
     #[arg(long, value_name = "N")]
     pub gpus_per_node: Option<u32>,
-    /// Policies to compare, comma-separated.
+    /// Policies to compare, comma-separated: od, greedy, up, optimal, tern, informed (tern
+    /// told each window's own availability statistics: a yardstick), controller,
+    /// controller-cold.
     #[arg(
         long,
         value_delimiter = ',',

@@ -361,6 +361,25 @@ fn the_controller_in_a_closed_loop_reports_like_the_replayed_policies() {
     assert!(ratio("controller") < 0.8, "{last}");
 }
 
+/// `informed` (tern told each window's own statistics) is asked for by name, reports like the
+/// others, never misses and cannot beat the omniscient optimum.
+#[test]
+fn informed_is_a_yardstick_named_like_the_other_policies() {
+    let out = job_args(&mut tern())
+        .args(["--policy", "optimal,tern,informed"])
+        .arg("--trace")
+        .arg(format!("{TRACES}/us-east-1c_v100_1.json"))
+        .arg(format!("{TRACES}/us-west-2a_v100_1.json"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let (v, last) = last_json(&out);
+    assert_eq!(v["informed"]["windows"], v["tern"]["windows"], "{last}");
+    assert_eq!(v["informed"]["deadline_misses"], 0, "{last}");
+    let ratio = |p: &str| v[p]["mean_cost_ratio"].as_f64().unwrap();
+    assert!(ratio("optimal") <= ratio("informed") + 1e-9, "{last}");
+}
+
 /// `--report FILE`: each window of each online policy is a job of the policy's team, billed by
 /// the cost report's billing; a policy's total over its windows is its mean cost ratio times
 /// the windows times the one reference cost (C hours at the cheapest on-demand price).

@@ -38,6 +38,11 @@ pub enum PolicyKind {
     UniformProgress,
     Optimal,
     Tern,
+    /// A yardstick: `tern` told, before each window, the availability statistics of that
+    /// window itself (the history it learns from is the window's own future), then run
+    /// online as usual. How close it gets to `optimal` says how much of `tern`'s gap a
+    /// perfect model of the rates could close; the rest is knowing when each outage comes.
+    Informed,
     /// The real controller in a closed loop (`tern simulate --policy controller`): not
     /// replayed here but by the `tern` crate, which owns the controller; its windows are
     /// summarised by [`Prepared::summarise`] like the others.
@@ -63,6 +68,7 @@ impl PolicyKind {
             PolicyKind::UniformProgress => "up",
             PolicyKind::Optimal => "optimal",
             PolicyKind::Tern => "tern",
+            PolicyKind::Informed => "informed",
             PolicyKind::Controller => "controller",
             PolicyKind::ControllerCold => "controller-cold",
         }
@@ -78,7 +84,7 @@ impl PolicyKind {
             PolicyKind::OnDemand => Some(Box::new(OnDemandOnly)),
             PolicyKind::Greedy => Some(Box::new(Greedy)),
             PolicyKind::UniformProgress => Some(Box::new(UniformProgress)),
-            PolicyKind::Tern => Some(Box::new(Tern::new())),
+            PolicyKind::Tern | PolicyKind::Informed => Some(Box::new(Tern::new())),
             PolicyKind::Optimal | PolicyKind::Controller | PolicyKind::ControllerCold => None,
         }
     }
@@ -89,12 +95,16 @@ impl std::str::FromStr for PolicyKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         PolicyKind::ALL
             .into_iter()
-            .chain([PolicyKind::Controller, PolicyKind::ControllerCold])
+            .chain([
+                PolicyKind::Informed,
+                PolicyKind::Controller,
+                PolicyKind::ControllerCold,
+            ])
             .find(|p| p.name() == s.trim().to_ascii_lowercase())
             .ok_or_else(|| ReplayError::Invalid {
                 reason: format!(
-                    "unknown policy '{s}' (expected od, greedy, up, optimal, tern, controller or \
-                     controller-cold)"
+                    "unknown policy '{s}' (expected od, greedy, up, optimal, tern, informed, \
+                     controller or controller-cold)"
                 ),
             })
     }
@@ -412,8 +422,11 @@ impl Prepared {
                     .saturating_mul(placements * 8),
             );
         }
-        if policies.contains(&PolicyKind::Tern) {
-            bytes = bytes.saturating_add((deadline + 1).saturating_mul(slack).saturating_mul(40));
+        for tern in [PolicyKind::Tern, PolicyKind::Informed] {
+            if policies.contains(&tern) {
+                bytes =
+                    bytes.saturating_add((deadline + 1).saturating_mul(slack).saturating_mul(40));
+            }
         }
         bytes
     }
@@ -455,6 +468,63 @@ impl Prepared {
         &self,
         policy: &mut dyn DeadlinePolicy,
         start: usize,
+        trace: Option<&mut Vec<TickUse>>,
+    ) -> WindowResult {
+        self.run_seeing(policy, start, &self.past(), trace)
+    }
+
+    /// One window of `kind` (an online policy object of that kind), informed or not.
+    fn run_kind(
+        &self,
+        kind: PolicyKind,
+        policy: &mut dyn DeadlinePolicy,
+        start: usize,
+        trace: Option<&mut Vec<TickUse>>,
+    ) -> WindowResult {
+        let seen = if kind == PolicyKind::Informed {
+            self.told(start)
+        } else {
+            self.past()
+        };
+        self.run_seeing(policy, start, &seen, trace)
+    }
+
+    /// What online policies see as history: the trace itself, up to the current tick.
+    fn past(&self) -> Seen<'_> {
+        Seen {
+            avail: self.avail.iter().map(|a| a.as_slice().into()).collect(),
+            offset: None,
+        }
+    }
+
+    /// What [`PolicyKind::Informed`] sees in the window starting at `start`: the window's
+    /// ticks twice over, its current tick at `deadline + t`. Everything before the current
+    /// tick is the window's own availability, so its counts are the window's statistics;
+    /// the current tick is the real one.
+    fn told(&self, start: usize) -> Seen<'static> {
+        let d = self.job.deadline as usize;
+        let avail = self
+            .avail
+            .iter()
+            .map(|a| {
+                let w = &a[start..start + d];
+                let twice: Vec<u32> = w.iter().chain(w).copied().collect();
+                std::borrow::Cow::Owned(twice)
+            })
+            .collect();
+        Seen {
+            avail,
+            offset: Some(d),
+        }
+    }
+
+    /// A window of an online policy with `seen` as the history it observes. Capacity, prices
+    /// and billing are always the trace's own at `start + t`.
+    fn run_seeing(
+        &self,
+        policy: &mut dyn DeadlinePolicy,
+        start: usize,
+        seen: &Seen<'_>,
         mut trace: Option<&mut Vec<TickUse>>,
     ) -> WindowResult {
         let job = &self.job;
@@ -469,10 +539,11 @@ impl Prepared {
                 break;
             }
             let abs = start + t as usize;
+            let at = seen.offset.map_or(abs, |o| o + t as usize);
             views.clear();
-            views.extend(self.avail.iter().zip(&self.prices).zip(&self.regions).map(
+            views.extend(seen.avail.iter().zip(&self.prices).zip(&self.regions).map(
                 |((a, p), &region)| ZoneView {
-                    history: &a[..=abs],
+                    history: &a[..=at],
                     spot_price: p[abs],
                     region,
                 },
@@ -595,7 +666,7 @@ impl Prepared {
                 .map(|&start| {
                     p.reset();
                     let mut ticks = Vec::new();
-                    let r = self.run_online_traced(p.as_mut(), start, Some(&mut ticks));
+                    let r = self.run_kind(policy, p.as_mut(), start, Some(&mut ticks));
                     (start, r, ticks)
                 })
                 .collect(),
@@ -668,7 +739,7 @@ impl Prepared {
     /// is a miss with an unknown (NaN) cost.
     pub fn run_window(&self, policy: PolicyKind, start: usize) -> WindowResult {
         match (policy, policy.online()) {
-            (_, Some(mut p)) => self.run_online(p.as_mut(), start),
+            (_, Some(mut p)) => self.run_kind(policy, p.as_mut(), start, None),
             (PolicyKind::Optimal, None) => self.run_optimal(start),
             (_, None) => WindowResult {
                 cost: f64::NAN,
@@ -710,10 +781,11 @@ impl Prepared {
                             }
                             let row: Vec<WindowResult> = online
                                 .iter_mut()
-                                .map(|p| match p {
+                                .zip(policies)
+                                .map(|(p, &kind)| match p {
                                     Some(p) => {
                                         p.reset();
-                                        self.run_online(p.as_mut(), self.starts[w])
+                                        self.run_kind(kind, p.as_mut(), self.starts[w], None)
                                     }
                                     None => self.run_optimal(self.starts[w]),
                                 })
@@ -785,6 +857,13 @@ impl Prepared {
             ratios,
         }
     }
+}
+
+/// The availability an online policy observes as history, per zone, and where the current
+/// tick sits in it (`None`: at the trace tick itself).
+struct Seen<'a> {
+    avail: Vec<std::borrow::Cow<'a, [u32]>>,
+    offset: Option<usize>,
 }
 
 /// Nearest-rank percentile (`q` in 0..=1) of unsorted values; NaN when empty.

@@ -110,7 +110,12 @@ fn always_available_spot_costs_the_spot_price() {
 
 #[test]
 fn policy_names_round_trip_and_bad_ones_are_named() {
-    for p in PolicyKind::ALL {
+    let more = [
+        PolicyKind::Informed,
+        PolicyKind::Controller,
+        PolicyKind::ControllerCold,
+    ];
+    for p in PolicyKind::ALL.into_iter().chain(more) {
         assert_eq!(p.name().parse::<PolicyKind>().unwrap(), p);
     }
     assert!(
@@ -131,6 +136,54 @@ fn infeasible_deadlines_and_mixed_ticks_are_rejected() {
     other.gap_seconds = 60;
     let s = scenario(vec![trace("a1", vec![1; 40]), other]);
     assert!(s.prepare().unwrap_err().to_string().contains("tick length"));
+}
+
+#[test]
+fn informed_learns_from_its_windows_own_ticks_and_sees_the_real_present() {
+    let data: Vec<u32> = (0..40).map(|i| u32::from(i % 3 == 0)).collect();
+    let p = scenario(vec![trace("us-east-1a", data.clone())])
+        .prepare()
+        .unwrap();
+    let d = p.job.deadline as usize;
+    for &start in &p.starts {
+        let told = p.told(start);
+        let o = told.offset.expect("informed reads at an offset");
+        assert_eq!(o, d);
+        let seen = &told.avail[0];
+        // Everything before the window's first tick is the window itself ...
+        assert_eq!(&seen[..d], &data[start..start + d]);
+        // ... and at window tick t the policy sees the trace's own tick start + t.
+        for t in 0..d {
+            assert_eq!(seen[o + t], data[start + t], "start {start}, tick {t}");
+        }
+    }
+    // Online policies see the trace itself.
+    let past = p.past();
+    assert_eq!(past.offset, None);
+    assert_eq!(&*past.avail[0], data.as_slice());
+}
+
+#[test]
+fn informed_is_told_what_a_calm_past_hides() {
+    // Spot was always there before the window, and in the window it lasts one tick in three:
+    // each start (one tick of restart) is lost before it does any work. `tern`, learning
+    // from the calm past, tries spot and burns slack; told the window's own rates,
+    // `informed` does no worse (and never misses).
+    let past = vec![1u32; 48];
+    let window: Vec<u32> = (0..16).map(|i| u32::from(i % 3 == 0)).collect();
+    let mut sc = scenario(vec![trace("us-east-1a", [past, window].concat())]);
+    sc.stride_hours = 48.0;
+    let p = sc.prepare().unwrap();
+    assert_eq!(p.starts, vec![0, 48]);
+    let tern = p.run_window(PolicyKind::Tern, 48);
+    let informed = p.run_window(PolicyKind::Informed, 48);
+    let best = p.run_window(PolicyKind::Optimal, 48);
+    assert!(tern.finished && informed.finished);
+    assert!(best.cost <= informed.cost + 1e-9);
+    assert!(
+        informed.cost < tern.cost,
+        "informed {informed:?} against tern {tern:?}"
+    );
 }
 
 /// A multi-node trace from a seeded LCG: runs of random length at random counts 0..=k.
@@ -185,6 +238,7 @@ fn elastic_optimum_is_never_beaten_and_online_policies_never_miss() {
                     PolicyKind::Greedy,
                     PolicyKind::UniformProgress,
                     PolicyKind::Tern,
+                    PolicyKind::Informed,
                 ] {
                     let r = p.run_window(policy, start);
                     assert!(
