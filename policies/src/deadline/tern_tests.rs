@@ -139,3 +139,45 @@ fn only_a_hazard_gap_the_counts_are_sure_of_pays_for_a_move() {
         "a real gap is not a saving: {now} → {then} $/h"
     );
 }
+
+/// What tern does with a job that is not running, zone 0 (price 0.3, capacity that comes
+/// back within a tick or two) down at this tick and zone 1 (price `dear`) up, with `deadline`
+/// ticks for 100 of work.
+fn start_beside_a_cheaper_zone_that_is_down(dear: f64, deadline: u32) -> Placement {
+    let mut cheap = cycle(2000, 30, 2);
+    cheap.push(0);
+    let steady = vec![1u32; cheap.len()];
+    let zones = [
+        ZoneView {
+            history: &cheap,
+            spot_price: 0.3,
+            region: 0,
+        },
+        ZoneView {
+            history: &steady,
+            spot_price: dear,
+            region: 0,
+        },
+    ];
+    let job = Job::gang(100, deadline, 2, 1);
+    let mut tern = Tern::new();
+    tern.decide(&job, &JobState::new(), &obs(0, &zones))
+}
+
+/// With slack to spare, a start in a dearer zone waits for a cheaper one that is down but
+/// usually back within a tick or two; with slack short, or zones of one price, it starts.
+#[test]
+fn with_slack_to_spare_a_start_waits_for_the_cheaper_zone() {
+    assert_eq!(
+        start_beside_a_cheaper_zone_that_is_down(0.6, 400),
+        Placement::Idle
+    );
+    assert_eq!(
+        start_beside_a_cheaper_zone_that_is_down(0.6, 106),
+        Placement::Spot(1)
+    );
+    assert_eq!(
+        start_beside_a_cheaper_zone_that_is_down(0.3, 400),
+        Placement::Spot(1)
+    );
+}
