@@ -399,6 +399,10 @@ fn step_up(m: &Model, a: usize, k: usize) -> f64 {
 /// deadline margin and a cool-down; the saving counts the restarts each zone is expected to
 /// cost, with the hazard gap shrunk by one standard error each side (hysteresis that scales
 /// with how little the counts know). The table is re-solved only when the learned model drifts.
+/// A start in a dearer zone while a cheaper one is down waits a tick instead, as long as the
+/// slack a restart burns is worth less than a tick of the price gap and a one-tick look ahead
+/// says so ([`Tern::wait_for_cheaper`]): with time to spare, the cheaper zone is often back
+/// before the dearer start would have booted.
 /// With no past at all (one tick of history), it waits rather than start on-demand while
 /// waiting is safe: that choice would be the prior's word against itself.
 /// No constant here is fitted to a particular trace: the only scales are the job's own
