@@ -133,6 +133,13 @@ impl Counts {
         (self.came_up + 0.5) / (self.came_up + self.stay_down + self.prior)
     }
 
+    /// The recovery rate, one standard error lower: what a wait for this zone is judged on,
+    /// so a zone the counts have rarely or never seen come back is not waited for.
+    fn recovery_low(&self) -> f64 {
+        let p = self.recovery();
+        (p - standard_error(p, self.came_up + self.stay_down + self.prior)).max(0.0)
+    }
+
     fn other_up_after_loss(&self) -> f64 {
         (self.down_other_up + 0.5) / (self.went_down + 1.0)
     }
@@ -667,8 +674,9 @@ impl Tern {
     /// (`lost`) is worth less than one tick of the price gap: with time to spare, a start in
     /// the dearer zone means paying its price until a move back (a restart) or the end, where
     /// the cheaper zone is often back within minutes. The wait is judged one tick ahead: `c`
-    /// back (its recovery rate), a start there, priced by a table solved for `c` alone; else
-    /// a start in `b`, one tick of slack poorer. (Judging the whole wait in `c`'s table alone,
+    /// back (its recovery rate, one standard error lower, so a zone seldom or never seen to
+    /// come back is not waited for), a start there, priced by a table solved for `c` alone;
+    /// else a start in `b`, one tick of slack poorer. (Judging the whole wait in `c`'s table alone,
     /// with on-demand as its only fallback, waited too long on tight deadlines: 13 synthetic
     /// H100 zones, D = 52 h, 1.48 → 1.94 × the optimum.)
     #[allow(clippy::too_many_arguments)]
@@ -704,7 +712,7 @@ impl Tern {
             .alone
             .start_spot(&mc, mc.boot_hazard(), rem - 1, sigma - 1);
         let later_b = self.table.start_spot(m, m.h, rem - 1, sigma - 1);
-        mix(z.recovery(), start_c, later_b) < start_b
+        mix(z.recovery_low(), start_c, later_b) < start_b
     }
 
     /// What [`migrate::decide`] weighs for a move of a running spot job from `cur` to `best`,
