@@ -335,17 +335,22 @@ fn one_second_ticks_are_refused_with_the_memory_they_would_need() {
     );
 }
 
-#[test]
-fn the_controller_in_a_closed_loop_reports_like_the_replayed_policies() {
+/// `--policy POLICIES` on two V100 zones, with `--json`: the last line, parsed and as text.
+fn on_two_zones(policies: &str) -> (serde_json::Value, String) {
     let out = job_args(&mut tern())
-        .args(["--policy", "optimal,tern,controller"])
+        .args(["--policy", policies])
         .arg("--trace")
         .arg(format!("{TRACES}/us-east-1c_v100_1.json"))
         .arg(format!("{TRACES}/us-west-2a_v100_1.json"))
         .arg("--json")
         .output()
         .unwrap();
-    let (v, last) = last_json(&out);
+    last_json(&out)
+}
+
+#[test]
+fn the_controller_in_a_closed_loop_reports_like_the_replayed_policies() {
+    let (v, last) = on_two_zones("optimal,tern,controller");
     let keys = |p: &str| -> Vec<String> {
         let mut k: Vec<String> = v[p].as_object().unwrap().keys().cloned().collect();
         k.sort();
@@ -365,15 +370,7 @@ fn the_controller_in_a_closed_loop_reports_like_the_replayed_policies() {
 /// others, never misses and cannot beat the omniscient optimum.
 #[test]
 fn informed_is_a_yardstick_named_like_the_other_policies() {
-    let out = job_args(&mut tern())
-        .args(["--policy", "optimal,tern,informed"])
-        .arg("--trace")
-        .arg(format!("{TRACES}/us-east-1c_v100_1.json"))
-        .arg(format!("{TRACES}/us-west-2a_v100_1.json"))
-        .arg("--json")
-        .output()
-        .unwrap();
-    let (v, last) = last_json(&out);
+    let (v, last) = on_two_zones("optimal,tern,informed");
     assert_eq!(v["informed"]["windows"], v["tern"]["windows"], "{last}");
     assert_eq!(v["informed"]["deadline_misses"], 0, "{last}");
     let ratio = |p: &str| v[p]["mean_cost_ratio"].as_f64().unwrap();
