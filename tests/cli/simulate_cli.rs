@@ -344,7 +344,7 @@ fn on_two_zones(policies: &str) -> (serde_json::Value, String) {
         .arg(format!("{TRACES}/us-west-2a_v100_1.json"))
         .arg("--json")
         .output()
-        .unwrap();
+        .expect("tern simulate starts");
     last_json(&out)
 }
 
