@@ -192,7 +192,7 @@ impl Model {
     /// (and while estimates wobble) without the result depending on what was solved before.
     fn snapped(self) -> Model {
         let snap = |p: f64| (((p.ln() / 0.2).round()) * 0.2).exp();
-        let prob = |p: f64| snap(p.clamp(1e-6, 1.0 - 1e-6)).min(1.0 - 1e-6);
+        let prob = |p: f64| snap(clamp_rate(p)).min(1.0 - 1e-6);
         Model {
             h: prob(self.h),
             hb: prob(self.hb),
@@ -364,6 +364,11 @@ fn refresh(
     table.model.unwrap_or(model)
 }
 
+/// A rate kept inside (0, 1), so the table's logs and mixes stay finite.
+fn clamp_rate(p: f64) -> f64 {
+    p.clamp(1e-6, 1.0 - 1e-6)
+}
+
 /// `p·a + (1−p)·b` that treats `0·∞` as 0, so impossible branches do not poison the mix.
 fn mix(p: f64, a: f64, b: f64) -> f64 {
     let x = if p > 0.0 { p * a } else { 0.0 };
@@ -504,27 +509,34 @@ impl Tern {
         obs.zones[z].spot_price * k + h * (boot + lost)
     }
 
-    fn pooled_model(&self, job: &Job, obs: &Observation<'_>, best: usize) -> Model {
+    /// The model of zone `z` alone: its own hazards and recovery, no other zone to fall back
+    /// on. With one zone this is the pooled model; with several, [`Tern::pooled_model`]
+    /// takes "some zone is up" from its own series instead.
+    fn zone_model(&self, job: &Job, obs: &Observation<'_>, z: usize) -> Model {
         let k = f64::from(job.nodes) * obs.tick_hours;
-        let c = self.counts.get(best).copied().unwrap_or_default();
-        let clamp = |p: f64| p.clamp(1e-6, 1.0 - 1e-6);
-        let (hu, qu, rho) = if self.counts.len() == 1 {
-            (c.hazard(), c.recovery(), 0.0)
-        } else {
-            (
-                self.any.hazard(),
-                self.any.recovery(),
-                c.other_up_after_loss(),
-            )
-        };
+        let c = self.counts.get(z).copied().unwrap_or_default();
         Model {
-            h: clamp(c.hazard_established()),
-            hb: clamp(c.hazard_young()),
-            rho: rho.clamp(0.0, 1.0),
-            hu: clamp(hu),
-            qu: clamp(qu),
-            spot_tick: obs.zones[best].spot_price * k,
+            h: clamp_rate(c.hazard_established()),
+            hb: clamp_rate(c.hazard_young()),
+            rho: 0.0,
+            hu: clamp_rate(c.hazard()),
+            qu: clamp_rate(c.recovery()),
+            spot_tick: obs.zones[z].spot_price * k,
             od_tick: obs.on_demand_price * k,
+        }
+    }
+
+    fn pooled_model(&self, job: &Job, obs: &Observation<'_>, best: usize) -> Model {
+        let alone = self.zone_model(job, obs, best);
+        if self.counts.len() == 1 {
+            return alone;
+        }
+        let c = self.counts.get(best).copied().unwrap_or_default();
+        Model {
+            rho: c.other_up_after_loss().clamp(0.0, 1.0),
+            hu: clamp_rate(self.any.hazard()),
+            qu: clamp_rate(self.any.recovery()),
+            ..alone
         }
     }
 
@@ -696,16 +708,7 @@ impl Tern {
             return false;
         }
         let z = self.counts.get(c).copied().unwrap_or_default();
-        let clamp = |p: f64| p.clamp(1e-6, 1.0 - 1e-6);
-        let raw = Model {
-            h: clamp(z.hazard_established()),
-            hb: clamp(z.hazard_young()),
-            rho: 0.0,
-            hu: clamp(z.hazard()),
-            qu: clamp(z.recovery()),
-            spot_tick: obs.zones[c].spot_price * k,
-            od_tick: obs.on_demand_price * k,
-        };
+        let raw = self.zone_model(job, obs, c);
         let at = (obs.tick, rem, sigma);
         let mc = refresh(&mut self.alone, &mut self.alone_solved_at, job, raw, at);
         let start_c = self
