@@ -13,6 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod common;
+/// More stop paths: the checkpoint a cancel saves, a training that exits early, one that hangs.
+#[path = "agent_training/stops.rs"]
+mod stops;
 
 use common::{free_port, wait_for};
 
@@ -515,6 +518,18 @@ fn one_node(job: &str, samples: u64, extra: &[&str]) -> (Cluster, Agent, PathBuf
 /// `tests/training/SCRIPT` under the agent on `id`, `nproc` workers; returns once the
 /// training reported.
 fn run_on(c: &Cluster, id: &str, script: &str, nproc: &str, extra: &[&str]) -> (Agent, PathBuf) {
+    run_with(c, id, script, nproc, extra, &[])
+}
+
+/// As [`run_on`], with `script_args` after the script's own.
+fn run_with(
+    c: &Cluster,
+    id: &str,
+    script: &str,
+    nproc: &str,
+    extra: &[&str],
+    script_args: &[&str],
+) -> (Agent, PathBuf) {
     let samples = c.status()["total_samples"].as_f64().expect("total") as u64;
     let work = c.dir.path().to_path_buf();
     let progress = work.join("progress.json");
@@ -523,20 +538,18 @@ fn run_on(c: &Cluster, id: &str, script: &str, nproc: &str, extra: &[&str]) -> (
     let mut args = vec!["--progress-file", p.as_str(), "--nproc-per-node", nproc];
     args.extend_from_slice(extra);
     let train = format!("{REPO}/tests/training/{script}");
-    let agent = c.agent(
-        id,
-        &work,
-        &args,
-        &[
-            &train,
-            "--ckpt",
-            ckpt.to_str().expect("utf-8"),
-            "--total-samples",
-            &samples.to_string(),
-            "--step-sleep",
-            "0.05",
-        ],
-    );
+    let samples = samples.to_string();
+    let mut command = vec![
+        train.as_str(),
+        "--ckpt",
+        ckpt.to_str().expect("utf-8"),
+        "--total-samples",
+        &samples,
+        "--step-sleep",
+        "0.05",
+    ];
+    command.extend_from_slice(script_args);
+    let agent = c.agent(id, &work, &args, &command);
     wait_for_samples(&progress, 1.0, Duration::from_secs(90), &agent);
     (agent, progress)
 }
@@ -702,6 +715,7 @@ fn a_stale_incarnation_is_refused_and_its_workers_killed() {
         instance: Some(id.clone()),
         stopped: false,
         failure: None,
+        hung: false,
     };
     let err = rt
         .block_on(api.progress("stale", &stale))

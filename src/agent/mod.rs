@@ -14,7 +14,14 @@
 //!   then reports the checkpoint (`checkpointed`, `stopped`).
 //! - When the training exits by itself: done when the job is; otherwise restarts it as a new
 //!   incarnation, at most `--max-restarts` times in a row without progress, with backoff; then
-//!   the job fails, its reason naming the exit status and the last lines of stderr.
+//!   the job fails, its reason naming the exit status and the last lines of stderr. A training
+//!   that exits 0 before the job's work is done is restarted at most `--max-restarts` times in
+//!   a row whatever it did meanwhile (its own step limit would otherwise restart it forever).
+//! - When the training stops making progress (`samples` unchanged for `--hang-timeout`): the
+//!   same stop as a drain, a report that says it hung, and a restart from the checkpoint that
+//!   counts toward the restart bound.
+//! - When the job ends while it runs (a cancel, a stop): checkpoint and stop, and a last report
+//!   that the controller records, so the checkpoint saved on the way out is the job's.
 
 pub mod launch;
 pub mod metadata;
@@ -90,6 +97,8 @@ pub struct AgentConfig {
     pub launcher: Launcher,
     /// Restarts in a row without progress before the job fails.
     pub max_restarts: u32,
+    /// No progress for this long means the training hangs; `None`: [`hang_limit`]'s default.
+    pub hang_timeout: Option<Duration>,
     /// The `tern` binary, for the watchdog that stops the tree if the agent dies.
     pub watchdog_exe: Option<PathBuf>,
 }
@@ -105,6 +114,8 @@ enum Why {
     Restart,
     /// The job ended or left this instance.
     Over,
+    /// No progress for the hang timeout.
+    Hung,
 }
 
 impl Why {
@@ -115,6 +126,7 @@ impl Why {
             Why::Signal => "signal",
             Why::Restart => "restart",
             Why::Over => "over",
+            Why::Hung => "hung",
         }
     }
 }
@@ -130,23 +142,71 @@ enum End {
         progressed: bool,
         tail: String,
     },
+    /// The training made no progress for `quiet`; it was stopped and reported.
+    Hung { quiet: Duration, samples: f64 },
 }
 
-/// Restarts in a row without progress, with exponential backoff.
+/// Restarts in a row, with exponential backoff: `used` counts failures without progress and
+/// hangs; `early` counts exits with status 0 before the job's work was done, whatever each
+/// start did (a script whose own step limit is below the job's work makes a little progress
+/// every time, and would otherwise restart forever).
 #[derive(Debug)]
 struct Restarts {
     max: u32,
     used: u32,
+    early: u32,
 }
 
 impl Restarts {
+    fn backoff(n: u32) -> Duration {
+        Duration::from_secs(1 << n.saturating_sub(1).min(5))
+    }
+
+    /// A failure without progress, or a hang: the delay before the next start, or `None`
+    /// when the restarts have run out.
     fn delay(&mut self) -> Option<Duration> {
         if self.used >= self.max {
             return None;
         }
         self.used += 1;
-        Some(Duration::from_secs(1 << (self.used - 1).min(5)))
+        Some(Self::backoff(self.used))
     }
+
+    /// An exit 0 with work left: the delay before the next start, or `None` once that has
+    /// happened `max` times in a row.
+    fn early_exit(&mut self) -> Option<Duration> {
+        if self.early >= self.max {
+            return None;
+        }
+        self.early += 1;
+        Some(Self::backoff(self.early))
+    }
+
+    /// The training ran until it was asked to stop: nothing in a row any more.
+    fn reset(&mut self) {
+        self.used = 0;
+        self.early = 0;
+    }
+}
+
+/// How long without progress means the training hangs: the flag, else the larger of ten
+/// minutes and 20 of the training's own measured steps (a slow step is not a hang).
+pub fn hang_limit(flag: Option<Duration>, step_seconds: Option<f64>) -> Duration {
+    flag.unwrap_or_else(|| {
+        let steps = step_seconds
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(Duration::ZERO, |s| {
+                Duration::from_secs_f64((20.0 * s).min(1e7))
+            });
+        steps.max(Duration::from_secs(600))
+    })
+}
+
+/// When the training's progress last moved, by the agent's clock.
+#[derive(Debug, Clone, Copy)]
+struct Moved {
+    samples: f64,
+    at: Instant,
 }
 
 /// How long torchrun may linger once its workers are gone before it is killed.
@@ -162,6 +222,7 @@ struct Run<'a> {
     tree: Tree,
     complaints: Complaints,
     last: Option<ProgressFile>,
+    moved: Moved,
 }
 
 impl Run<'_> {
@@ -171,8 +232,21 @@ impl Run<'_> {
         if f.incarnation.is_some_and(|k| k < self.incarnation) {
             return None;
         }
+        if f.samples != self.moved.samples {
+            self.moved = Moved {
+                samples: f.samples,
+                at: Instant::now(),
+            };
+        }
         self.last = Some(f.clone());
         Some(f)
+    }
+
+    /// How long the training has made no progress, once that is past the hang limit.
+    fn hung_for(&self) -> Option<Duration> {
+        let step = self.last.as_ref().and_then(|f| f.step_seconds);
+        let quiet = self.moved.at.elapsed();
+        (quiet >= hang_limit(self.config.hang_timeout, step)).then_some(quiet)
     }
 
     async fn report(
@@ -180,6 +254,16 @@ impl Run<'_> {
         checkpointed: bool,
         stopped: bool,
         failure: Option<String>,
+    ) -> Result<ProgressReply, ClientError> {
+        self.report_as(checkpointed, stopped, failure, false).await
+    }
+
+    async fn report_as(
+        &mut self,
+        checkpointed: bool,
+        stopped: bool,
+        failure: Option<String>,
+        hung: bool,
     ) -> Result<ProgressReply, ClientError> {
         let f = self.read().or_else(|| self.last.clone());
         let progress = Progress {
@@ -191,6 +275,7 @@ impl Run<'_> {
             instance: Some(self.instance.to_string()),
             stopped,
             failure,
+            hung,
         };
         let reply = self.client.progress(&self.config.job, &progress).await?;
         if f.is_some() {
@@ -350,7 +435,10 @@ impl Run<'_> {
                         } else {
                             eprintln!("tern agent: {e}: stopping");
                         }
-                        self.stop(Why::Over).await?;
+                        let durable = self.stop(Why::Over).await?;
+                        // The job ended while these workers ran: their last report keeps the
+                        // checkpoint they saved on the way out.
+                        self.final_report(durable).await;
                         return Ok(End::Stopped { again: false });
                     }
                     Some(Action::Exit) => {
@@ -363,7 +451,28 @@ impl Run<'_> {
             if metadata::noticed(self.http, self.config.notice, &self.config.metadata_url).await {
                 return self.drain(Why::Notice).await;
             }
+            if let Some(quiet) = self.hung_for() {
+                return self.hang(quiet).await;
+            }
         }
+    }
+
+    /// No progress for `quiet`: stop the tree as for a drain (a wedged process ignores the
+    /// signal and is killed at the grace), and say so in the workers' last report.
+    async fn hang(&mut self, quiet: Duration) -> Result<End, AgentError> {
+        eprintln!(
+            "tern agent: no progress for {:.0} s (samples {}): the training hangs; stopping it",
+            quiet.as_secs_f64(),
+            self.moved.samples
+        );
+        let durable = self.stop(Why::Hung).await?;
+        if let Err(e) = self.report_as(durable, true, None, true).await {
+            eprintln!("tern agent: last report not taken: {e}");
+        }
+        Ok(End::Hung {
+            quiet,
+            samples: self.moved.samples,
+        })
     }
 
     /// Wait up to `within` for the training to exit by itself.
@@ -374,11 +483,16 @@ impl Run<'_> {
         }
     }
 
-    /// Checkpoint, stop and report: this instance is leaving (or the agent is stopped).
+    /// Checkpoint, stop and report: this instance is leaving (or the agent is stopped). After
+    /// the controller's drain the agent asks to start again: it is told to wait while the
+    /// instance drains, and starts the workers again if the drain is called off (a move whose
+    /// new capacity was lost); the instance's end, or the job's, ends it.
     async fn drain(&mut self, why: Why) -> Result<End, AgentError> {
         let durable = self.stop(why).await?;
         self.final_report(durable).await;
-        Ok(End::Stopped { again: false })
+        Ok(End::Stopped {
+            again: why == Why::Drain,
+        })
     }
 
     /// The workers are gone: their last report. Refused when they were fenced meanwhile.
@@ -502,6 +616,7 @@ async fn start(
     http: &reqwest::Client,
     instance: &str,
     signals: &mut Signals,
+    trained_here: bool,
 ) -> Result<Option<StartReply>, AgentError> {
     let asked = Instant::now();
     let mut said = String::new();
@@ -510,6 +625,12 @@ async fn start(
             Ok(r) => return Ok(Some(r)),
             Err(e) if e.action() == Some(Action::Done) => {
                 eprintln!("tern agent: nothing to start here: {e}");
+                return Ok(None);
+            }
+            // The job's workers ran here, and the instance is no longer the job's: the
+            // controller released it (after a drain).
+            Err(e) if e.action() == Some(Action::Exit) && trained_here => {
+                eprintln!("tern agent: this instance left the job: {e}");
                 return Ok(None);
             }
             Err(e) if e.action() == Some(Action::Exit) && asked.elapsed() >= UNKNOWN_FOR => {
@@ -544,11 +665,22 @@ pub async fn run(
     let mut restarts = Restarts {
         max: config.max_restarts,
         used: 0,
+        early: 0,
     };
+    let mut trained_here = false;
     loop {
-        let Some(started) = start(&config, &client, &http, &instance, &mut signals).await? else {
+        let asked = start(
+            &config,
+            &client,
+            &http,
+            &instance,
+            &mut signals,
+            trained_here,
+        );
+        let Some(started) = asked.await? else {
             return Ok(());
         };
+        trained_here = true;
         eprintln!(
             "tern agent: incarnation {} on {instance}: starting {}",
             started.incarnation,
@@ -564,9 +696,20 @@ pub async fn run(
             tree,
             complaints: Complaints::default(),
             last: None,
+            moved: Moved {
+                samples: -1.0,
+                at: Instant::now(),
+            },
         };
         let again = match run.supervise(&mut signals).await? {
-            End::Stopped { again } => again,
+            End::Stopped { again } => {
+                restarts.reset();
+                again
+            }
+            End::Hung { quiet, samples } => {
+                run.after_hang(quiet, samples, &mut restarts, &mut signals)
+                    .await?
+            }
             End::Exited {
                 status,
                 progressed,
@@ -650,21 +793,73 @@ impl Run<'_> {
         }
         // The last progress first, so the controller counts it before the check.
         let _ = self.report(false, false, None).await;
-        if status.success()
-            && job_over(self.client, &self.config.job, &["finished", "cancelled"]).await
-        {
+        let job = self.client.job(&self.config.job).await.ok();
+        let over = job.as_ref().is_some_and(|s| {
+            s.done_samples >= s.total_samples
+                || ["finished", "cancelled"].contains(&s.state.as_str())
+        });
+        if status.success() && over {
             self.final_report(true).await;
             eprintln!("tern agent: training finished");
             return Ok(false);
         }
-        let Some(delay) = restarts.delay() else {
-            let failure = failure_text(status, restarts.max, &tail);
+        let delay = match status.success() {
+            true => restarts.early_exit(),
+            false => restarts.delay(),
+        };
+        let Some(delay) = delay else {
+            let failure = match (status.success(), &job) {
+                (true, Some(j)) => early_text(restarts.max, j.done_samples, j.total_samples),
+                (true, None) => early_text(restarts.max, self.moved.samples.max(0.0), f64::NAN),
+                (false, _) => failure_text(status, restarts.max, &tail),
+            };
             let _ = self.report(false, true, Some(failure.clone())).await;
             return Err(AgentError::TrainingFailed(failure));
         };
         self.final_report(status.success()).await;
+        let (n, what) = match status.success() {
+            true => (restarts.early, "exited 0 with the job's work not done"),
+            false => (restarts.used, "exited"),
+        };
         eprintln!(
-            "tern agent: training exited with {status}; restart {} of {} in {} s",
+            "tern agent: training {what} ({status}); restart {n} of {} in {} s",
+            restarts.max,
+            delay.as_secs()
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => Ok(true),
+            _ = signals.next() => Ok(false),
+        }
+    }
+
+    /// The training hung and was stopped: restarted from the checkpoint after a backoff
+    /// (true), until the restarts run out (the job fails, saying it hung).
+    async fn after_hang(
+        &mut self,
+        quiet: Duration,
+        samples: f64,
+        restarts: &mut Restarts,
+        signals: &mut Signals,
+    ) -> Result<bool, AgentError> {
+        let Some(delay) = restarts.delay() else {
+            let failure = format!(
+                "the training hung: no progress for {:.0} s at {samples} samples, after {} \
+                 restart(s) in a row that hung or made no progress",
+                quiet.as_secs_f64(),
+                restarts.max
+            );
+            give_up(
+                self.config,
+                self.client,
+                self.instance,
+                self.incarnation,
+                &failure,
+            )
+            .await;
+            return Err(AgentError::TrainingFailed(failure));
+        };
+        eprintln!(
+            "tern agent: restarting the hung training from its checkpoint: restart {} of {} in {} s",
             restarts.used,
             restarts.max,
             delay.as_secs()
@@ -674,6 +869,19 @@ impl Run<'_> {
             _ = signals.next() => Ok(false),
         }
     }
+}
+
+/// The job's reason when its training kept exiting 0 before the job's work was done.
+fn early_text(max: u32, done: f64, total: f64) -> String {
+    let of = match total.is_finite() {
+        true => format!("{done:.0} of {total:.0}"),
+        false => format!("{done:.0} of the job's"),
+    };
+    format!(
+        "the training exited 0 at {of} samples, {} times in a row: it stops before the job's \
+         work is done (check its own step, epoch or sample limit against the job's [work])",
+        max + 1
+    )
 }
 
 /// Whether the controller counts the job's work as done, or the job as in one of `over`.
@@ -705,6 +913,7 @@ async fn give_up(config: &AgentConfig, client: &Client, instance: &str, k: u64, 
         instance: Some(instance.to_string()),
         stopped: true,
         failure: Some(why.to_string()),
+        hung: false,
     };
     if let Err(e) = client.progress(&config.job, &progress).await {
         eprintln!("tern agent: could not report the failure: {e}");
@@ -716,8 +925,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn early_exits_run_out_whatever_each_start_did() {
+        let mut r = Restarts {
+            max: 2,
+            used: 0,
+            early: 0,
+        };
+        // Progress between early exits resets only the failure count, never this one.
+        assert_eq!(r.early_exit(), Some(Duration::from_secs(1)));
+        r.used = 0;
+        assert_eq!(r.early_exit(), Some(Duration::from_secs(2)));
+        assert_eq!(r.early_exit(), None);
+        // A run that was asked to stop ends the streak.
+        r.reset();
+        assert!(r.early_exit().is_some());
+        let text = early_text(2, 1234.0, 5000.0);
+        assert!(
+            text.contains("exited 0 at 1234 of 5000 samples, 3 times"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_hang_is_ten_minutes_or_twenty_steps_unless_told() {
+        let min = Duration::from_secs(600);
+        assert_eq!(hang_limit(None, None), min);
+        assert_eq!(hang_limit(None, Some(2.0)), min);
+        assert_eq!(hang_limit(None, Some(60.0)), Duration::from_secs(1200));
+        assert_eq!(hang_limit(None, Some(f64::NAN)), min);
+        let told = Duration::from_secs(5);
+        assert_eq!(hang_limit(Some(told), Some(60.0)), told);
+    }
+
+    #[test]
     fn restarts_back_off_and_run_out() {
-        let mut r = Restarts { max: 3, used: 0 };
+        let mut r = Restarts {
+            max: 3,
+            used: 0,
+            early: 0,
+        };
         let delays: Vec<u64> = std::iter::from_fn(|| r.delay().map(|d| d.as_secs())).collect();
         assert_eq!(delays, [1, 2, 4]);
         r.used = 0;
@@ -739,6 +985,7 @@ mod tests {
             argv: vec!["train.py".into()],
             launcher: Launcher::Torchrun,
             max_restarts: 3,
+            hang_timeout: None,
             watchdog_exe: None,
         };
         let started = StartReply {

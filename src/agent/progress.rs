@@ -10,7 +10,7 @@ pub struct ProgressFile {
     pub samples: f64,
     #[serde(default)]
     pub checkpoint_samples: f64,
-    step_seconds: Option<f64>,
+    pub step_seconds: Option<f64>,
     accelerator: Option<String>,
     gpus: Option<u32>,
     nodes: Option<u32>,

@@ -193,6 +193,7 @@ pub(super) fn report(
         instance: Some(by.0.to_string()),
         stopped: false,
         failure: None,
+        hung: false,
     }
 }
 

@@ -74,6 +74,10 @@ pub struct Progress {
     /// status and the last lines of their stderr. The job fails with it as its reason.
     #[serde(default)]
     pub failure: Option<String>,
+    /// Set with `stopped` when the agent stopped the workers because they made no progress
+    /// for its hang timeout (they are restarted from the checkpoint).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hung: bool,
 }
 
 /// `POST /v1/jobs/{name}/start`: an agent asks to start the job's workers on its instance.

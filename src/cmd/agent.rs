@@ -77,6 +77,12 @@ pub struct Args {
     /// Restarts in a row without progress (with backoff 1, 2, 4 … s) before the job fails.
     #[arg(long, default_value_t = 3)]
     max_restarts: u32,
+    /// Seconds without progress (`samples` unchanged in the progress file) after which the
+    /// training is taken as hung: stopped as for a drain (the checkpoint signal, the grace,
+    /// SIGKILL), reported, and restarted from its checkpoint, counting toward
+    /// --max-restarts (default: the larger of 600 and 20 of its measured steps).
+    #[arg(long, value_parser = super::number::positive, allow_negative_numbers = true)]
+    hang_timeout: Option<f64>,
     /// The training command, after `--`: `train.py ARGS`, `python[3] [-u] train.py ARGS`,
     /// `python -m MODULE ARGS`, or any executable.
     #[arg(last = true, required = true)]
@@ -128,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         argv,
         launcher,
         max_restarts: args.max_restarts,
+        hang_timeout: args.hang_timeout.map(Duration::from_secs_f64),
         watchdog_exe: std::env::current_exe().ok(),
     };
     let http = args.server.http()?;

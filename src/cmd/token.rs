@@ -29,6 +29,9 @@ pub fn resolve(
     file: Option<&Path>,
     flag: &str,
 ) -> anyhow::Result<Option<String>> {
+    // An empty value (`TERN_TOKEN=` left in a shell or a unit file) counts as unset.
+    let value = value.filter(|v| !v.is_empty());
+    let file = file.filter(|f| !f.as_os_str().is_empty());
     match (value, file) {
         (Some(_), Some(_)) => {
             anyhow::bail!("give {flag} or {flag}-file, not both (check the environment too)")
@@ -39,5 +42,21 @@ pub fn resolve(
         }
         (None, Some(path)) => Ok(Some(token_from_file(path)?)),
         (None, None) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_token_counts_as_unset() {
+        let none = resolve(Some(""), None, "--token").expect("unset");
+        assert_eq!(none, None);
+        // Not "both given" either, with an empty file variable beside it.
+        let none = resolve(Some(""), Some(Path::new("")), "--token").expect("unset");
+        assert_eq!(none, None);
+        let set = resolve(Some("a-real-token-123"), Some(Path::new("")), "--token");
+        assert_eq!(set.expect("set").as_deref(), Some("a-real-token-123"));
     }
 }

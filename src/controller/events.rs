@@ -60,6 +60,14 @@ pub enum Event {
         /// A new incarnation (the previous one fenced) rather than a node joining.
         opened: bool,
     },
+    /// An agent stopped the job's workers on an instance: they made no progress for its hang
+    /// timeout. It restarts them from the checkpoint (counting toward its restart bound).
+    #[serde(rename = "hung")]
+    Hung {
+        job: String,
+        instance: String,
+        incarnation: u64,
+    },
     /// Nodes of one pool will be reclaimed (spot notice or maintenance).
     #[serde(rename = "notice")]
     Notice {
@@ -245,6 +253,7 @@ impl Event {
             Event::Cancelled { .. } => "cancel",
             Event::Failed { .. } => "failed",
             Event::WorkersStarted { .. } => "workers",
+            Event::Hung { .. } => "hung",
             Event::Notice { .. } => "notice",
             Event::Preempted { .. } => "preempted",
             Event::LeakCollected { .. } => "leak",
@@ -289,6 +298,7 @@ impl Event {
             | Event::Cancelled { job }
             | Event::Failed { job, .. }
             | Event::WorkersStarted { job, .. }
+            | Event::Hung { job, .. }
             | Event::Notice { job, .. }
             | Event::Preempted { job, .. }
             | Event::LaunchTimedOut { job, .. }
@@ -351,6 +361,7 @@ impl fmt::Display for Event {
             | Event::Cancelled { .. }
             | Event::Failed { .. }
             | Event::WorkersStarted { .. }
+            | Event::Hung { .. }
             | Event::Planned { .. }
             | Event::Unplaceable { .. }
             | Event::Probing { .. }
@@ -408,6 +419,15 @@ impl Event {
                     "workers started on {instance}: {how} incarnation {incarnation}"
                 )
             }
+            Event::Hung {
+                instance,
+                incarnation,
+                ..
+            } => write!(
+                f,
+                "workers on {instance} (incarnation {incarnation}) made no progress for the \
+                 agent's hang timeout: stopped, restarting from the checkpoint"
+            ),
             Event::Planned { placement, .. } => write!(f, "{placement}"),
             Event::Unplaceable { reason, .. } => write!(f, "{reason}"),
             Event::Probing {

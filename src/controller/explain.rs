@@ -249,6 +249,7 @@ fn decision(e: &Event) -> Option<(&'static str, BTreeMap<String, f64>)> {
         | Event::Cancelled { .. }
         | Event::Failed { .. }
         | Event::WorkersStarted { .. }
+        | Event::Hung { .. }
         | Event::LeakCollected { .. }
         | Event::Terminated { .. }
         | Event::ForeignInstance { .. }

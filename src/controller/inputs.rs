@@ -90,6 +90,14 @@ pub enum Request {
         job: String,
         progress: Progress,
     },
+    /// An agent stopped workers that made no progress for its hang timeout (already in the
+    /// store as stopped): logged as an event; the agent restarts them.
+    Hung {
+        job: String,
+        instance: String,
+        incarnation: u64,
+        at: DateTime<Utc>,
+    },
     Observed {
         job: String,
         loaded: Arc<LoadedJob>,
@@ -107,6 +115,7 @@ impl Request {
             Request::Cancelled { job, .. }
             | Request::Failed { job, .. }
             | Request::Started { job, .. }
+            | Request::Hung { job, .. }
             | Request::Progress { job, .. }
             | Request::Observed { job, .. } => Some(job),
             Request::Limits(_) => None,
@@ -208,13 +217,33 @@ impl Controller {
                     opened,
                 },
             ),
+            Request::Hung {
+                job,
+                instance,
+                incarnation,
+                at,
+            } => self.emit(
+                at,
+                Event::Hung {
+                    job,
+                    instance,
+                    incarnation,
+                },
+            ),
             Request::Progress { job, progress } => {
-                if let Some(e) = self.fleet.jobs.get_mut(&job)
-                    && !e.record.state.is_final()
-                {
-                    e.record.apply_progress(&progress);
-                    if e.record.work_done() {
-                        e.dirty = true;
+                // An ended job takes its workers' last report too (the checkpoint they saved
+                // on the way out), as the store did.
+                if let Some(e) = self.fleet.jobs.get_mut(&job) {
+                    if e.record.state.is_final() {
+                        let r = &mut e.record;
+                        r.done_samples = r.done_samples.max(progress.done_samples);
+                        if progress.checkpoint_samples > r.checkpoint_samples {
+                            r.checkpoint_samples = progress.checkpoint_samples;
+                            r.checkpoint_at = progress.checkpoint_at;
+                        }
+                    } else {
+                        e.record.apply_progress(&progress);
+                        e.dirty |= e.record.work_done();
                     }
                 }
                 Ok(())

@@ -34,6 +34,7 @@ pub mod metrics;
 mod notices;
 mod policy;
 pub mod probe;
+pub mod protocol;
 mod provision;
 mod quotas;
 mod room;

@@ -2,7 +2,7 @@
 //! place jobs that hold nothing, all in one MILP so they share the available capacity. The jobs
 //! that already run go on to [`super::disruption`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, Offer};
@@ -12,6 +12,11 @@ use super::decide::{self, Decision};
 use super::events::{Event, Placement, WaitReason};
 use super::{Controller, Result, delta, hours};
 use crate::store::{InstanceRecord, JobState};
+
+/// How long a cancelled job's instances are kept for its agents to save a checkpoint and say
+/// their workers stopped: the agent's default grace on AWS (100 s), its report interval and a
+/// margin.
+pub const STOP_GRACE: chrono::TimeDelta = chrono::TimeDelta::seconds(150);
 
 /// How old the offers `GET /v1/offers` shows may grow while the controller is idle.
 const OFFERS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -51,6 +56,7 @@ impl Controller {
         for name in &triage.release {
             self.release(name, now).await?;
         }
+        self.release_drained(now).await?;
         self.drop_policies();
         // The deadline policy learns from one availability sample per pool and tick while
         // any job is active.
@@ -238,6 +244,9 @@ impl Controller {
     /// Terminate what a finished or cancelled job holds; mark it finished.
     async fn release(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
         let ids = self.held_by(name);
+        if self.saving_after_cancel(name, &ids, now)? {
+            return Ok(());
+        }
         if let Some(e) = self.fleet.jobs.get_mut(name)
             && !e.record.state.is_final()
         {
@@ -264,6 +273,66 @@ impl Controller {
             return Ok(());
         }
         self.carry_out(name, Decision::Release { ids }, now).await
+    }
+
+    /// A cancelled job's workers still run on `ids`: their agents were told the job is over,
+    /// and save a checkpoint on the way out. Its instances are kept until every worker said it
+    /// stopped, for at most [`STOP_GRACE`] after the cancel (an agent that never answers does
+    /// not hold them longer).
+    fn saving_after_cancel(
+        &self,
+        name: &str,
+        ids: &[InstanceId],
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let Some(e) = self.fleet.jobs.get(name) else {
+            return Ok(false);
+        };
+        let r = &e.record;
+        let in_grace = r.finished_at.is_some_and(|t| now - t < STOP_GRACE);
+        if r.state != JobState::Cancelled || ids.is_empty() || !in_grace {
+            return Ok(false);
+        }
+        let current = self.store.incarnation(name)?;
+        Ok(current
+            .workers
+            .iter()
+            .any(|w| w.running && ids.iter().any(|id| id.0 == w.instance)))
+    }
+
+    /// Drained instances (a notice, a move, a stop) whose agent reported its workers stopped
+    /// are released now, by intent, rather than billed until the reclaim or the move's end.
+    /// Those an open move will terminate itself are left to it.
+    async fn release_drained(&mut self, now: DateTime<Utc>) -> Result<()> {
+        let leaving: HashSet<&InstanceId> = self
+            .fleet
+            .intents
+            .values()
+            .flat_map(|i| match &i.kind {
+                tern_cloud::IntentKind::Migrate { from, .. } => from.as_slice(),
+                tern_cloud::IntentKind::Terminate { instances } => instances.as_slice(),
+                _ => &[],
+            })
+            .collect();
+        let mut by_job: BTreeMap<String, Vec<InstanceId>> = BTreeMap::new();
+        for i in self.fleet.instances.values() {
+            let live = i.state != tern_cloud::InstanceState::Terminated;
+            if i.draining && live && !leaving.contains(&i.id) {
+                by_job.entry(i.job.clone()).or_default().push(i.id.clone());
+            }
+        }
+        for (job, ids) in by_job {
+            let current = self.store.incarnation(&job)?;
+            let stopped: Vec<InstanceId> = ids
+                .into_iter()
+                .filter(|id| current.worker(&id.0).is_some_and(|w| !w.running))
+                .collect();
+            if !stopped.is_empty() {
+                self.carry_out(&job, Decision::Release { ids: stopped }, now)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn plan_job(&self, name: &str, now: DateTime<Utc>) -> Option<PlanJob> {

@@ -56,6 +56,8 @@ pub struct JobView {
     pub drain: bool,
     /// The job's instances that have not ended, for fencing agents' starts and reports.
     pub live: Vec<super::fencing::Live>,
+    /// The controller is stopping the job (a budget ran out): its agents are told to drain.
+    pub stopping: bool,
 }
 
 /// What the API reads: the jobs as of the last published pass, with the writes queued since.
@@ -94,11 +96,44 @@ fn status_of(
     }
 }
 
-fn live_of(mine: &[&InstanceRecord]) -> Vec<super::fencing::Live> {
+/// The open moves: the instances they launched wait for the workers they replace.
+pub(super) fn moving_intents(ctl: &Controller) -> std::collections::HashSet<tern_cloud::IntentId> {
+    ctl.fleet
+        .intents
+        .values()
+        .filter(|i| matches!(i.kind, tern_cloud::IntentKind::Migrate { .. }))
+        .map(|i| i.id)
+        .collect()
+}
+
+/// One job's fleet as fencing sees it, from the controller itself (the simulated workers ask
+/// here; the API reads the same from the published view).
+pub(super) fn fleet_of(ctl: &Controller, job: &str) -> super::protocol::Fleet {
+    let mine: Vec<&InstanceRecord> = ctl
+        .fleet
+        .instances
+        .of_job(job)
+        .filter(|i| i.state != tern_cloud::InstanceState::Terminated)
+        .collect();
+    super::protocol::Fleet {
+        live: live_of(&mine, &moving_intents(ctl)),
+        stopping: ctl
+            .fleet
+            .jobs
+            .get(job)
+            .is_some_and(|e| e.stopping.is_some()),
+    }
+}
+
+pub(super) fn live_of(
+    mine: &[&InstanceRecord],
+    moving: &std::collections::HashSet<tern_cloud::IntentId>,
+) -> Vec<super::fencing::Live> {
     mine.iter()
         .map(|i| super::fencing::Live {
             id: i.id.to_string(),
             draining: i.draining,
+            moving_in: moving.contains(&i.intent),
             accelerator: i.offer.accelerator().map(|a| a.name.clone()),
             gpus: i.offer.accelerator_units().max(1),
         })
@@ -115,6 +150,7 @@ impl View {
         {
             by_job.entry(i.job.as_str()).or_default().push(i);
         }
+        let moving = moving_intents(ctl);
         let jobs = ctl
             .jobs()
             .map(|j| {
@@ -126,7 +162,12 @@ impl View {
                         super::basis::forecast_of(j, ctl.loaded(j.name()), mine),
                     ),
                     drain: j.drain_requested,
-                    live: live_of(mine),
+                    live: live_of(mine, &moving),
+                    stopping: ctl
+                        .fleet
+                        .jobs
+                        .get(j.name())
+                        .is_some_and(|e| e.stopping.is_some()),
                 };
                 (j.name().to_string(), view)
             })
@@ -149,6 +190,7 @@ impl View {
                     ),
                     drain: false,
                     live: Vec::new(),
+                    stopping: false,
                 };
                 self.jobs.insert(a.record.name().to_string(), view);
             }
@@ -172,7 +214,10 @@ impl View {
                     v.status.reason = Some(reason.clone());
                 }
             }
-            Request::Observed { .. } | Request::Started { .. } | Request::Limits(_) => {}
+            Request::Observed { .. }
+            | Request::Started { .. }
+            | Request::Hung { .. }
+            | Request::Limits(_) => {}
         }
     }
 }

@@ -1,17 +1,21 @@
-//! Simulated training for `tern demo` and the scenario tests: plays the worker agents' part by
-//! turning running instances into reported progress.
+//! Simulated training for `tern demo`, the closed loop and the scenario tests: a simulated
+//! `tern agent` on every running instance, speaking the worker protocol ([`protocol`]) as the
+//! real one does over HTTP, and acting only on its answers.
 //!
-//! The rules follow torchrun elastic semantics: every membership change restarts all workers
-//! from the last checkpoint (after a `restore_s` stall); a drain request (interruption notice or
-//! migration) takes a checkpoint at once if a node of the run is still there to take it; a
-//! periodic checkpoint is taken every `interval_s`.
-//! The agent on a node watches its own metadata for a reclaim notice, as `tern agent` does, so a
-//! notice whose lead covers `save_s` checkpoints even when the controller's next pass comes
-//! after the reclaim. A node lost without a fresh checkpoint therefore costs the progress since
-//! the last one, and never more.
+//! Each agent asks to start the job's workers on its instance and is told an incarnation, to
+//! wait, or that nothing runs there; it reports the job's progress after each step and obeys
+//! the answer: `drain` (checkpoint, report it, stop), `stop` (restart as a new incarnation),
+//! or a refusal's action. It watches its own instance's metadata for a reclaim notice, as
+//! `tern agent` does, so a notice whose lead covers `save_s` checkpoints even when the
+//! controller's next pass comes after the reclaim. It reads no job or instance flag.
+//!
+//! The training follows torchrun elastic semantics: every change of the running workers
+//! restarts them all from the last checkpoint (after a `restore_s` stall), a planned scale-up
+//! checkpoints first, and a periodic checkpoint is taken every `interval_s`. A node lost
+//! without a fresh checkpoint therefore costs the progress since the last one, and never more.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -19,96 +23,115 @@ use tern_cloud::{CheckpointSpec, InstanceId, InstanceState, Observation};
 use tern_plan::ThroughputModel;
 use tern_sim::SimCloud;
 
+use super::inputs::Request;
+use super::protocol::{self, Answer, Fleet, Sink, Verdict};
 use super::{Controller, ControllerError};
+use crate::api::wire::{Action, Progress};
 use crate::store::JobRecord;
 
+/// Where the simulated agents' protocol calls leave their changes: taken into the controller
+/// after each call, as the service's loop takes the API's.
 #[derive(Debug, Default)]
-struct Run {
-    members: BTreeSet<InstanceId>,
-    /// Seconds of restart or checkpoint stall still to sit out.
-    stall_s: f64,
-    since_checkpoint_s: f64,
-    /// Members whose reclaim notice the agent has acted on.
-    noticed: BTreeSet<InstanceId>,
-    /// An agent drained on a notice: the workers saved and stopped until the membership
-    /// changes, as `tern agent` stops its worker after the checkpoint.
-    halted: bool,
+struct Queue {
+    changes: Mutex<Vec<Request>>,
+    writers: Mutex<()>,
 }
 
-/// A job's progress as one step changes it.
-#[derive(Debug)]
-struct Progress {
-    done: f64,
-    checkpoint: f64,
-    /// A checkpoint was taken on request (drain, notice, scale-up): it answers a drain.
-    saved: bool,
-}
+impl Sink for Queue {
+    fn send(&self, change: Request, _urgent: bool) {
+        self.changes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(change);
+    }
 
-impl Progress {
-    fn save(&mut self) {
-        self.checkpoint = self.done;
-        self.saved = true;
+    fn writers(&self) -> &Mutex<()> {
+        &self.writers
     }
 }
 
-/// What a membership change (or a notice) did at the start of a step.
-#[derive(Debug)]
-struct Change {
-    /// Samples thrown away: the workers restarted from an older checkpoint.
-    lost: f64,
-    /// A notice seen while the node still counts as running: save after this step's work.
-    save_after: bool,
+impl Queue {
+    fn take_into(&self, ctl: &mut Controller) -> Result<(), ControllerError> {
+        let changes = std::mem::take(&mut *self.changes.lock().unwrap_or_else(|e| e.into_inner()));
+        for c in changes {
+            ctl.apply(c)?;
+        }
+        Ok(())
+    }
+}
+
+/// A simulated `tern agent` on one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    /// Asking to start the job's workers here (or told to wait).
+    Asking,
+    /// Its workers run as this incarnation.
+    Running(u64),
+    /// Done on this instance: drained on a notice, or told nothing runs here.
+    Gone,
+}
+
+/// One job's training: its agents and the group of workers that trains.
+#[derive(Debug, Default)]
+struct Run {
+    agents: BTreeMap<InstanceId, Agent>,
+    /// The workers that trained together at the last step: instance and incarnation (a new
+    /// incarnation is a restart, even on the same nodes).
+    members: BTreeSet<(InstanceId, u64)>,
+    /// Seconds of restart or checkpoint stall still to sit out.
+    stall_s: f64,
+    since_checkpoint_s: f64,
+    /// Instances whose reclaim notice the agent has acted on.
+    noticed: BTreeSet<InstanceId>,
+    /// The training's samples, kept between steps (what the workers have, reported or not:
+    /// a group that lost its nodes has rolled back to its checkpoint before anyone reports).
+    samples: Option<Samples>,
+}
+
+/// A job's samples as the training has them.
+#[derive(Debug, Clone, Copy)]
+struct Samples {
+    done: f64,
+    checkpoint: f64,
+}
+
+impl Samples {
+    fn save(&mut self) {
+        self.checkpoint = self.done;
+    }
 }
 
 impl Run {
-    /// Drains and membership changes at the start of a step. `notice`: a member's agent saw a
-    /// reclaim notice in time to save, before the reclaim, so before this step's progress when
-    /// the controller already saw the node go, and after it otherwise.
-    fn change(
+    /// The running workers changed (or not) since the last step: a restart from the last
+    /// checkpoint, after a checkpoint first when it is a planned scale-up. Samples lost.
+    fn regroup(
         &mut self,
-        job: &JobRecord,
-        now_members: BTreeSet<InstanceId>,
-        notice: bool,
-        p: &mut Progress,
-    ) -> Change {
-        let c = &job.spec.checkpoint;
-        let changed = now_members != self.members;
-        let save_first = notice && changed;
-        // A drain the controller asks for after the nodes went finds no agent to save.
-        let alive = self.members.iter().any(|m| now_members.contains(m));
-        if (job.drain_requested && alive) || save_first {
-            // The agent runs the job's checkpoint command, unless it did already on the
-            // notice and stopped. A save on a notice fits in its lead.
-            p.save();
-            if !self.halted && !save_first {
-                self.save(c.save_s);
-            }
+        c: &CheckpointSpec,
+        members: BTreeSet<(InstanceId, u64)>,
+        p: &mut Samples,
+    ) -> f64 {
+        if members == self.members {
+            return 0.0;
         }
+        let grew = members.len() > self.members.len() && self.members.is_subset(&members);
         let mut lost = 0.0;
-        if changed {
-            let grew =
-                now_members.len() > self.members.len() && self.members.is_subset(&now_members);
-            if grew && !self.members.is_empty() {
-                // A planned scale-up: checkpoint first, then restart with more workers.
-                p.save();
-                self.stall_s += c.save_s;
-            } else if p.done > p.checkpoint {
-                lost = p.done - p.checkpoint;
-                p.done = p.checkpoint;
-            }
+        if grew && !self.members.is_empty() {
+            p.save();
+            self.stall_s += c.save_s;
+        } else if p.done > p.checkpoint {
+            lost = p.done - p.checkpoint;
+            p.done = p.checkpoint;
+        }
+        if !members.is_empty() {
             self.stall_s += c.restore_s;
-            self.members = now_members;
-            self.halted = false;
         }
-        Change {
-            lost,
-            save_after: notice && !save_first,
-        }
+        self.members = members;
+        lost
     }
 
     /// `dt_s` seconds of training at `thr` samples/s, after any stall; a periodic checkpoint
     /// every `interval_s`, and one at the end.
-    fn work(&mut self, c: &CheckpointSpec, thr: f64, total: f64, dt_s: f64, p: &mut Progress) {
+    fn work(&mut self, c: &CheckpointSpec, thr: f64, total: f64, dt_s: f64, p: &mut Samples) {
         let stall = self.stall_s.min(dt_s);
         self.stall_s -= stall;
         let dt_s = dt_s - stall;
@@ -120,27 +143,33 @@ impl Run {
         }
     }
 
-    /// The workers stall for a checkpoint save.
-    fn save(&mut self, save_s: f64) {
-        self.stall_s += save_s;
-        self.since_checkpoint_s = 0.0;
-    }
-
-    /// Whether a member's agent saw a new reclaim notice early enough to save before the
-    /// reclaim: then it checkpoints, as `tern agent` does on a notice.
-    fn agent_saw_notice(&mut self, cloud: &SimCloud, save_s: f64) -> bool {
-        let mut save = false;
-        for id in &self.members {
-            if self.noticed.contains(id) {
+    /// Running agents whose instance's metadata shows a new reclaim notice early enough to
+    /// save before the reclaim: they checkpoint after this step and stop, as `tern agent`
+    /// does on a notice.
+    fn noticed_now(&mut self, cloud: &SimCloud, save_s: f64) -> Vec<InstanceId> {
+        let mut out = Vec::new();
+        for (id, a) in &self.agents {
+            if !matches!(a, Agent::Running(_)) || self.noticed.contains(id) {
                 continue;
             }
             if let Some(n) = cloud.agent_notice(id) {
                 self.noticed.insert(id.clone());
-                save |= (n.reclaim_at - n.seen_at).as_seconds_f64() >= save_s;
+                if (n.reclaim_at - n.seen_at).as_seconds_f64() >= save_s {
+                    out.push(id.clone());
+                }
             }
         }
-        self.noticed.retain(|id| self.members.contains(id));
-        save
+        out
+    }
+
+    fn running(&self) -> BTreeSet<(InstanceId, u64)> {
+        self.agents
+            .iter()
+            .filter_map(|(id, a)| match a {
+                Agent::Running(k) => Some((id.clone(), *k)),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -164,6 +193,10 @@ pub struct Workload {
     /// The instances' metadata, where the agents see reclaim notices; without it only the
     /// controller's drain makes them checkpoint.
     metadata: Option<Arc<SimCloud>>,
+    queue: Queue,
+    /// Every answer each instance's agent was given, in order, when kept (tests compare them
+    /// with a real agent's).
+    answers: Option<BTreeMap<InstanceId, Vec<String>>>,
 }
 
 impl std::fmt::Debug for Workload {
@@ -173,6 +206,15 @@ impl std::fmt::Debug for Workload {
             .field("truth", &self.truth.len())
             .finish()
     }
+}
+
+/// What one step of a job's workers knows: the job, where it runs, and when.
+struct Step<'a> {
+    job: &'a JobRecord,
+    fleet: Fleet,
+    accelerator: String,
+    per_node: u32,
+    now: DateTime<Utc>,
 }
 
 impl Workload {
@@ -186,10 +228,30 @@ impl Workload {
         self
     }
 
+    /// Workers whose agents watch `cloud`'s instance metadata for reclaim notices.
+    pub fn watching(cloud: Arc<SimCloud>) -> Workload {
+        Workload {
+            metadata: Some(cloud),
+            ..Workload::default()
+        }
+    }
+
+    /// Keep every answer the agents are given ([`Self::answers`]).
+    pub fn keeping_answers(mut self) -> Workload {
+        self.answers = Some(BTreeMap::new());
+        self
+    }
+
+    /// The answers each instance's agent was given, in order (`start: incarnation N`,
+    /// `start: wait`, `report: ok`, `report: drain`, `report: stop`, `report: 409 done`, …).
+    pub fn answers(&self) -> BTreeMap<InstanceId, Vec<String>> {
+        self.answers.clone().unwrap_or_default()
+    }
+
     /// Samples/s of `job` on `nodes` × `per_node` accelerators, as the simulated workers run
     /// it: the true model, else the controller's forecast, else [`UNMEASURED_STEP_S`].
     fn speed(
-        truth: &HashMap<String, Arc<dyn ThroughputModel>>,
+        &self,
         ctl: &Controller,
         job: &JobRecord,
         acc: &str,
@@ -197,7 +259,7 @@ impl Workload {
         nodes: u32,
     ) -> f64 {
         let name = job.name();
-        let known = match truth.get(name) {
+        let known = match self.truth.get(name) {
             Some(m) => m.throughput(acc, per_node, nodes),
             None => ctl
                 .model(name)
@@ -209,15 +271,7 @@ impl Workload {
         )
     }
 
-    /// Workers whose agents watch `cloud`'s instance metadata for reclaim notices.
-    pub fn watching(cloud: Arc<SimCloud>) -> Workload {
-        Workload {
-            metadata: Some(cloud),
-            ..Workload::default()
-        }
-    }
-
-    /// Advance every job by `dt` ending at `now`, and report progress to the controller.
+    /// Advance every job by `dt` ending at `now`: its agents start, train and report.
     pub fn step(
         &mut self,
         ctl: &mut Controller,
@@ -227,68 +281,257 @@ impl Workload {
         let mut members = running_members(ctl);
         let names: Vec<String> = ctl
             .jobs()
-            .filter(|j| !j.state.is_final())
+            .filter(|j| {
+                !j.state.is_final()
+                    || self
+                        .runs
+                        .get(j.name())
+                        .is_some_and(|r| !r.running().is_empty())
+            })
             .map(|j| j.name().to_string())
             .collect();
         for name in names {
             let Some(job) = ctl.job(&name).cloned() else {
                 continue;
             };
-            let (now_members, accelerator, per_node) = members.remove(&name).unwrap_or_default();
-            let per_node = per_node.max(1);
-            let run = self.runs.entry(name.clone()).or_default();
-            if now_members.is_empty() && run.members.is_empty() && !job.drain_requested {
+            let (now_running, accelerator, per_node) = members.remove(&name).unwrap_or_default();
+            let idle = self
+                .runs
+                .get(&name)
+                .is_none_or(|r| r.agents.is_empty() && r.members.is_empty());
+            if now_running.is_empty() && idle {
                 continue;
             }
-            let c = job.spec.checkpoint;
-            let notice = self
-                .metadata
-                .as_ref()
-                .is_some_and(|m| run.agent_saw_notice(m, c.save_s));
-            let mut p = Progress {
-                done: job.done_samples,
-                checkpoint: job.checkpoint_samples,
-                saved: false,
+            let step = Step {
+                fleet: super::service::fleet_of(ctl, &name),
+                job: &job,
+                accelerator,
+                per_node: per_node.max(1),
+                now,
             };
-            let change = run.change(&job, now_members, notice, &mut p);
-            if change.lost > 0.0 {
-                *self.lost_samples.entry(name.clone()).or_default() += change.lost;
+            self.step_job(ctl, &step, now_running, dt)?;
+        }
+        self.runs.retain(|name, r| {
+            ctl.job(name).is_some_and(|j| !j.state.is_final()) || !r.running().is_empty()
+        });
+        Ok(())
+    }
+
+    fn step_job(
+        &mut self,
+        ctl: &mut Controller,
+        s: &Step<'_>,
+        now_running: BTreeSet<InstanceId>,
+        dt: Duration,
+    ) -> Result<(), ControllerError> {
+        let name = s.job.name().to_string();
+        let c = s.job.spec.checkpoint;
+        let mut run = self.runs.remove(&name).unwrap_or_default();
+        // An agent lives as long as its instance runs; a new instance gets a new agent.
+        run.agents.retain(|id, _| now_running.contains(id));
+        for id in &now_running {
+            run.agents.entry(id.clone()).or_insert(Agent::Asking);
+        }
+        self.ask_to_start(ctl, s, &mut run)?;
+        let noticed = match &self.metadata {
+            Some(m) => run.noticed_now(m, c.save_s),
+            None => Vec::new(),
+        };
+        run.noticed.retain(|id| now_running.contains(id));
+        let mut p = run.samples.unwrap_or(Samples {
+            done: s.job.done_samples,
+            checkpoint: s.job.checkpoint_samples,
+        });
+        let lost = run.regroup(&c, run.running(), &mut p);
+        if lost > 0.0 {
+            *self.lost_samples.entry(name.clone()).or_default() += lost;
+        }
+        let n = run.members.len() as u32;
+        let mut measured = None;
+        let min_nodes = s.job.spec.workers.min.div_ceil(s.per_node).max(1);
+        if n >= min_nodes && !s.job.state.is_final() {
+            let thr = self.speed(ctl, s.job, &s.accelerator, s.per_node, n);
+            run.work(&c, thr, s.job.total_samples, dt.as_secs_f64(), &mut p);
+            measured = (thr > 0.0 && dt.as_secs_f64() > 0.0).then_some(thr);
+        }
+        // As an agent does, the workers report the step time they ran at; only while the job
+        // is unmeasured or probing (a refit per report is not free, and the exact speed adds
+        // nothing once known).
+        let reports = s.job.probe.as_ref().is_some_and(|p| p.is_open()) || !ctl.measured(&name);
+        let observation = measured.filter(|_| reports).map(|thr| {
+            let batch = batch_of(s.job);
+            let gpus = s.per_node * n;
+            Observation {
+                job: name.clone(),
+                accelerator: s.accelerator.clone(),
+                gpus,
+                nodes: n,
+                local_batch: batch,
+                step_seconds: f64::from(gpus * batch) / thr,
+                sync_seconds: None,
+                at: s.now,
             }
-            let n = run.members.len() as u32;
-            let mut measured = None;
-            if n >= job.spec.workers.min.div_ceil(per_node).max(1) && !run.halted {
-                let thr = Self::speed(&self.truth, ctl, &job, &accelerator, per_node, n);
-                run.work(&c, thr, job.total_samples, dt.as_secs_f64(), &mut p);
-                measured = (thr > 0.0 && dt.as_secs_f64() > 0.0).then_some(thr);
-            }
-            if change.save_after {
-                // The agent saw the notice during this step, its node still counted as running:
-                // it saves what the step did and stops until the node goes.
-                p.save();
-                run.since_checkpoint_s = 0.0;
-                run.halted = true;
-            }
-            ctl.report_progress(&name, p.done, p.checkpoint, p.saved, now)?;
-            // As an agent does, the simulated workers report the step time they ran at; only
-            // while the job is unmeasured or probing (a refit per report is not free, and the
-            // exact speed adds nothing once known).
-            let reports = job.probe.as_ref().is_some_and(|p| p.is_open()) || !ctl.measured(&name);
-            if let Some(thr) = measured.filter(|_| reports) {
-                let batch = batch_of(&job);
-                let gpus = per_node * n;
-                ctl.observe(&Observation {
-                    job: name.clone(),
-                    accelerator: accelerator.clone(),
-                    gpus,
-                    nodes: n,
-                    local_batch: batch,
-                    step_seconds: f64::from(gpus * batch) / thr,
-                    sync_seconds: None,
-                    at: now,
-                })?;
-            }
+        });
+        self.report_all(ctl, s, &mut run, &mut p, &noticed, observation)?;
+        // A worker told to restart asks again at once, as `tern agent` does.
+        self.ask_to_start(ctl, s, &mut run)?;
+        run.samples = Some(p);
+        self.runs.insert(name, run);
+        Ok(())
+    }
+
+    /// Every agent still asking asks to start; each acts on its answer.
+    fn ask_to_start(
+        &mut self,
+        ctl: &mut Controller,
+        s: &Step<'_>,
+        run: &mut Run,
+    ) -> Result<(), ControllerError> {
+        let store = ctl.store().clone();
+        let asking: Vec<InstanceId> = run
+            .agents
+            .iter()
+            .filter(|(_, a)| **a == Agent::Asking)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in asking {
+            let answer =
+                protocol::start(&store, &self.queue, s.job.name(), &id.0, &s.fleet, s.now)?;
+            self.queue.take_into(ctl)?;
+            let (next, said) = match answer {
+                Answer::Done((k, _)) => (Agent::Running(k), format!("start: incarnation {k}")),
+                Answer::Refused(Action::Wait, _) => (Agent::Asking, "start: wait".to_string()),
+                Answer::Refused(action, _) => {
+                    (Agent::Gone, format!("start: {}", action_name(action)))
+                }
+            };
+            self.said(&id, said);
+            run.agents.insert(id, next);
         }
         Ok(())
+    }
+
+    /// Every running agent reports the step's progress and acts on the answer. Agents in
+    /// `noticed` saw a reclaim notice: they checkpoint and make their last report.
+    fn report_all(
+        &mut self,
+        ctl: &mut Controller,
+        s: &Step<'_>,
+        run: &mut Run,
+        p: &mut Samples,
+        noticed: &[InstanceId],
+        mut observation: Option<Observation>,
+    ) -> Result<(), ControllerError> {
+        let store = ctl.store().clone();
+        // Those that are leaving report first (a notice, a drained instance), so the others
+        // hear in the same step that their incarnation lost a node, as they would seconds
+        // later in real time.
+        let mut running: Vec<(InstanceId, u64)> = run.running().into_iter().collect();
+        let draining = |id: &InstanceId| {
+            noticed.contains(id) || s.fleet.live.iter().any(|l| l.id == id.0 && l.draining)
+        };
+        running.sort_by_key(|(id, _)| !draining(id));
+        for (id, k) in running {
+            let notice = noticed.contains(&id);
+            if notice {
+                p.save();
+            }
+            let mut report = progress(p, &id, k, observation.take());
+            report.checkpointed = notice;
+            report.stopped = notice;
+            let answer =
+                protocol::report(&store, &self.queue, s.job.name(), &s.fleet, &report, s.now)?;
+            self.queue.take_into(ctl)?;
+            let said = said_of(&answer);
+            self.said(&id, said);
+            if notice {
+                run.agents.insert(id, Agent::Gone);
+                continue;
+            }
+            let next = self.obey(ctl, s, p, &id, k, answer)?;
+            run.agents.insert(id, next);
+        }
+        Ok(())
+    }
+
+    /// What an agent does with the answer to its report: go on, checkpoint and stop (`drain`,
+    /// or the job ended), stop and start again (`stop`), or kill its workers (409 `stop`).
+    fn obey(
+        &mut self,
+        ctl: &mut Controller,
+        s: &Step<'_>,
+        p: &mut Samples,
+        id: &InstanceId,
+        k: u64,
+        answer: Answer<Verdict>,
+    ) -> Result<Agent, ControllerError> {
+        let (save, last) = match &answer {
+            Answer::Done(v) if v.drain => (true, true),
+            Answer::Done(v) if v.stop => (false, true),
+            Answer::Done(_) => return Ok(Agent::Running(k)),
+            Answer::Refused(Action::Done, _) => (true, true),
+            Answer::Refused(Action::Stop, _) => return Ok(Agent::Asking),
+            Answer::Refused(_, _) => return Ok(Agent::Gone),
+        };
+        if save {
+            p.save();
+        }
+        if last {
+            let mut report = progress(p, id, k, None);
+            report.checkpointed = save;
+            report.stopped = true;
+            let store = ctl.store().clone();
+            let answer =
+                protocol::report(&store, &self.queue, s.job.name(), &s.fleet, &report, s.now)?;
+            self.queue.take_into(ctl)?;
+            self.said(id, format!("last {}", said_of(&answer)));
+        }
+        // A drained agent asks again: the answer says whether anything runs here now (a move
+        // called off gives the node back; a node that is leaving is told `done`).
+        Ok(match answer {
+            Answer::Refused(..) => Agent::Gone,
+            Answer::Done(_) => Agent::Asking,
+        })
+    }
+
+    fn said(&mut self, id: &InstanceId, said: String) {
+        if let Some(a) = self.answers.as_mut() {
+            a.entry(id.clone()).or_default().push(said);
+        }
+    }
+}
+
+/// A report of the job's samples from `id`'s workers of incarnation `k`.
+fn progress(p: &Samples, id: &InstanceId, k: u64, observation: Option<Observation>) -> Progress {
+    Progress {
+        done_samples: p.done,
+        checkpoint_samples: p.checkpoint,
+        checkpointed: false,
+        observation,
+        incarnation: Some(k),
+        instance: Some(id.0.clone()),
+        stopped: false,
+        failure: None,
+        hung: false,
+    }
+}
+
+fn action_name(a: Action) -> &'static str {
+    match a {
+        Action::Stop => "409 stop",
+        Action::Wait => "409 wait",
+        Action::Done => "409 done",
+        Action::Exit => "409 exit",
+    }
+}
+
+/// An answer to a report, as [`Workload::answers`] keeps it.
+pub fn said_of(answer: &Answer<Verdict>) -> String {
+    match answer {
+        Answer::Done(v) if v.drain => "report: drain".into(),
+        Answer::Done(v) if v.stop => "report: stop".into(),
+        Answer::Done(_) => "report: ok".into(),
+        Answer::Refused(a, _) => format!("report: {}", action_name(*a)),
     }
 }
 

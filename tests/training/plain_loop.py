@@ -6,6 +6,7 @@ that the agent works with code that does not use the helper.
 
     python tests/training/plain_loop.py --ckpt PATH --total-samples N
         [--batch B] [--checkpoint-every K] [--step-sleep S] [--log-file PATH]
+        [--max-steps K]
 
 Same options, defaults and --log-file events as train_ddp.py (start,
 checkpoint, stop, done; rank is always 0).  Resumes from --ckpt when it exists.
@@ -54,6 +55,8 @@ def main(argv=None):
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--step-sleep", type=float, default=0.05)
     p.add_argument("--log-file", "--log", dest="log", default=None)
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="this start's own step limit: save and exit 0 after K steps, work left or not")
     args = p.parse_args(argv)
 
     signame = os.environ.get("TERN_CHECKPOINT_SIGNAL") or "SIGTERM"
@@ -108,7 +111,13 @@ def main(argv=None):
         log("checkpoint", samples=samples, step=step)
         report()
 
+    steps_here = 0
     while samples < args.total_samples:
+        if args.max_steps is not None and steps_here >= args.max_steps:
+            save()
+            log("limit", samples=samples, steps=steps_here)
+            return 0
+        steps_here += 1
         g = torch.Generator().manual_seed(step)
         x = torch.randn(args.batch, 16, generator=g)
         y = x[:, :4].sum(dim=1, keepdim=True)

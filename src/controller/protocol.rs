@@ -1,0 +1,289 @@
+//! The worker protocol: an agent asks to start a job's workers on its instance, and reports
+//! their progress; both are fenced ([`fencing`]) and answered with what the agent must do
+//! (`drain`, `stop`, or a refusal's action). One implementation for the HTTP agents (the API's
+//! handlers call it) and the simulated workers ([`super::workload`]): a simulated worker acts
+//! on exactly the answers a real agent gets, and reads no job or instance flag.
+
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+
+use super::ControllerError;
+use super::fencing::{self, JobSide, Live, Report, Start};
+use super::inputs::{Request as Change, refit_with};
+use crate::api::wire::{Action, Progress};
+use crate::store::{JobState, Store};
+
+/// Where the protocol's changes go once they are in the store: the service's inbox, or the
+/// simulated world's queue that its controller takes in.
+pub trait Sink {
+    /// Take a change already written; `urgent` runs a pass now.
+    fn send(&self, change: Change, urgent: bool);
+    /// Serialises the protocol's read-merge-writes of one store.
+    fn writers(&self) -> &Mutex<()>;
+}
+
+/// A job's fleet as the controller last showed it: what fencing decides on.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    /// The job's instances that have not ended.
+    pub live: Vec<Live>,
+    /// The controller is stopping the job (a budget ran out): every instance drains.
+    pub stopping: bool,
+}
+
+/// What the protocol answered, before it becomes an HTTP answer or a simulated worker's act.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer<T> {
+    Done(T),
+    /// Refused (409): what the agent must do, and why.
+    Refused(Action, String),
+}
+
+/// What an accepted report tells its agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub drain: bool,
+    pub stop: bool,
+    pub state: JobState,
+    pub clamped: Vec<String>,
+}
+
+/// An agent on `instance` asks to start `job`'s workers: the incarnation they start as, and
+/// whether it opened a new one.
+pub fn start(
+    store: &Store,
+    sink: &dyn Sink,
+    job: &str,
+    instance: &str,
+    fleet: &Fleet,
+    now: DateTime<Utc>,
+) -> Result<Answer<(u64, bool)>, ControllerError> {
+    let record = store
+        .job(job)?
+        .ok_or_else(|| ControllerError::UnknownJob(job.to_string()))?;
+    let _one_writer = sink.writers().lock().unwrap_or_else(|e| e.into_inner());
+    let current = store.incarnation(job)?;
+    let side = JobSide {
+        name: job,
+        state: record.state,
+        live: &fleet.live,
+        current: &current,
+        workers: record.spec.workers,
+        stopping: fleet.stopping,
+    };
+    let (number, opened) = match fencing::start(&side, instance) {
+        Start::Join(n) => (n, false),
+        Start::Open(n) => (n, true),
+        Start::Wait(why) => return Ok(Answer::Refused(Action::Wait, why)),
+        Start::Done(why) => return Ok(Answer::Refused(Action::Done, why)),
+        Start::Refuse(why) => return Ok(Answer::Refused(Action::Exit, why)),
+    };
+    if current.worker(instance).is_some_and(|w| w.running) {
+        store.stop_workers(job, current.number, instance, None, now)?;
+    }
+    store.start_workers(job, number, instance, now)?;
+    sink.send(
+        Change::Started {
+            job: job.to_string(),
+            instance: instance.to_string(),
+            incarnation: number,
+            opened,
+            at: now,
+        },
+        false,
+    );
+    Ok(Answer::Done((number, opened)))
+}
+
+/// A measured step is filed under the accelerator of the instance that reported it, as the
+/// cloud sold it: a script that names its device itself (`NVIDIA A100-SXM4-80GB`, as
+/// `torch.cuda.get_device_name()` says) would otherwise start a series under a name the
+/// planner never asks about.
+fn on_what_it_ran(mut p: Progress, live: &[Live]) -> Progress {
+    let sold = p
+        .instance
+        .as_deref()
+        .and_then(|id| live.iter().find(|l| l.id == id))
+        .and_then(|l| l.accelerator.clone());
+    if let (Some(o), Some(a)) = (p.observation.as_mut(), sold) {
+        o.accelerator = a;
+    }
+    p
+}
+
+/// A progress report, judged and recorded. Everything is checked before anything is written: a
+/// report refused for its fencing, its observation or its numbers leaves the job exactly as it
+/// was. Fencing first (a stale worker learns it is stale), and again under the writers' lock.
+pub fn report(
+    store: &Store,
+    shared: &dyn Sink,
+    name: &str,
+    fleet: &Fleet,
+    p: &Progress,
+    now: DateTime<Utc>,
+) -> Result<Answer<Verdict>, ControllerError> {
+    let p = &on_what_it_ran(p.clone(), &fleet.live);
+    let record = store
+        .job(name)?
+        .ok_or_else(|| ControllerError::UnknownJob(name.to_string()))?;
+    let workers = record.spec.workers;
+    let judge = |state, incarnation: &crate::store::Incarnation| {
+        let side = JobSide {
+            name,
+            state,
+            live: &fleet.live,
+            current: incarnation,
+            workers,
+            stopping: fleet.stopping,
+        };
+        fencing::report(&side, p.instance.as_deref(), p.incarnation, p.stopped)
+    };
+    match judge(record.state, &store.incarnation(name)?) {
+        Report::Refuse { action, why } => return Ok(Answer::Refused(action, why)),
+        Report::Last => return record_last(store, shared, name, p, now),
+        Report::Accept { .. } => {}
+    }
+    let loaded = match &p.observation {
+        Some(o) => Some(refit_with(store, &record, o)?),
+        None => None,
+    };
+    let _one_writer = shared.writers().lock().unwrap_or_else(|e| e.into_inner());
+    let current = store.job(name)?.unwrap_or(record);
+    let (drain, stop) = match judge(current.state, &store.incarnation(name)?) {
+        Report::Accept { drain, stop } => (drain, stop),
+        Report::Refuse { action, why } => return Ok(Answer::Refused(action, why)),
+        Report::Last => {
+            drop(_one_writer);
+            return record_last(store, shared, name, p, now);
+        }
+    };
+    let checked = current
+        .progress_after(p.done_samples, p.checkpoint_samples, p.checkpointed, now)
+        .map_err(|reason| ControllerError::Job {
+            job: name.to_string(),
+            reason,
+        })?;
+    if let (Some(o), Some(loaded)) = (&p.observation, loaded) {
+        store.add_observation(o)?;
+        let job = name.to_string();
+        shared.send(
+            Change::Observed {
+                job,
+                loaded,
+                at: now,
+            },
+            false,
+        );
+    }
+    store.set_progress(name, &checked.progress, now)?;
+    let finished = checked.progress.done_samples >= current.total_samples;
+    // A finished job or a taken checkpoint is an event: release or move on now.
+    let progress = checked.progress;
+    let urgent = finished || p.checkpointed || p.stopped;
+    shared.send(
+        Change::Progress {
+            job: name.to_string(),
+            progress,
+        },
+        urgent,
+    );
+    if p.stopped
+        && let (Some(instance), Some(k)) = (&p.instance, p.incarnation)
+    {
+        store.stop_workers(name, k, instance, p.failure.as_deref(), now)?;
+        if p.hung {
+            let hung = Change::Hung {
+                job: name.to_string(),
+                instance: instance.clone(),
+                incarnation: k,
+                at: now,
+            };
+            shared.send(hung, false);
+        }
+        if let Some(failure) = &p.failure
+            && !finished
+        {
+            fail(store, shared, name, instance, failure, now)?;
+        }
+    }
+    Ok(Answer::Done(Verdict {
+        drain,
+        stop,
+        state: current.state,
+        clamped: checked.clamped,
+    }))
+}
+
+/// The last report of workers that ran when their job ended: the checkpoint they saved on
+/// the way out is recorded (the work done only rises to hold it), and their workers are
+/// marked stopped. The job's state, observations and events stay as they are.
+fn record_last(
+    store: &Store,
+    shared: &dyn Sink,
+    name: &str,
+    p: &Progress,
+    now: DateTime<Utc>,
+) -> Result<Answer<Verdict>, ControllerError> {
+    let _one_writer = shared.writers().lock().unwrap_or_else(|e| e.into_inner());
+    let current = store
+        .job(name)?
+        .ok_or_else(|| ControllerError::UnknownJob(name.to_string()))?;
+    let done = current.done_samples.max(p.checkpoint_samples);
+    let checked = current
+        .progress_after(done, p.checkpoint_samples, false, now)
+        .map_err(|reason| ControllerError::Job {
+            job: name.to_string(),
+            reason,
+        })?;
+    store.set_progress(name, &checked.progress, now)?;
+    if let (Some(instance), Some(k)) = (&p.instance, p.incarnation) {
+        store.stop_workers(name, k, instance, None, now)?;
+    }
+    shared.send(
+        Change::Progress {
+            job: name.to_string(),
+            progress: checked.progress,
+        },
+        true,
+    );
+    Ok(Answer::Done(Verdict {
+        drain: false,
+        stop: false,
+        state: current.state,
+        clamped: checked.clamped,
+    }))
+}
+
+/// The workers on `instance` failed for good: the job fails with how.
+fn fail(
+    store: &Store,
+    shared: &dyn Sink,
+    job: &str,
+    instance: &str,
+    failure: &str,
+    now: DateTime<Utc>,
+) -> Result<(), ControllerError> {
+    let reason = format!("training failed on {instance}: {failure}");
+    if store.end_job(job, JobState::Failed, &reason, now)? {
+        shared.send(
+            Change::Failed {
+                job: job.to_string(),
+                reason,
+                at: now,
+            },
+            true,
+        );
+    }
+    Ok(())
+}
+
+impl Sink for super::service::Shared {
+    fn send(&self, change: Change, urgent: bool) {
+        super::service::Shared::send(self, change, urgent);
+    }
+
+    fn writers(&self) -> &Mutex<()> {
+        &self.progress
+    }
+}

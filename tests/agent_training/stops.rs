@@ -1,0 +1,155 @@
+//! Stop paths of a real training that only a real agent meets: the checkpoint a cancel saves
+//! on the way out is the job's, a script whose own step limit is below the job's work fails
+//! the job instead of restarting forever, and a wedged training is caught and restarted.
+
+use std::time::{Duration, Instant};
+
+use super::{
+    Cluster, checkpoint_in, gone, of_incarnation, run_with, serial, signal, training_processes,
+};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Wait until the controller shows the job holding no instance; how long that took.
+fn released(c: &Cluster, within: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let s = c.status();
+        if s["instance_ids"].as_array().is_some_and(|a| a.is_empty()) {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < within, "still held: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The kinds of the job's events, in order.
+fn kinds(c: &Cluster) -> Vec<String> {
+    super::job_events(c).into_iter().map(|(k, _)| k).collect()
+}
+
+#[test]
+fn a_cancel_records_the_checkpoint_the_training_saved_on_the_way_out() {
+    let _one = serial();
+    let c = Cluster::start("cancel-saves", 30_000, 5000);
+    let id = c.instances(1)[0].clone();
+    // No periodic checkpoint: the only one is the save on the agent's signal.
+    let never = ["--checkpoint-every", "1000000"];
+    let (mut agent, progress) = run_with(&c, &id, "plain_loop.py", "1", &[], &never);
+    super::wait_for_samples(&progress, 2000.0, Duration::from_secs(60), &agent);
+    assert_eq!(c.status()["checkpoint_samples"].as_f64(), Some(0.0));
+    assert!(c.tern(&["cancel", "cancel-saves"]).status.success());
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    let on_disk = checkpoint_in(&progress);
+    assert!(on_disk >= 2000.0, "{}", agent.log());
+    assert!(
+        agent.log().contains("reported the workers stopped"),
+        "{}",
+        agent.log()
+    );
+    let s = c.status();
+    assert_eq!(s["state"], "cancelled", "{s}");
+    assert_eq!(s["checkpoint_samples"].as_f64(), Some(on_disk), "{s}");
+    // Kept while the agent saved, released once it said its workers stopped.
+    let took = released(&c, Duration::from_secs(10));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(gone("cancel-saves", Duration::ZERO), Ok(()));
+}
+
+#[test]
+fn a_training_that_exits_0_early_every_time_fails_the_job_saying_so() {
+    let _one = serial();
+    let c = Cluster::start("exits-early", 30_000, 5000);
+    let id = c.instances(1)[0].clone();
+    // Its own limit: five steps a start, then a save and exit 0; every start makes progress.
+    let work = c.dir.path().to_path_buf();
+    let progress = work.join("progress.json");
+    let ckpt = work.join("ckpt.pt");
+    let train = format!("{REPO}/tests/training/plain_loop.py");
+    let p = progress.to_str().expect("utf-8");
+    let mut agent = c.agent(
+        &id,
+        &work,
+        &[
+            "--progress-file",
+            p,
+            "--launcher",
+            "none",
+            "--max-restarts",
+            "2",
+        ],
+        &[
+            "python",
+            &train,
+            "--ckpt",
+            ckpt.to_str().expect("utf-8"),
+            "--total-samples",
+            "30000",
+            "--max-steps",
+            "5",
+        ],
+    );
+    let status = agent.wait(Duration::from_secs(90));
+    assert!(!status.success(), "{}", agent.log());
+    let log = agent.log();
+    assert_eq!(
+        log.matches("exited 0 with the job's work not done").count(),
+        2,
+        "{log}"
+    );
+    let s = c.status();
+    assert_eq!(s["state"], "failed", "{s}");
+    let reason = s["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("exited 0 at"), "{reason}");
+    assert!(
+        reason.contains("of 30000 samples, 3 times in a row"),
+        "{reason}"
+    );
+    // Three starts of five steps of 16 samples each, all saved.
+    assert_eq!(checkpoint_in(&progress), 240.0, "{log}");
+    assert_eq!(gone("exits-early", Duration::ZERO), Ok(()));
+}
+
+#[test]
+fn a_training_that_hangs_is_stopped_and_restarted_from_its_checkpoint() {
+    let _one = serial();
+    let c = Cluster::start("hangs", 30_000, 5000);
+    let id = c.instances(1)[0].clone();
+    let agent_args = ["--hang-timeout", "10", "--stop-grace", "3"];
+    let (agent, progress) = run_with(&c, &id, "plain_loop.py", "1", &agent_args, &[]);
+    super::wait_for_samples(&progress, 1000.0, Duration::from_secs(60), &agent);
+    // Wedge the whole tree, as a collective that never returns would.
+    let first = of_incarnation("hangs", 1);
+    assert!(!first.is_empty());
+    for pid in &first {
+        signal(*pid as u32, "-STOP");
+    }
+    let saved = checkpoint_in(&progress);
+    agent.wait_for_log("the training hangs", Duration::from_secs(30));
+    agent.wait_for_log("incarnation 2 on", Duration::from_secs(30));
+    // Nothing of the wedged incarnation is left, stopped processes included.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !of_incarnation("hangs", 1).is_empty() {
+        assert!(Instant::now() < until, "{}", agent.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The new incarnation resumed from the checkpoint and trains on.
+    super::wait_for_samples(&progress, saved + 500.0, Duration::from_secs(60), &agent);
+    assert!(kinds(&c).iter().any(|k| k == "hung"), "{:?}", kinds(&c));
+    assert!(
+        training_processes("hangs").len() >= 2,
+        "torchrun and its worker"
+    );
+    assert!(c.tern(&["cancel", "hangs"]).status.success());
+    let mut agent = agent;
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(gone("hangs", Duration::ZERO), Ok(()));
+}
