@@ -148,3 +148,77 @@ async fn a_team_that_drains_ends_its_jobs_over_budget() {
         assert!(reason.contains("team cv"), "{reason}");
     }
 }
+
+/// What the simulated agents were told, instance by instance.
+fn answers(w: &SimWorld) -> Vec<Vec<String>> {
+    w.workers
+        .as_ref()
+        .map(|wl| wl.answers().into_values().collect())
+        .unwrap_or_default()
+}
+
+/// The stop paths reach the simulated workers only through the worker protocol, in the same
+/// answers a `tern agent` gets over HTTP (README, "Fencing" and "Stopping"): a budget stop is
+/// a `drain` on the report, whose last report (the checkpoint) is taken, and the agent asking
+/// again is told `done`; a cancel is a 409 `done`, and the last report after it is taken too.
+#[tokio::test]
+async fn stops_reach_the_simulated_workers_as_answers_to_their_reports() {
+    let capped = long_job("capped", "t")
+        .section("[budget]\ntotal_usd = 3")
+        .build();
+    let mut w = world("", &[capped]);
+    w.workers = w
+        .workers
+        .take()
+        .map(super::workload::Workload::keeping_answers);
+    w.run(600, |ctl, _| {
+        ctl.job("capped").is_some_and(|j| j.state.is_final()) && ctl.instances().next().is_none()
+    })
+    .await
+    .expect("run");
+    let told = answers(&w);
+    assert!(!told.is_empty());
+    let drained = told
+        .iter()
+        .find(|a| a.iter().any(|s| s == "report: drain"))
+        .unwrap_or_else(|| panic!("no drain answered: {told:?}"));
+    let at = drained
+        .iter()
+        .position(|s| s == "report: drain")
+        .expect("drain");
+    // The last report is taken (not a 409; its answer still says the job drains).
+    assert_eq!(drained[at + 1], "last report: drain", "{drained:?}");
+    assert_eq!(drained[at + 2], "start: 409 done", "{drained:?}");
+    assert_eq!(drained[0], "start: incarnation 1", "{drained:?}");
+
+    // A cancel mid-run.
+    let mut w = world("", &[long_job("c", "t").build()]);
+    w.workers = w
+        .workers
+        .take()
+        .map(super::workload::Workload::keeping_answers);
+    w.run(30, |_, _| false).await.expect("run");
+    let before = w.ctl.job("c").expect("job").checkpoint_samples;
+    w.ctl.cancel("c", w.now()).expect("cancel");
+    w.run(30, SimWorld::settled).await.expect("run");
+    let told = answers(&w);
+    let last = told.last().expect("an agent");
+    let n = last.len();
+    assert_eq!(
+        last[n - 2..],
+        [
+            "report: 409 done".to_string(),
+            "last report: ok".to_string()
+        ],
+        "{last:?}"
+    );
+    // The checkpoint saved on the way out is the job's.
+    let j = w.ctl.job("c").expect("job");
+    assert_eq!(j.state, JobState::Cancelled);
+    assert!(
+        j.checkpoint_samples > before,
+        "{} <= {before}",
+        j.checkpoint_samples
+    );
+    assert_eq!(j.checkpoint_samples, j.done_samples);
+}
