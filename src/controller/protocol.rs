@@ -63,7 +63,14 @@ pub fn start(
         .job(job)?
         .ok_or_else(|| ControllerError::UnknownJob(job.to_string()))?;
     let _one_writer = sink.writers().lock().unwrap_or_else(|e| e.into_inner());
-    let current = store.incarnation(job)?;
+    let mut current = store.incarnation(job)?;
+    // An agent asks only once its workers are gone (it was restarted, or they stopped): its
+    // own worker is fenced now, whatever the answer, so the rest of its incarnation hears of
+    // it (`stop`) instead of waiting on it while it waits on them.
+    if !record.state.is_final() && current.worker(instance).is_some_and(|w| w.running) {
+        store.stop_workers(job, current.number, instance, None, now)?;
+        current = store.incarnation(job)?;
+    }
     let side = JobSide {
         name: job,
         state: record.state,
@@ -79,9 +86,6 @@ pub fn start(
         Start::Done(why) => return Ok(Answer::Refused(Action::Done, why)),
         Start::Refuse(why) => return Ok(Answer::Refused(Action::Exit, why)),
     };
-    if current.worker(instance).is_some_and(|w| w.running) {
-        store.stop_workers(job, current.number, instance, None, now)?;
-    }
     store.start_workers(job, number, instance, now)?;
     sink.send(
         Change::Started {
