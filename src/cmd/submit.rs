@@ -154,11 +154,20 @@ fn forecast_cells(j: &JobStatus) -> (String, String) {
     let finish = match f.samples_per_second.filter(|s| *s > 0.0) {
         Some(sps) => {
             let left = (j.total_samples - j.done_samples).max(0.0);
-            format!("in {:.1} h", left / sps / 3600.0)
+            finish_in(left / sps)
         }
         None => "-".into(),
     };
     (shown, finish)
+}
+
+/// How soon the remaining work ends: minutes under an hour (`in 0.0 h` said nothing).
+fn finish_in(seconds: f64) -> String {
+    if seconds < 3600.0 {
+        format!("in {:.0} min", (seconds / 60.0).ceil())
+    } else {
+        format!("in {:.1} h", seconds / 3600.0)
+    }
 }
 
 /// Cancel a job. A job that had already ended (finished, failed, over budget) stays as it
@@ -173,4 +182,16 @@ pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {
         _ => println!("cancelled {}", args.name),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finish_under_an_hour_shows_minutes() {
+        assert_eq!(finish_in(90.0), "in 2 min");
+        assert_eq!(finish_in(3599.0), "in 60 min");
+        assert_eq!(finish_in(5400.0), "in 1.5 h");
+    }
 }

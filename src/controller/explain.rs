@@ -116,6 +116,7 @@ fn untyped_kind(kind: &str) -> Option<&'static str> {
         "queue-cancelled" => "fallback",
         "replace" => "replace",
         "finished" => "finish",
+        "cancel" => "cancel",
         _ => return None,
     })
 }
@@ -193,6 +194,8 @@ fn decision(e: &Event) -> Option<(&'static str, BTreeMap<String, f64>)> {
             if *on_demand { "fallback" } else { "replace" }
         }
         Event::QueueCancelled { .. } => "fallback",
+        // The user's decision, not the controller's: it still ends the job's timeline.
+        Event::Cancelled { .. } => "cancel",
         Event::Regrouped { released, .. } => {
             put("released", *released as f64);
             "regroup"
@@ -246,7 +249,6 @@ fn decision(e: &Event) -> Option<(&'static str, BTreeMap<String, f64>)> {
             "finish"
         }
         Event::Submitted { .. }
-        | Event::Cancelled { .. }
         | Event::Failed { .. }
         | Event::WorkersStarted { .. }
         | Event::Hung { .. }
@@ -567,6 +569,31 @@ mod tests {
         let json = serde_json::to_value(&t).expect("json");
         assert_eq!(json["decisions"][0]["at"], "2026-11-02T08:00:00Z");
         assert!(json["decisions"][0]["realised_saving"].is_null());
+    }
+
+    #[test]
+    fn a_cancel_ends_the_timeline() {
+        let j = || "bert".to_string();
+        let events = [
+            migrating("bert"),
+            Event::Migrated {
+                job: j(),
+                released: 2,
+            },
+            Event::Cancelled { job: j() },
+        ];
+        let log: Vec<store::Event> = events
+            .iter()
+            .zip([0, 30, 150])
+            .enumerate()
+            .map(|(i, (e, m))| stored(i as i64 + 1, m, e))
+            .collect();
+        let t = timeline("bert", &log);
+        let kinds: Vec<&str> = t.decisions.iter().map(|d| d.kind.as_str()).collect();
+        assert_eq!(kinds, ["move", "cancel"]);
+        assert_eq!(t.decisions[1].reason, "cancelled by the user");
+        // The move's saving runs to the cancel.
+        assert!(t.decisions[0].realised_saving.is_some());
     }
 
     #[test]
