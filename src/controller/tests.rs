@@ -768,6 +768,45 @@ async fn a_spot_price_rise_moves_nodes_to_cheaper_spot_elsewhere() {
     assert!(ctl.instances().all(|i| i.offer.capacity == Capacity::Spot));
 }
 
+/// A one-node job moved by a price rise, with simulated agents on the worker protocol: the new
+/// node's agent asks while the old one still trains and is told to wait; it opens the next
+/// incarnation once the old workers stopped. At no step do two of the job's workers run.
+#[tokio::test]
+async fn a_one_node_move_never_trains_on_two_nodes() {
+    let (sim, store, mut ctl) = price_rise(vec![8; 300]);
+    ctl.cancel("mover", sim.now())
+        .expect("cancel the gang-less default");
+    ctl.submit(job("single-mover", "1", false), sim.now())
+        .expect("submit");
+    let mut workers = workload::Workload::new().keeping_answers();
+    let tick = Duration::from_secs(60);
+    for _ in 0..90 {
+        ctl.pass(sim.now()).await.expect("pass");
+        sim.advance(tick);
+        workers.step(&mut ctl, tick, sim.now()).expect("step");
+        let current = store.incarnation("single-mover").expect("incarnation");
+        let running = current.workers.iter().filter(|w| w.running).count();
+        assert!(running <= 1, "two trainings: {current:?}");
+    }
+    let kinds: Vec<String> = store
+        .events(0, Some("single-mover"))
+        .expect("events")
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.iter().any(|k| k == "migrated"), "{kinds:?}");
+    let told = workers.answers();
+    let moved_in = told
+        .values()
+        .find(|a| a.first().is_some_and(|s| s == "start: wait"))
+        .unwrap_or_else(|| panic!("no node waited for the one it replaces: {told:?}"));
+    let opened = moved_in
+        .iter()
+        .find(|s| s.starts_with("start: incarnation"))
+        .expect("it started once the old workers stopped");
+    assert_ne!(opened, "start: incarnation 1", "{moved_in:?}");
+}
+
 #[tokio::test]
 async fn a_move_whose_new_capacity_is_reclaimed_is_called_off_not_relaunched() {
     // As above, but zone b loses its spot capacity at tick 16, while the move onto it is still
