@@ -26,6 +26,7 @@
 pub mod launch;
 pub mod metadata;
 pub mod progress;
+mod restarts;
 pub mod tree;
 
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ use rustix::process::Signal;
 pub use launch::{LaunchError, Launcher, Torchrun, command_line};
 pub use metadata::NoticeSource;
 use progress::{Complaints, ProgressFile};
+pub use restarts::hang_limit;
+use restarts::{Exited, Restarts};
 use tree::{Spawn, Tree};
 
 use crate::api::client::{Client, ClientError};
@@ -144,62 +147,6 @@ enum End {
     },
     /// The training made no progress for `quiet`; it was stopped and reported.
     Hung { quiet: Duration, samples: f64 },
-}
-
-/// Restarts in a row, with exponential backoff: `used` counts failures without progress and
-/// hangs; `early` counts exits with status 0 before the job's work was done, whatever each
-/// start did (a script whose own step limit is below the job's work makes a little progress
-/// every time, and would otherwise restart forever).
-#[derive(Debug)]
-struct Restarts {
-    max: u32,
-    used: u32,
-    early: u32,
-}
-
-impl Restarts {
-    fn backoff(n: u32) -> Duration {
-        Duration::from_secs(1 << n.saturating_sub(1).min(5))
-    }
-
-    /// A failure without progress, or a hang: the delay before the next start, or `None`
-    /// when the restarts have run out.
-    fn delay(&mut self) -> Option<Duration> {
-        if self.used >= self.max {
-            return None;
-        }
-        self.used += 1;
-        Some(Self::backoff(self.used))
-    }
-
-    /// An exit 0 with work left: the delay before the next start, or `None` once that has
-    /// happened `max` times in a row.
-    fn early_exit(&mut self) -> Option<Duration> {
-        if self.early >= self.max {
-            return None;
-        }
-        self.early += 1;
-        Some(Self::backoff(self.early))
-    }
-
-    /// The training ran until it was asked to stop: nothing in a row any more.
-    fn reset(&mut self) {
-        self.used = 0;
-        self.early = 0;
-    }
-}
-
-/// How long without progress means the training hangs: the flag, else the larger of ten
-/// minutes and 20 of the training's own measured steps (a slow step is not a hang).
-pub fn hang_limit(flag: Option<Duration>, step_seconds: Option<f64>) -> Duration {
-    flag.unwrap_or_else(|| {
-        let steps = step_seconds
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map_or(Duration::ZERO, |s| {
-                Duration::from_secs_f64((20.0 * s).min(1e7))
-            });
-        steps.max(Duration::from_secs(600))
-    })
 }
 
 /// When the training's progress last moved, by the agent's clock.
@@ -729,13 +676,6 @@ pub async fn run(
     }
 }
 
-/// How the training exited by itself.
-struct Exited {
-    status: std::process::ExitStatus,
-    progressed: bool,
-    tail: String,
-}
-
 /// Start the training's process tree for an incarnation; a command that cannot start fails
 /// the job at once (reported to the controller) rather than being restarted.
 async fn spawn_training(
@@ -774,132 +714,12 @@ async fn spawn_training(
     }
 }
 
-impl Run<'_> {
-    /// The training exited by itself: done if the controller says the job is over; else
-    /// restarted after a backoff (true), until the restarts run out (the job fails).
-    async fn after_exit(
-        &mut self,
-        exited: Exited,
-        restarts: &mut Restarts,
-        signals: &mut Signals,
-    ) -> Result<bool, AgentError> {
-        let Exited {
-            status,
-            progressed,
-            tail,
-        } = exited;
-        if progressed {
-            restarts.used = 0;
-        }
-        // The last progress first, so the controller counts it before the check.
-        let _ = self.report(false, false, None).await;
-        let job = self.client.job(&self.config.job).await.ok();
-        let over = job.as_ref().is_some_and(|s| {
-            s.done_samples >= s.total_samples
-                || ["finished", "cancelled"].contains(&s.state.as_str())
-        });
-        if status.success() && over {
-            self.final_report(true).await;
-            eprintln!("tern agent: training finished");
-            return Ok(false);
-        }
-        let delay = match status.success() {
-            true => restarts.early_exit(),
-            false => restarts.delay(),
-        };
-        let Some(delay) = delay else {
-            let failure = match (status.success(), &job) {
-                (true, Some(j)) => early_text(restarts.max, j.done_samples, j.total_samples),
-                (true, None) => early_text(restarts.max, self.moved.samples.max(0.0), f64::NAN),
-                (false, _) => failure_text(status, restarts.max, &tail),
-            };
-            let _ = self.report(false, true, Some(failure.clone())).await;
-            return Err(AgentError::TrainingFailed(failure));
-        };
-        self.final_report(status.success()).await;
-        let (n, what) = match status.success() {
-            true => (restarts.early, "exited 0 with the job's work not done"),
-            false => (restarts.used, "exited"),
-        };
-        eprintln!(
-            "tern agent: training {what} ({status}); restart {n} of {} in {} s",
-            restarts.max,
-            delay.as_secs()
-        );
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => Ok(true),
-            _ = signals.next() => Ok(false),
-        }
-    }
-
-    /// The training hung and was stopped: restarted from the checkpoint after a backoff
-    /// (true), until the restarts run out (the job fails, saying it hung).
-    async fn after_hang(
-        &mut self,
-        quiet: Duration,
-        samples: f64,
-        restarts: &mut Restarts,
-        signals: &mut Signals,
-    ) -> Result<bool, AgentError> {
-        let Some(delay) = restarts.delay() else {
-            let failure = format!(
-                "the training hung: no progress for {:.0} s at {samples} samples, after {} \
-                 restart(s) in a row that hung or made no progress",
-                quiet.as_secs_f64(),
-                restarts.max
-            );
-            give_up(
-                self.config,
-                self.client,
-                self.instance,
-                self.incarnation,
-                &failure,
-            )
-            .await;
-            return Err(AgentError::TrainingFailed(failure));
-        };
-        eprintln!(
-            "tern agent: restarting the hung training from its checkpoint: restart {} of {} in {} s",
-            restarts.used,
-            restarts.max,
-            delay.as_secs()
-        );
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => Ok(true),
-            _ = signals.next() => Ok(false),
-        }
-    }
-}
-
-/// The job's reason when its training kept exiting 0 before the job's work was done.
-fn early_text(max: u32, done: f64, total: f64) -> String {
-    let of = match total.is_finite() {
-        true => format!("{done:.0} of {total:.0}"),
-        false => format!("{done:.0} of the job's"),
-    };
-    format!(
-        "the training exited 0 at {of} samples, {} times in a row: it stops before the job's \
-         work is done (check its own step, epoch or sample limit against the job's [work])",
-        max + 1
-    )
-}
-
 /// Whether the controller counts the job's work as done, or the job as in one of `over`.
 async fn job_over(client: &Client, job: &str, over: &[&str]) -> bool {
     client
         .job(job)
         .await
         .is_ok_and(|s| s.done_samples >= s.total_samples || over.contains(&s.state.as_str()))
-}
-
-/// The job's reason when its training failed for good.
-fn failure_text(status: std::process::ExitStatus, max: u32, tail: &str) -> String {
-    let mut s = format!("exited with {status} after {max} restart(s) without progress");
-    if !tail.is_empty() {
-        s.push_str("; last lines of stderr:\n");
-        s.push_str(tail);
-    }
-    s
 }
 
 /// The command could not be started at all: the job fails with why.
@@ -919,56 +739,9 @@ async fn give_up(config: &AgentConfig, client: &Client, instance: &str, k: u64, 
         eprintln!("tern agent: could not report the failure: {e}");
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn early_exits_run_out_whatever_each_start_did() {
-        let mut r = Restarts {
-            max: 2,
-            used: 0,
-            early: 0,
-        };
-        // Progress between early exits resets only the failure count, never this one.
-        assert_eq!(r.early_exit(), Some(Duration::from_secs(1)));
-        r.used = 0;
-        assert_eq!(r.early_exit(), Some(Duration::from_secs(2)));
-        assert_eq!(r.early_exit(), None);
-        // A run that was asked to stop ends the streak.
-        r.reset();
-        assert!(r.early_exit().is_some());
-        let text = early_text(2, 1234.0, 5000.0);
-        assert!(
-            text.contains("exited 0 at 1234 of 5000 samples, 3 times"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn a_hang_is_ten_minutes_or_twenty_steps_unless_told() {
-        let min = Duration::from_secs(600);
-        assert_eq!(hang_limit(None, None), min);
-        assert_eq!(hang_limit(None, Some(2.0)), min);
-        assert_eq!(hang_limit(None, Some(60.0)), Duration::from_secs(1200));
-        assert_eq!(hang_limit(None, Some(f64::NAN)), min);
-        let told = Duration::from_secs(5);
-        assert_eq!(hang_limit(Some(told), Some(60.0)), told);
-    }
-
-    #[test]
-    fn restarts_back_off_and_run_out() {
-        let mut r = Restarts {
-            max: 3,
-            used: 0,
-            early: 0,
-        };
-        let delays: Vec<u64> = std::iter::from_fn(|| r.delay().map(|d| d.as_secs())).collect();
-        assert_eq!(delays, [1, 2, 4]);
-        r.used = 0;
-        assert_eq!(r.delay(), Some(Duration::from_secs(1)));
-    }
 
     #[test]
     fn the_training_learns_the_contract_from_its_environment() {

@@ -422,7 +422,6 @@ impl Workload {
         noticed: &[InstanceId],
         mut observation: Option<Observation>,
     ) -> Result<(), ControllerError> {
-        let store = ctl.store().clone();
         // Those that are leaving report first (a notice, a drained instance), so the others
         // hear in the same step that their incarnation lost a node, as they would seconds
         // later in real time.
@@ -439,11 +438,8 @@ impl Workload {
             let mut report = progress(p, &id, k, observation.take());
             report.checkpointed = notice;
             report.stopped = notice;
-            let answer =
-                protocol::report(&store, &self.queue, s.job.name(), &s.fleet, &report, s.now)?;
-            self.queue.take_into(ctl)?;
-            let said = said_of(&answer);
-            self.said(&id, said);
+            let answer = self.send(ctl, s, &report)?;
+            self.said(&id, said_of(&answer));
             if notice {
                 run.agents.insert(id, Agent::Gone);
                 continue;
@@ -480,10 +476,7 @@ impl Workload {
             let mut report = progress(p, id, k, None);
             report.checkpointed = save;
             report.stopped = true;
-            let store = ctl.store().clone();
-            let answer =
-                protocol::report(&store, &self.queue, s.job.name(), &s.fleet, &report, s.now)?;
-            self.queue.take_into(ctl)?;
+            let answer = self.send(ctl, s, &report)?;
             self.said(id, format!("last {}", said_of(&answer)));
         }
         // A drained agent asks again: the answer says whether anything runs here now (a move
@@ -492,6 +485,19 @@ impl Workload {
             Answer::Refused(..) => Agent::Gone,
             Answer::Done(_) => Agent::Asking,
         })
+    }
+
+    /// One report through the protocol, its changes taken into the controller.
+    fn send(
+        &mut self,
+        ctl: &mut Controller,
+        s: &Step<'_>,
+        report: &Progress,
+    ) -> Result<Answer<Verdict>, ControllerError> {
+        let store = ctl.store().clone();
+        let answer = protocol::report(&store, &self.queue, s.job.name(), &s.fleet, report, s.now)?;
+        self.queue.take_into(ctl)?;
+        Ok(answer)
     }
 
     fn said(&mut self, id: &InstanceId, said: String) {
