@@ -94,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::ensure!(s <= u, "--since {s} is after --until {u}");
     }
     let format = if args.json { Format::Json } else { args.format };
-    let (report, decisions) = match &args.source.server {
+    let (report, decisions) = match &args.source.server() {
         Some(url) => from_server(&args, url, &query, format == Format::Html)?,
         None => from_store(&args, &query)?,
     };

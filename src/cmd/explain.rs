@@ -20,7 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let timeline = match &args.source.server {
+    let timeline = match &args.source.server() {
         Some(url) => from_server(&args, url)?,
         None => from_store(&args)?,
     };

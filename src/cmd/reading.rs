@@ -18,9 +18,10 @@ pub struct SourceArgs {
         conflicts_with = "server"
     )]
     pub state: Option<String>,
-    /// Ask a running controller (bearer auth) instead of reading a store.
+    /// Ask a running controller (bearer auth) instead of reading a store; `TERN_SERVER` when
+    /// neither this nor `--state` / `TERN_STATE` is given.
     #[arg(long, value_name = "URL")]
-    pub server: Option<String>,
+    server: Option<String>,
     #[command(flatten)]
     pub token: super::token::TokenArgs,
     /// PEM CA certificate to trust for an `https://` controller.
@@ -29,6 +30,18 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
+    /// The controller to ask, if any: `--server`, else `TERN_SERVER` (not empty) unless a
+    /// store was named. The environment never turns a `--state` call into an error.
+    pub fn server(&self) -> Option<String> {
+        self.server.clone().or_else(|| {
+            self.state.is_none().then(|| {
+                std::env::var("TERN_SERVER")
+                    .ok()
+                    .filter(|s| !s.trim().is_empty())
+            })?
+        })
+    }
+
     /// The store `--state` names (or the default one), read-only: no store created where none
     /// was, no migration, no write lock.
     pub fn store(&self) -> anyhow::Result<Store> {

@@ -59,6 +59,22 @@ fn explain_reads_the_same_timeline_from_the_store_as_from_the_api() {
         std::thread::sleep(Duration::from_millis(300));
     }
     let api = json(&["explain", "bert", "--server", &server, "--json"]);
+    // TERN_SERVER names the controller as --server does (tern status reads it too).
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["explain", "bert", "--json"])
+        .env("TERN_TOKEN", TOKEN)
+        .env("TERN_SERVER", &server)
+        .env_remove("TERN_STATE")
+        .output()
+        .expect("tern");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let by_env: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("json");
+    assert_eq!(by_env, api, "TERN_SERVER reaches the same controller");
     let (ok, _, err) = tern(&["explain", "nope", "--server", &server]);
     assert!(!ok, "an unknown job fails");
     assert!(
