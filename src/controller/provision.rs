@@ -13,8 +13,8 @@ use super::events::{Event, Placement, WaitReason};
 use super::{Controller, Result, delta, hours};
 use crate::store::{InstanceRecord, JobState};
 
-/// How long a cancelled job's instances are kept for its agents to save a checkpoint and say
-/// their workers stopped: the agent's default grace on AWS (100 s), its report interval and a
+/// How long a cancelled or over-budget job's instances are kept for its agents to save a
+/// checkpoint and say their workers stopped: the agent's default grace on AWS (100 s), its report interval and a
 /// margin.
 pub const STOP_GRACE: chrono::TimeDelta = chrono::TimeDelta::seconds(150);
 
@@ -244,7 +244,7 @@ impl Controller {
     /// Terminate what a finished or cancelled job holds; mark it finished.
     async fn release(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
         let ids = self.held_by(name);
-        if self.saving_after_cancel(name, &ids, now)? {
+        if self.saving_after_stop(name, &ids, now)? {
             return Ok(());
         }
         if let Some(e) = self.fleet.jobs.get_mut(name)
@@ -275,11 +275,11 @@ impl Controller {
         self.carry_out(name, Decision::Release { ids }, now).await
     }
 
-    /// A cancelled job's workers still run on `ids`: their agents were told the job is over,
-    /// and save a checkpoint on the way out. Its instances are kept until every worker said it
-    /// stopped, for at most [`STOP_GRACE`] after the cancel (an agent that never answers does
-    /// not hold them longer).
-    fn saving_after_cancel(
+    /// A job cancelled or stopped over budget while its workers still run on `ids`: their
+    /// agents are told the job is over, and save a checkpoint on the way out. Its instances are
+    /// kept until every worker said it stopped, for at most [`STOP_GRACE`] after the job ended
+    /// (an agent that never answers does not hold them longer).
+    fn saving_after_stop(
         &self,
         name: &str,
         ids: &[InstanceId],
@@ -290,7 +290,8 @@ impl Controller {
         };
         let r = &e.record;
         let in_grace = r.finished_at.is_some_and(|t| now - t < STOP_GRACE);
-        if r.state != JobState::Cancelled || ids.is_empty() || !in_grace {
+        let stopped = matches!(r.state, JobState::Cancelled | JobState::OverBudget);
+        if !stopped || ids.is_empty() || !in_grace {
             return Ok(false);
         }
         let current = self.store.incarnation(name)?;

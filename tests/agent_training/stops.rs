@@ -153,3 +153,49 @@ fn a_training_that_hangs_is_stopped_and_restarted_from_its_checkpoint() {
     );
     assert_eq!(gone("hangs", Duration::ZERO), Ok(()));
 }
+
+#[test]
+fn a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint() {
+    let _one = serial();
+    let c = Cluster::start("over-budget", 30_000, 5000);
+    let id = c.instances(1)[0].clone();
+    // No periodic checkpoint: the only one is the save the budget's drain asks for.
+    let never = ["--checkpoint-every", "1000000"];
+    let (mut agent, progress) = run_with(&c, &id, "plain_loop.py", "1", &[], &never);
+    super::wait_for_samples(&progress, 1000.0, Duration::from_secs(60), &agent);
+    assert_eq!(c.status()["checkpoint_samples"].as_f64(), Some(0.0));
+    // An operator cuts the team's budget below what it has spent: its jobs end over budget at
+    // once, and their agents checkpoint on the way out (the instances are kept for that).
+    let quota = "[team.ml]\ntotal_usd = 0.0001\non_exhausted = \"drain\"\n";
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let http = tern::http::client().expect("http");
+    let url = format!("{}/v1/quotas", c.server);
+    let put = async {
+        let req = http.put(url).bearer_auth(super::TOKEN).body(quota);
+        req.send().await
+    };
+    let answer = rt.block_on(put).expect("PUT /v1/quotas");
+    assert!(answer.status().is_success(), "{}", answer.status());
+    assert!(
+        agent.wait(Duration::from_secs(90)).success(),
+        "{}",
+        agent.log()
+    );
+    let log = agent.log();
+    assert!(log.contains("sending SIGTERM"), "{}\n{log}", c.status());
+    assert!(log.contains("reported the workers stopped"), "{log}");
+    let on_disk = checkpoint_in(&progress);
+    assert!(on_disk >= 1000.0, "{}", agent.log());
+    let until = Instant::now() + Duration::from_secs(20);
+    while c.status()["state"] != "over-budget" {
+        assert!(Instant::now() < until, "{}", c.status());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(c.status()["checkpoint_samples"].as_f64(), Some(on_disk));
+    let took = released(&c, Duration::from_secs(10));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(gone("over-budget", Duration::ZERO), Ok(()));
+}
