@@ -28,10 +28,7 @@ fn fleet_of(state: &ApiState, name: &str) -> Fleet {
         .view()
         .jobs
         .get(name)
-        .map(|v| Fleet {
-            live: v.live.clone(),
-            stopping: v.stopping,
-        })
+        .map(|v| v.fleet.clone())
         .unwrap_or_default()
 }
 

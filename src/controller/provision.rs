@@ -14,8 +14,8 @@ use super::{Controller, Result, delta, hours};
 use crate::store::{InstanceRecord, JobState};
 
 /// How long a cancelled or over-budget job's instances are kept for its agents to save a
-/// checkpoint and say their workers stopped: the agent's default grace on AWS (100 s), its report interval and a
-/// margin.
+/// checkpoint and say their workers stopped: the agent's default grace on AWS (100 s), its
+/// report interval and a margin.
 pub const STOP_GRACE: chrono::TimeDelta = chrono::TimeDelta::seconds(150);
 
 /// How old the offers `GET /v1/offers` shows may grow while the controller is idle.
@@ -29,6 +29,8 @@ struct Triage {
     replace: Vec<String>,
     grow: Vec<String>,
     check_move: Vec<String>,
+    /// Draining instances that have not ended, by job: released once their workers stopped.
+    drained: BTreeMap<String, Vec<InstanceId>>,
     /// Jobs whose probe ends at this pass.
     probe_end: Vec<String>,
 }
@@ -56,7 +58,8 @@ impl Controller {
         for name in &triage.release {
             self.release(name, now).await?;
         }
-        self.release_drained(now).await?;
+        self.release_drained(std::mem::take(&mut triage.drained), now)
+            .await?;
         self.drop_policies();
         // The deadline policy learns from one availability sample per pool and tick while
         // any job is active.
@@ -96,8 +99,13 @@ impl Controller {
         // What each job holds comes from the fleet's index by job; only the few draining
         // instances are counted here.
         let mut draining: HashMap<&str, usize> = HashMap::new();
+        let mut t = Triage::default();
         for i in self.fleet.instances.values().filter(|i| i.draining) {
             *draining.entry(i.job.as_str()).or_default() += 1;
+            if i.state != tern_cloud::InstanceState::Terminated {
+                let ids = t.drained.entry(i.job.clone()).or_default();
+                ids.push(i.id.clone());
+            }
         }
         let busy: HashSet<&str> = self
             .fleet
@@ -105,7 +113,6 @@ impl Controller {
             .values()
             .map(|i| i.job.as_str())
             .collect();
-        let mut t = Triage::default();
         for (name, e) in &self.fleet.jobs {
             let r = &e.record;
             let n_held = self.fleet.instances.count_of(name);
@@ -301,10 +308,15 @@ impl Controller {
             .any(|w| w.running && ids.iter().any(|id| id.0 == w.instance)))
     }
 
-    /// Drained instances (a notice, a move, a stop) whose agent reported its workers stopped
-    /// are released now, by intent, rather than billed until the reclaim or the move's end.
-    /// Those an open move will terminate itself are left to it.
-    async fn release_drained(&mut self, now: DateTime<Utc>) -> Result<()> {
+    /// Drained instances (a notice, a move, a stop; `drained`, by job, from the triage's walk)
+    /// whose agent reported its workers stopped are released now, by intent, rather than
+    /// billed until the reclaim or the move's end. Those an open move or termination will end
+    /// are left to it.
+    async fn release_drained(
+        &mut self,
+        drained: BTreeMap<String, Vec<InstanceId>>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         let leaving: HashSet<&InstanceId> = self
             .fleet
             .intents
@@ -315,14 +327,17 @@ impl Controller {
                 _ => &[],
             })
             .collect();
-        let mut by_job: BTreeMap<String, Vec<InstanceId>> = BTreeMap::new();
-        for i in self.fleet.instances.values() {
-            let live = i.state != tern_cloud::InstanceState::Terminated;
-            if i.draining && live && !leaving.contains(&i.id) {
-                by_job.entry(i.job.clone()).or_default().push(i.id.clone());
-            }
-        }
-        for (job, ids) in by_job {
+        let drained: Vec<(String, Vec<InstanceId>)> = drained
+            .into_iter()
+            .map(|(job, ids)| {
+                (
+                    job,
+                    ids.into_iter().filter(|id| !leaving.contains(id)).collect(),
+                )
+            })
+            .filter(|(_, ids): &(String, Vec<InstanceId>)| !ids.is_empty())
+            .collect();
+        for (job, ids) in drained {
             let current = self.store.incarnation(&job)?;
             let stopped: Vec<InstanceId> = ids
                 .into_iter()

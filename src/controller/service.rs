@@ -54,10 +54,8 @@ impl Clock for WallClock {
 pub struct JobView {
     pub status: JobStatus,
     pub drain: bool,
-    /// The job's instances that have not ended, for fencing agents' starts and reports.
-    pub live: Vec<super::fencing::Live>,
-    /// The controller is stopping the job (a budget ran out): its agents are told to drain.
-    pub stopping: bool,
+    /// What fencing decides agents' starts and reports on.
+    pub fleet: super::protocol::Fleet,
 }
 
 /// What the API reads: the jobs as of the last published pass, with the writes queued since.
@@ -97,7 +95,7 @@ fn status_of(
 }
 
 /// The open moves: the instances they launched wait for the workers they replace.
-pub(super) fn moving_intents(ctl: &Controller) -> std::collections::HashSet<tern_cloud::IntentId> {
+fn moving_intents(ctl: &Controller) -> std::collections::HashSet<tern_cloud::IntentId> {
     ctl.fleet
         .intents
         .values()
@@ -107,7 +105,7 @@ pub(super) fn moving_intents(ctl: &Controller) -> std::collections::HashSet<tern
 }
 
 /// One job's fleet as fencing sees it, from the controller itself (the simulated workers ask
-/// here; the API reads the same from the published view).
+/// here; the API reads the same from the published view, built by [`fleet`]).
 pub(super) fn fleet_of(ctl: &Controller, job: &str) -> super::protocol::Fleet {
     let mine: Vec<&InstanceRecord> = ctl
         .fleet
@@ -115,21 +113,18 @@ pub(super) fn fleet_of(ctl: &Controller, job: &str) -> super::protocol::Fleet {
         .of_job(job)
         .filter(|i| i.state != tern_cloud::InstanceState::Terminated)
         .collect();
-    super::protocol::Fleet {
-        live: live_of(&mine, &moving_intents(ctl)),
-        stopping: ctl
-            .fleet
-            .jobs
-            .get(job)
-            .is_some_and(|e| e.stopping.is_some()),
-    }
+    fleet(ctl, job, &mine, &moving_intents(ctl))
 }
 
-pub(super) fn live_of(
+/// `job`'s fleet: `mine`, its instances that have not ended; `moving`, the open moves.
+fn fleet(
+    ctl: &Controller,
+    job: &str,
     mine: &[&InstanceRecord],
     moving: &std::collections::HashSet<tern_cloud::IntentId>,
-) -> Vec<super::fencing::Live> {
-    mine.iter()
+) -> super::protocol::Fleet {
+    let live = mine
+        .iter()
         .map(|i| super::fencing::Live {
             id: i.id.to_string(),
             draining: i.draining,
@@ -137,7 +132,13 @@ pub(super) fn live_of(
             accelerator: i.offer.accelerator().map(|a| a.name.clone()),
             gpus: i.offer.accelerator_units().max(1),
         })
-        .collect()
+        .collect();
+    let stopping = ctl
+        .fleet
+        .jobs
+        .get(job)
+        .is_some_and(|e| e.stopping.is_some());
+    super::protocol::Fleet { live, stopping }
 }
 
 impl View {
@@ -162,12 +163,7 @@ impl View {
                         super::basis::forecast_of(j, ctl.loaded(j.name()), mine),
                     ),
                     drain: j.drain_requested,
-                    live: live_of(mine, &moving),
-                    stopping: ctl
-                        .fleet
-                        .jobs
-                        .get(j.name())
-                        .is_some_and(|e| e.stopping.is_some()),
+                    fleet: fleet(ctl, j.name(), mine, &moving),
                 };
                 (j.name().to_string(), view)
             })
@@ -189,8 +185,7 @@ impl View {
                         super::basis::forecast_of(&a.record, Some(&a.loaded), &[]),
                     ),
                     drain: false,
-                    live: Vec::new(),
-                    stopping: false,
+                    fleet: super::protocol::Fleet::default(),
                 };
                 self.jobs.insert(a.record.name().to_string(), view);
             }
