@@ -41,6 +41,30 @@ pub(super) fn pool<'a>(
     v
 }
 
+/// `offers` as one job sees them when it plans its whole fleet anew: the cloud leaves every
+/// instance already running out of what a spot pool still offers, but the job's own (`mine`,
+/// not draining) are its to keep, so they count as room in their pool. Another job's
+/// instances still count against it.
+pub(super) fn with_own_room(offers: &[Offer], mine: &[&InstanceRecord]) -> Vec<Offer> {
+    let mut out = offers.to_vec();
+    for o in out.iter_mut().filter(|o| o.capacity == Capacity::Spot) {
+        let key = o.key();
+        let own = mine
+            .iter()
+            .filter(|i| !i.draining && i.offer.key() == key)
+            .count() as u32;
+        if own == 0 {
+            continue;
+        }
+        o.availability = match o.availability {
+            Availability::Unavailable => Availability::Available(Some(own)),
+            Availability::Available(Some(n)) => Availability::Available(Some(n + own)),
+            other => other,
+        };
+    }
+    out
+}
+
 /// Whether any spot offer of `shape` is among `offers` (the ones a job's constraints allow),
 /// with capacity now or not: waiting for spot makes sense only then. An on-demand-only job,
 /// or one whose allowed zones sell no spot, runs on on-demand at once.

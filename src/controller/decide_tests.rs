@@ -483,3 +483,38 @@ fn a_queued_request_is_cancelled_only_when_the_deadline_needs_on_demand() {
     let idle = call(Policy::Idle);
     assert_eq!(short(&queued(&request, Some(&idle), None)), "nothing");
 }
+
+#[test]
+fn a_jobs_own_nodes_are_room_in_their_pool_and_nobody_elses() {
+    let full = offer(SHAPE, "us-west-2a", Capacity::Spot)
+        .availability(tern_cloud::Availability::Unavailable)
+        .build();
+    let some = offer(SHAPE, "us-west-2b", Capacity::Spot)
+        .availability(tern_cloud::Availability::Available(Some(2)))
+        .build();
+    let offers = vec![full, some, od("us-west-2a")];
+    let mut leaving = node("c", "us-west-2b", Capacity::Spot);
+    leaving.draining = true;
+    let mine = [
+        node("a", "us-west-2a", Capacity::Spot),
+        node("b", "us-west-2b", Capacity::Spot),
+        leaving,
+        node("d", "us-west-2a", Capacity::OnDemand),
+    ];
+    let mine: Vec<&InstanceRecord> = mine.iter().collect();
+    let seen = with_own_room(&offers, &mine);
+    let room: Vec<tern_cloud::Availability> = seen.iter().map(|o| o.availability).collect();
+    assert_eq!(
+        room,
+        [
+            // Its one node in a full pool: room for that node.
+            tern_cloud::Availability::Available(Some(1)),
+            // Two more offered, one held (the draining node's slot is being taken back).
+            tern_cloud::Availability::Available(Some(3)),
+            // On-demand is not counted.
+            offers[2].availability,
+        ]
+    );
+    // Nothing of another job's counts: no node of this job, the offers as the cloud said.
+    assert_eq!(with_own_room(&offers, &[]), offers);
+}

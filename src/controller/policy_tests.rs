@@ -375,3 +375,69 @@ async fn alike_jobs_share_one_policy_object() {
     }
     assert_eq!(ctl.policy_objects(), 2);
 }
+
+/// The one-slot trace: zone a sells one spot node at $0.90/h, and the job holds it; zone b has
+/// room at $1.10/h. The cloud leaves the job's own node out of what a still offers, but the
+/// job's own instances never count against it: with a deadline and without, the job stays in
+/// a and never moves to the dearer zone, also after a probe of an unmeasured job (whose move
+/// off the probe's on-demand node lands on spot in a).
+#[tokio::test]
+async fn a_job_holding_the_only_slot_of_the_cheapest_zone_never_moves_to_a_dearer_one() {
+    let cases = [
+        (Some("72h"), true),
+        (None, true),
+        (Some("72h"), false),
+        (None, false),
+    ];
+    for (deadline, measured) in cases {
+        let start = start();
+        let sim = sim(vec![
+            trace("us-west-2a", vec![1; 80], 0.9),
+            trace("us-west-2b", vec![8; 80], 1.1),
+        ]);
+        let (store, mut ctl) = controller("one-slot", &sim);
+        let mut spec = tern_cloud::testkit::spec("j").deadline(deadline);
+        if !measured {
+            spec = spec.unmeasured();
+        }
+        let spec = spec.build();
+        ctl.submit(spec, start).expect("submit");
+        let mut workload = Workload::new();
+        let step = Duration::from_secs(u64::from(GAP) / 6);
+        for _ in 0..120 {
+            ctl.pass(sim.now()).await.expect("pass");
+            sim.advance(step);
+            workload.step(&mut ctl, step, sim.now()).expect("workload");
+            for i in ctl.instances().filter(|i| i.job == "j") {
+                assert_eq!(
+                    i.offer.zone.as_str(),
+                    "us-west-2a",
+                    "{deadline:?}, measured {measured}: {i:?}"
+                );
+            }
+        }
+        let kinds: Vec<String> = store
+            .events(0, Some("j"))
+            .expect("events")
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert!(kinds.iter().any(|k| k == "workers"), "{kinds:?}");
+        // The probe's move from on-demand to spot in a is the only kind allowed: to a cheaper
+        // pool, never out of a.
+        for e in ctl.typed_events(Some("j")).expect("events") {
+            if let Event::Migrating {
+                from_price,
+                to_price,
+                to_zone,
+                ..
+            } = &e
+            {
+                assert!(
+                    to_price < from_price && to_zone.as_str() == "us-west-2a",
+                    "{deadline:?}, measured {measured}: {e:?}"
+                );
+            }
+        }
+    }
+}

@@ -147,6 +147,18 @@ async fn a_job_nobody_measured_probes_is_measured_and_planned() {
     let step = p.expect("prediction").step_s;
     assert_eq!(basis.as_str(), "measured");
     assert!((step - 0.2).abs() / 0.2 < 0.10, "measured step {step}");
+    // The plan after the probe stands on the measured steps: its event names no weaker basis.
+    let planned: Vec<events::Placement> = ctl
+        .typed_events(Some("cold"))
+        .expect("events")
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Planned { placement, .. } => Some(placement),
+            _ => None,
+        })
+        .collect();
+    let last = planned.last().expect("a plan");
+    assert_eq!(last.basis, None, "{last:?}");
 }
 
 #[tokio::test]

@@ -257,6 +257,8 @@ impl Controller {
         nodes: u32,
     ) -> Option<String> {
         let e = self.fleet.jobs.get(name)?;
+        // The planner names a VM's accelerators `NAME:COUNT`; the forecaster knows `NAME`.
+        let accelerator = accelerator.split_once(':').map_or(accelerator, |(a, _)| a);
         let (basis, p) = e.loaded.as_ref()?.forecast_at(accelerator, gpus, nodes);
         if basis == crate::jobs::ForecastBasis::Measured {
             return None;
@@ -633,6 +635,21 @@ impl Controller {
                 "the plan wants {}× {} (expected ${:.2}); placed like any job",
                 c.nodes, c.instance_type, c.expected_cost
             ),
+            Some(c) if let Some(net) = self.staying_pays(name, fleet, c, now) => {
+                let here = &fleet[0].offer;
+                self.retarget(name, &here.key(), fleet.len() as u32, now)?;
+                format!(
+                    "the plan wants {}× {} (expected ${:.2}), but moving saves nothing after \
+                     the restart (net ${net:.2}): the job keeps {}× {} {} in {}",
+                    c.nodes,
+                    c.instance_type,
+                    c.expected_cost,
+                    fleet.len(),
+                    here.instance_type.name,
+                    here.capacity,
+                    here.zone
+                )
+            }
             Some(c) => {
                 moving = Some(c.clone());
                 format!(
@@ -647,6 +664,39 @@ impl Controller {
             None => outcome,
         };
         Ok((outcome, moving))
+    }
+
+    /// The net saving of moving from the probe's `fleet` to the plan's choice `c`, when it is
+    /// not positive and the probe's capacity still meets the deadline at the pessimistic
+    /// speed: then the job stays. What staying costs (its $/h over the work left at its own
+    /// speed) against the plan's expected cost there, one restart on the new nodes, and the
+    /// egress of the checkpoint and the data when the move leaves their region.
+    fn staying_pays(
+        &self,
+        name: &str,
+        fleet: &[InstanceRecord],
+        c: &tern_plan::Config,
+        now: DateTime<Utc>,
+    ) -> Option<f64> {
+        let here = &fleet.first()?.offer;
+        let (expected, pessimistic) = self.throughput(name, here, fleet.len() as u32)?;
+        let rate: f64 = fleet.iter().map(|i| i.offer.price_per_hour).sum();
+        let e = self.fleet.jobs.get(name)?;
+        let per_gb = tern_policies::fleet::EGRESS_DOLLARS_PER_GB;
+        let checkpoint = if c.region != here.region.as_str() {
+            e.record.spec.checkpoint.size_gb * per_gb
+        } else {
+            0.0
+        };
+        let egress = checkpoint + e.record.spec.constraints.data_egress(&c.region, per_gb);
+        let net = rate * self.work_hours(name, expected)
+            - c.expected_cost
+            - self.restart_hours(name) * c.hourly
+            - egress;
+        let meets = e.record.deadline_at.is_none_or(|d| {
+            self.work_hours(name, pessimistic) <= (d - now).num_seconds() as f64 / 3600.0
+        });
+        (net <= 0.0 && meets).then_some(net)
     }
 
     /// The plan made at the probe's end is the job's first real plan: its estimate is the
@@ -682,7 +732,8 @@ impl Controller {
     /// The job's plan alone on its allowed offers ([`super::provision::solve_alone`]).
     async fn plan_one(&self, name: &str, offers: &[Offer], now: DateTime<Utc>) -> Option<JobPlan> {
         let job = self.plan_job(name, now)?;
-        let offers = self.allowed_offers(name, offers).into_owned();
+        let offers =
+            super::decide::with_own_room(&self.allowed_offers(name, offers), &self.live_of(name));
         let options = self.plan_options(&[name]);
         super::provision::solve_alone(job, offers, options).await
     }
