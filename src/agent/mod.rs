@@ -43,6 +43,7 @@ use tree::{Spawn, Tree};
 
 use crate::api::client::{Client, ClientError};
 use crate::api::wire::{Action, Progress, ProgressReply, StartReply};
+use crate::store::Ended;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -202,7 +203,7 @@ impl Run<'_> {
         stopped: bool,
         failure: Option<String>,
     ) -> Result<ProgressReply, ClientError> {
-        self.report_as(checkpointed, stopped, failure, false).await
+        self.report_as(checkpointed, stopped, failure, None).await
     }
 
     async fn report_as(
@@ -210,7 +211,7 @@ impl Run<'_> {
         checkpointed: bool,
         stopped: bool,
         failure: Option<String>,
-        hung: bool,
+        ended: Option<Ended>,
     ) -> Result<ProgressReply, ClientError> {
         let f = self.read().or_else(|| self.last.clone());
         let progress = Progress {
@@ -222,7 +223,8 @@ impl Run<'_> {
             instance: Some(self.instance.to_string()),
             stopped,
             failure,
-            hung,
+            hung: ended == Some(Ended::Hung),
+            crashed: ended == Some(Ended::Crashed),
         };
         let reply = self.client.progress(&self.config.job, &progress).await?;
         if f.is_some() {
@@ -413,7 +415,7 @@ impl Run<'_> {
             self.moved.samples
         );
         let durable = self.stop(Why::Hung).await?;
-        if let Err(e) = self.report_as(durable, true, None, true).await {
+        if let Err(e) = self.report_as(durable, true, None, Some(Ended::Hung)).await {
             eprintln!("tern agent: last report not taken: {e}");
         }
         Ok(End::Hung {
@@ -444,7 +446,12 @@ impl Run<'_> {
 
     /// The workers are gone: their last report. Refused when they were fenced meanwhile.
     async fn final_report(&mut self, checkpointed: bool) {
-        match self.report(checkpointed, true, None).await {
+        self.final_report_as(checkpointed, None).await;
+    }
+
+    /// The last report, saying how the workers ended when they ended by themselves.
+    async fn final_report_as(&mut self, checkpointed: bool, ended: Option<Ended>) {
+        match self.report_as(checkpointed, true, None, ended).await {
             Ok(_) => eprintln!(
                 "tern agent: reported the workers stopped (checkpoint {}, {})",
                 self.checkpoint_now(),
@@ -734,6 +741,7 @@ async fn give_up(config: &AgentConfig, client: &Client, instance: &str, k: u64, 
         stopped: true,
         failure: Some(why.to_string()),
         hung: false,
+        crashed: false,
     };
     if let Err(e) = client.progress(&config.job, &progress).await {
         eprintln!("tern agent: could not report the failure: {e}");

@@ -110,7 +110,8 @@ impl Run<'_> {
             let _ = self.report(false, true, Some(failure.clone())).await;
             return Err(AgentError::TrainingFailed(failure));
         };
-        self.final_report(status.success()).await;
+        let ended = (!status.success()).then_some(crate::store::Ended::Crashed);
+        self.final_report_as(status.success(), ended).await;
         let (n, what) = match status.success() {
             true => (restarts.early, "exited 0 with the job's work not done"),
             false => (restarts.used, "exited"),

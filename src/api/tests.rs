@@ -194,6 +194,7 @@ pub(super) fn report(
         stopped: false,
         failure: None,
         hung: false,
+        crashed: false,
     }
 }
 

@@ -78,6 +78,11 @@ pub struct Progress {
     /// for its hang timeout (they are restarted from the checkpoint).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hung: bool,
+    /// Set with `stopped` when the workers exited by themselves with a failure status (they
+    /// are restarted from the checkpoint). A node whose workers crash or hang in three
+    /// incarnations in a row is quarantined: drained, released and replaced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crashed: bool,
 }
 
 /// `POST /v1/jobs/{name}/start`: an agent asks to start the job's workers on its instance.

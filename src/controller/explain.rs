@@ -31,6 +31,7 @@ const CHANGES: &[&str] = &[
     "cancel",
     "failed",
     "over-budget",
+    "quarantine",
 ];
 
 /// The timeline of `job` from its stored events (oldest first; others' events are skipped).
@@ -194,6 +195,8 @@ fn decision(e: &Event) -> Option<(&'static str, BTreeMap<String, f64>)> {
             if *on_demand { "fallback" } else { "replace" }
         }
         Event::QueueCancelled { .. } => "fallback",
+        // A node held the job back: it is drained, released and replaced.
+        Event::Quarantined { .. } => "quarantine",
         // The user's decision, not the controller's: it still ends the job's timeline.
         Event::Cancelled { .. } => "cancel",
         Event::Regrouped { released, .. } => {

@@ -101,6 +101,16 @@ pub enum Request {
     Observed {
         job: String,
         loaded: Arc<LoadedJob>,
+        /// The node that measured the step, and the step: for the straggler watch.
+        node: Option<(String, f64)>,
+        at: DateTime<Utc>,
+    },
+    /// The workers on `instance` crashed or hung in the last incarnations in a row (already in
+    /// the store): the node is quarantined.
+    Failing {
+        job: String,
+        instance: String,
+        reason: String,
         at: DateTime<Utc>,
     },
     /// A new quota file, checked (SIGHUP or `PUT /v1/quotas`).
@@ -116,6 +126,7 @@ impl Request {
             | Request::Failed { job, .. }
             | Request::Started { job, .. }
             | Request::Hung { job, .. }
+            | Request::Failing { job, .. }
             | Request::Progress { job, .. }
             | Request::Observed { job, .. } => Some(job),
             Request::Limits(_) => None,
@@ -155,6 +166,7 @@ impl Controller {
         self.apply(Request::Observed {
             job: o.job.clone(),
             loaded,
+            node: None,
             at: o.at,
         })
     }
@@ -248,14 +260,28 @@ impl Controller {
                 }
                 Ok(())
             }
-            Request::Observed { job, loaded, at } => {
+            Request::Observed {
+                job,
+                loaded,
+                node,
+                at,
+            } => {
                 let old = self.fleet.jobs.get(&job).and_then(|e| e.loaded.clone());
                 self.basis_changed(&job, old.as_deref(), &loaded, at)?;
                 if let Some(e) = self.fleet.jobs.get_mut(&job) {
                     e.loaded = Some(loaded);
                 }
-                Ok(())
+                match node {
+                    Some((instance, step_s)) => self.watch_step(&job, &instance, step_s, at),
+                    None => Ok(()),
+                }
             }
+            Request::Failing {
+                job,
+                instance,
+                reason,
+                at,
+            } => self.quarantine(&job, &instance, reason, at),
         }
     }
 

@@ -26,6 +26,7 @@ mod disruption;
 pub mod events;
 pub mod explain;
 pub mod fencing;
+pub mod health;
 pub mod inputs;
 mod instances;
 mod intents;
@@ -209,6 +210,8 @@ struct JobEntry {
     second_probe_weighed: bool,
     /// Stopping because a budget runs out ([`budget`]).
     stopping: Option<budget::Stop>,
+    /// Its nodes' measured steps, for finding a straggler ([`health`]).
+    watch: health::Watch,
 }
 
 /// What the controller manages: its jobs, their live instances and the open intents.
@@ -356,6 +359,7 @@ impl JobEntry {
             cold_plan: None,
             second_probe_weighed: false,
             stopping: None,
+            watch: health::Watch::default(),
         }
     }
 }
@@ -580,6 +584,8 @@ pub(crate) fn fmt_workers(spec: &JobSpec) -> String {
 mod budget_tests;
 #[cfg(test)]
 mod flapping_tests;
+#[cfg(test)]
+mod health_tests;
 #[cfg(test)]
 mod limits_tests;
 #[cfg(test)]

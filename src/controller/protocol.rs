@@ -10,9 +10,10 @@ use chrono::{DateTime, Utc};
 
 use super::ControllerError;
 use super::fencing::{self, JobSide, Live, Report, Start};
+use super::health::FAILING_IN_A_ROW;
 use super::inputs::{Request as Change, refit_with};
 use crate::api::wire::{Action, Progress};
-use crate::store::{JobState, Store};
+use crate::store::{Ended, JobState, Store};
 
 /// Where the protocol's changes go once they are in the store: the service's inbox, or the
 /// simulated world's queue that its controller takes in.
@@ -68,7 +69,7 @@ pub fn start(
     // own worker is fenced now, whatever the answer, so the rest of its incarnation hears of
     // it (`stop`) instead of waiting on it while it waits on them.
     if !record.state.is_final() && current.worker(instance).is_some_and(|w| w.running) {
-        store.stop_workers(job, current.number, instance, None, now)?;
+        store.stop_workers(job, current.number, instance, None, None, now)?;
         current = store.incarnation(job)?;
     }
     let side = JobSide {
@@ -171,10 +172,12 @@ pub fn report(
     if let (Some(o), Some(loaded)) = (&p.observation, loaded) {
         store.add_observation(o)?;
         let job = name.to_string();
+        let node = p.instance.clone().map(|i| (i, o.step_seconds));
         shared.send(
             Change::Observed {
                 job,
                 loaded,
+                node,
                 at: now,
             },
             false,
@@ -195,7 +198,12 @@ pub fn report(
     if p.stopped
         && let (Some(instance), Some(k)) = (&p.instance, p.incarnation)
     {
-        store.stop_workers(name, k, instance, p.failure.as_deref(), now)?;
+        let ended = match (p.hung, p.crashed) {
+            (true, _) => Some(Ended::Hung),
+            (false, true) => Some(Ended::Crashed),
+            (false, false) => None,
+        };
+        store.stop_workers(name, k, instance, p.failure.as_deref(), ended, now)?;
         if p.hung {
             let hung = Change::Hung {
                 job: name.to_string(),
@@ -205,10 +213,11 @@ pub fn report(
             };
             shared.send(hung, false);
         }
-        if let Some(failure) = &p.failure
-            && !finished
-        {
-            fail(store, shared, name, instance, failure, now)?;
+        match &p.failure {
+            Some(failure) if !finished => fail(store, shared, name, instance, failure, now)?,
+            Some(_) => {}
+            None if ended.is_some() => failing(store, shared, name, instance, now)?,
+            None => {}
         }
     }
     Ok(Answer::Done(Verdict {
@@ -242,7 +251,7 @@ fn record_last(
         })?;
     store.set_progress(name, &checked.progress, now)?;
     if let (Some(instance), Some(k)) = (&p.instance, p.incarnation) {
-        store.stop_workers(name, k, instance, None, now)?;
+        store.stop_workers(name, k, instance, None, None, now)?;
     }
     shared.send(
         Change::Progress {
@@ -257,6 +266,29 @@ fn record_last(
         state: current.state,
         clamped: checked.clamped,
     }))
+}
+
+/// The workers on `instance` ended by themselves: once that happened in
+/// [`FAILING_IN_A_ROW`] incarnations in a row there, the node is quarantined.
+fn failing(
+    store: &Store,
+    shared: &dyn Sink,
+    job: &str,
+    instance: &str,
+    now: DateTime<Utc>,
+) -> Result<(), ControllerError> {
+    let n = store.ended_in_a_row(job, instance, FAILING_IN_A_ROW)?;
+    if n >= FAILING_IN_A_ROW {
+        let reason = format!("its workers crashed or hung in {n} incarnations in a row");
+        let change = Change::Failing {
+            job: job.to_string(),
+            instance: instance.to_string(),
+            reason,
+            at: now,
+        };
+        shared.send(change, true);
+    }
+    Ok(())
 }
 
 /// The workers on `instance` failed for good: the job fails with how.

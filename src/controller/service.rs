@@ -212,6 +212,7 @@ impl View {
             Request::Observed { .. }
             | Request::Started { .. }
             | Request::Hung { .. }
+            | Request::Failing { .. }
             | Request::Limits(_) => {}
         }
     }

@@ -519,6 +519,7 @@ fn progress(p: &Samples, id: &InstanceId, k: u64, observation: Option<Observatio
         stopped: false,
         failure: None,
         hung: false,
+        crashed: false,
     }
 }
 

@@ -22,7 +22,7 @@ mod reader;
 mod records;
 pub mod sql;
 mod workers;
-pub use workers::{Incarnation, Worker};
+pub use workers::{Ended, Incarnation, Worker};
 mod audit;
 mod sqlite;
 mod tokens;

@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_event_fields.sql"),
     include_str!("migrations/0010_tokens_audit.sql"),
     include_str!("migrations/0011_lease_epoch.sql"),
+    include_str!("migrations/0012_worker_ended.sql"),
 ];
 
 /// The schema this tern knows: how many migrations it has.

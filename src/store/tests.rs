@@ -435,6 +435,40 @@ fn tokens_and_audit(open: &dyn Fn() -> Store) {
     assert_eq!(nlp[0].team.as_deref(), Some("nlp"));
 }
 
+/// How a node's workers ended, incarnation after incarnation: the count of those that ended by
+/// themselves in a row, from the latest back, stops at one that was asked to stop.
+fn workers_ended_in_a_row(store: &Store) {
+    let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
+    let ends = [
+        Some(Ended::Hung),
+        None,
+        Some(Ended::Crashed),
+        Some(Ended::Hung),
+    ];
+    for (k, ended) in ends.into_iter().enumerate() {
+        let k = k as u64 + 1;
+        store.start_workers("j", k, "node", t0).expect("start");
+        store.start_workers("j", k, "other", t0).expect("start");
+        store
+            .stop_workers("j", k, "node", None, ended, t0)
+            .expect("stop");
+        store
+            .stop_workers("j", k, "other", None, None, t0)
+            .expect("stop");
+    }
+    assert_eq!(store.ended_in_a_row("j", "node", 3).expect("count"), 2);
+    assert_eq!(store.ended_in_a_row("j", "node", 1).expect("count"), 1);
+    assert_eq!(store.ended_in_a_row("j", "other", 3).expect("count"), 0);
+    // Workers started again in the latest incarnation run: only the ended ones count.
+    store.start_workers("j", 4, "node", t0).expect("restart");
+    assert_eq!(store.ended_in_a_row("j", "node", 3).expect("count"), 1);
+}
+
+#[test]
+fn sqlite_workers_ended_in_a_row() {
+    workers_ended_in_a_row(&Store::in_memory().expect("store"));
+}
+
 #[test]
 fn sqlite_tokens_and_audit() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -540,6 +574,9 @@ fn postgres_store_passes_the_same_checks() {
 
     let url = cluster.create_db("tokens").expect("db");
     tokens_and_audit(&|| Store::connect(&url).expect("connect"));
+
+    let url = cluster.create_db("workers").expect("db");
+    workers_ended_in_a_row(&Store::connect(&url).expect("connect"));
 
     let url = cluster.create_db("lease").expect("db");
     lease_elects_one_leader(&Store::connect(&url).expect("connect"));

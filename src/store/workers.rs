@@ -6,6 +6,23 @@ use chrono::{DateTime, Utc};
 use super::sql::{Row, params};
 use super::{Result, Store, ms, time};
 
+/// How a node's workers ended by themselves (the `ended` column): a failure exit status, or
+/// no progress for the agent's hang timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Crashed,
+    Hung,
+}
+
+impl Ended {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Crashed => "crashed",
+            Ended::Hung => "hung",
+        }
+    }
+}
+
 /// One instance's workers in one incarnation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Worker {
@@ -74,28 +91,49 @@ impl Store {
             "INSERT INTO workers (job, incarnation, instance, running, started_at)
              VALUES (?1, ?2, ?3, 1, ?4)
              ON CONFLICT (job, incarnation, instance)
-             DO UPDATE SET running = 1, started_at = ?4, stopped_at = NULL, failure = NULL",
+             DO UPDATE SET running = 1, started_at = ?4, stopped_at = NULL, failure = NULL,
+                 ended = NULL",
             params![job, n, instance, ms(now)],
         )?;
         Ok(())
     }
 
     /// `instance`'s workers of `incarnation` are gone (their agent said so, or it asks to
-    /// start again); `failure` when they failed for good.
+    /// start again); `failure` when they failed for good, `ended` when they ended by
+    /// themselves.
     pub fn stop_workers(
         &self,
         job: &str,
         incarnation: u64,
         instance: &str,
         failure: Option<&str>,
+        ended: Option<Ended>,
         now: DateTime<Utc>,
     ) -> Result<()> {
         let n = i64::try_from(incarnation).unwrap_or(i64::MAX);
         self.exec(
-            "UPDATE workers SET running = 0, stopped_at = ?4, failure = ?5
+            "UPDATE workers SET running = 0, stopped_at = ?4, failure = ?5, ended = ?6
              WHERE job = ?1 AND incarnation = ?2 AND instance = ?3 AND running <> 0",
-            params![job, n, instance, ms(now), failure],
+            params![job, n, instance, ms(now), failure, ended.map(Ended::as_str)],
         )?;
         Ok(())
+    }
+
+    /// In how many of its last incarnations of `job`, in a row up to the latest, `instance`'s
+    /// workers ended by themselves (crashed or hung); at most `limit` are looked at.
+    pub fn ended_in_a_row(&self, job: &str, instance: &str, limit: u32) -> Result<u32> {
+        let rows = self.query(
+            "SELECT ended FROM workers WHERE job = ?1 AND instance = ?2 AND running = 0
+             ORDER BY incarnation DESC LIMIT ?3",
+            params![job, instance, i64::from(limit)],
+        )?;
+        let mut n = 0;
+        for r in &rows {
+            if r.opt_text(0)?.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n)
     }
 }

@@ -1,0 +1,244 @@
+//! Quarantine end to end on the simulated cloud, with the test as the agents (on the worker
+//! protocol): a straggler and a node whose workers keep crashing are each drained, released by
+//! intent once their workers stopped, and replaced by another instance; never reused.
+
+use std::sync::Mutex;
+
+use tern_cloud::{InstanceState, Observation};
+
+use super::inputs::Request;
+use super::protocol::{self, Answer, Sink};
+use super::tests::sim;
+use super::*;
+use crate::api::wire::Progress;
+
+/// The protocol's changes, taken into the controller after each call.
+#[derive(Default)]
+struct Inbox {
+    changes: Mutex<Vec<Request>>,
+    writers: Mutex<()>,
+}
+
+impl Sink for Inbox {
+    fn send(&self, change: Request, _urgent: bool) {
+        self.changes.lock().expect("lock").push(change);
+    }
+    fn writers(&self) -> &Mutex<()> {
+        &self.writers
+    }
+}
+
+impl Inbox {
+    fn take_into(&self, ctl: &mut Controller) {
+        for c in std::mem::take(&mut *self.changes.lock().expect("lock")) {
+            ctl.apply(c).expect("apply");
+        }
+    }
+}
+
+fn setup(workers: &str, deadline: &str) -> (Arc<tern_sim::SimCloud>, Controller) {
+    let sim = sim(vec![tern_sim::Trace {
+        spot_price: Some(0.9),
+        ..tern_sim::testkit::trace("us-west-2a", vec![8; 400])
+    }]);
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let config = ControllerConfig::new("health", vec![Region::new("us-west-2")]);
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    // Measured on two nodes too, so the planner can forecast a two-node fleet.
+    let two = "[[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 64\n\
+               step_seconds = 0.21";
+    let spec = tern_cloud::testkit::spec("j")
+        .workers(workers)
+        .deadline(Some(deadline))
+        .section(two)
+        .build();
+    ctl.submit(spec, sim.now()).expect("submit");
+    (sim, ctl)
+}
+
+/// Passes a minute apart until `n` of the job's instances run.
+async fn until_running(ctl: &mut Controller, sim: &tern_sim::SimCloud, n: usize) -> Vec<String> {
+    for _ in 0..30 {
+        ctl.pass(sim.now()).await.expect("pass");
+        let running: Vec<String> = ctl
+            .instances()
+            .filter(|i| i.job == "j" && i.state == InstanceState::Running && !i.draining)
+            .map(|i| i.id.to_string())
+            .collect();
+        if running.len() >= n {
+            return running;
+        }
+        sim.advance(Duration::from_secs(60));
+    }
+    let said: Vec<String> = ctl
+        .store()
+        .events(0, Some("j"))
+        .expect("events")
+        .into_iter()
+        .map(|e| format!("{}: {}", e.kind, e.message))
+        .collect();
+    panic!("the job never ran on {n} nodes: {said:#?}");
+}
+
+fn start(ctl: &mut Controller, inbox: &Inbox, instance: &str, now: DateTime<Utc>) -> Answer<u64> {
+    let fleet = service::fleet_of(ctl, "j");
+    let a = protocol::start(ctl.store(), inbox, "j", instance, &fleet, now).expect("start");
+    inbox.take_into(ctl);
+    match a {
+        Answer::Done((k, _)) => Answer::Done(k),
+        Answer::Refused(action, why) => Answer::Refused(action, why),
+    }
+}
+
+fn report(ctl: &mut Controller, inbox: &Inbox, p: Progress, now: DateTime<Utc>) -> bool {
+    let fleet = service::fleet_of(ctl, "j");
+    let a = protocol::report(ctl.store(), inbox, "j", &fleet, &p, now).expect("report");
+    inbox.take_into(ctl);
+    match a {
+        Answer::Done(v) => v.drain,
+        Answer::Refused(..) => true,
+    }
+}
+
+fn progress(instance: &str, k: u64, done: f64, step_s: Option<f64>) -> Progress {
+    Progress {
+        done_samples: done,
+        checkpoint_samples: done,
+        checkpointed: false,
+        observation: step_s.map(|s| Observation {
+            job: "j".into(),
+            accelerator: "V100".into(),
+            gpus: 2,
+            nodes: 2,
+            local_batch: 64,
+            step_seconds: s,
+            sync_seconds: None,
+            at: Utc::now(),
+        }),
+        incarnation: Some(k),
+        instance: Some(instance.into()),
+        stopped: false,
+        failure: None,
+        hung: false,
+        crashed: false,
+    }
+}
+
+fn quarantined(ctl: &Controller) -> Vec<(String, String)> {
+    ctl.typed_events(Some("j"))
+        .expect("events")
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Quarantined {
+                instance, reason, ..
+            } => Some((instance, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// After the bad node's workers stopped: the next passes release it by a terminate intent and
+/// the job runs on `n` nodes again, none of them the bad one.
+async fn released_and_replaced(
+    ctl: &mut Controller,
+    sim: &tern_sim::SimCloud,
+    bad: &str,
+    n: usize,
+) {
+    ctl.pass(sim.now()).await.expect("pass");
+    let terminated = ctl
+        .typed_events(Some("j"))
+        .expect("events")
+        .into_iter()
+        .any(|e| matches!(&e, Event::Terminated { ids, .. } if ids.iter().any(|x| x.0 == bad)));
+    assert!(terminated, "the quarantined node is released by intent");
+    let running = until_running(ctl, sim, n).await;
+    assert!(!running.iter().any(|i| i == bad), "{running:?}");
+    assert!(
+        ctl.instances()
+            .all(|i| i.id.0 != bad || i.state == InstanceState::Terminated),
+        "the quarantined node is not reused"
+    );
+}
+
+#[tokio::test]
+async fn a_straggler_is_quarantined_released_and_replaced() {
+    // Due in 14 h: 17 h of work on one node, so the elastic job runs on two.
+    let (sim, mut ctl) = setup("{ min = 1, max = 2 }", "14h");
+    let inbox = Inbox::default();
+    let nodes = until_running(&mut ctl, &sim, 2).await;
+    let k = nodes
+        .iter()
+        .map(|id| match start(&mut ctl, &inbox, id, sim.now()) {
+            Answer::Done(k) => k,
+            Answer::Refused(a, why) => panic!("{a:?}: {why}"),
+        })
+        .max()
+        .expect("k");
+    let (fast, slow) = (&nodes[0], &nodes[1]);
+    let mut done = 0.0;
+    let mut drained_at = None;
+    for minute in 0..15 {
+        done += 1000.0;
+        let now = sim.now();
+        assert!(!report(
+            &mut ctl,
+            &inbox,
+            progress(fast, k, done, Some(0.2)),
+            now
+        ));
+        if report(&mut ctl, &inbox, progress(slow, k, done, Some(0.5)), now) {
+            drained_at = Some(minute);
+            break;
+        }
+        sim.advance(Duration::from_secs(60));
+    }
+    // Found at minute 10, slow since minute 0; its next report hears the drain.
+    assert_eq!(
+        drained_at,
+        Some(11),
+        "told to drain once slow for ten minutes"
+    );
+    let q = quarantined(&ctl);
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert_eq!(&q[0].0, slow);
+    assert!(q[0].1.contains("straggler"), "{q:?}");
+    let mut last = progress(slow, k, done, None);
+    (last.stopped, last.checkpointed) = (true, true);
+    report(&mut ctl, &inbox, last, sim.now());
+    released_and_replaced(&mut ctl, &sim, slow, 2).await;
+}
+
+#[tokio::test]
+async fn a_node_whose_workers_crash_three_incarnations_in_a_row_is_quarantined() {
+    let (sim, mut ctl) = setup("1", "48h");
+    let inbox = Inbox::default();
+    let node = until_running(&mut ctl, &sim, 1).await.remove(0);
+    let mut done = 0.0;
+    // Crashed, stopped as asked (not counted: the row starts again), then three crashes.
+    for (round, crashed) in [true, false, true, true, true].into_iter().enumerate() {
+        let Answer::Done(k) = start(&mut ctl, &inbox, &node, sim.now()) else {
+            panic!("round {round}: no start");
+        };
+        done += 1000.0;
+        let mut p = progress(&node, k, done, None);
+        (p.stopped, p.crashed) = (true, crashed);
+        report(&mut ctl, &inbox, p, sim.now());
+        let q = quarantined(&ctl);
+        assert_eq!(q.len(), usize::from(round == 4), "round {round}: {q:?}");
+        sim.advance(Duration::from_secs(30));
+    }
+    let q = quarantined(&ctl);
+    assert_eq!(q[0].0, node);
+    assert!(q[0].1.contains("3 incarnations in a row"), "{q:?}");
+    // Its agent asks again and is not let in.
+    assert!(matches!(
+        start(&mut ctl, &inbox, &node, sim.now()),
+        Answer::Refused(..)
+    ));
+    released_and_replaced(&mut ctl, &sim, &node, 1).await;
+    assert_eq!(
+        ctl.job("j").expect("job").state,
+        crate::store::JobState::Running
+    );
+}
