@@ -13,6 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod common;
+/// Moves of a one-node job: the new node waits for the old one's workers, never beside them.
+#[path = "agent_training/moves.rs"]
+mod moves;
 /// More stop paths: the checkpoint a cancel saves, a training that exits early, one that hangs.
 #[path = "agent_training/stops.rs"]
 mod stops;
@@ -163,17 +166,30 @@ impl Cluster {
 
     /// As [`Cluster::start`], submitting the spec `spec` writes into the cluster's folder.
     fn start_with(job: &str, before: usize, spec: impl FnOnce(&Path) -> PathBuf) -> Cluster {
+        Cluster::start_on(job, |dir| vec![trace(dir, 5, before)], spec)
+    }
+
+    /// A cluster on the traces `traces` writes into its folder, and the job `spec` writes.
+    fn start_on(
+        job: &str,
+        traces: impl FnOnce(&Path) -> Vec<PathBuf>,
+        spec: impl FnOnce(&Path) -> PathBuf,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let addr = format!("127.0.0.1:{}", free_port());
-        let trace = trace(dir.path(), 5, before);
+        let traces = traces(dir.path());
         let log = std::fs::File::create(dir.path().join("controller.log")).expect("log");
-        let controller = Command::new(env!("CARGO_BIN_EXE_tern"))
+        let mut controller = Command::new(env!("CARGO_BIN_EXE_tern"));
+        controller
             .arg("controller")
             .arg("--state")
             .arg(dir.path().join("state.db"))
             .args(["--listen", &addr, "--speed", "1", "--sim-boot-seconds", "1"])
-            .args(["--no-simulated-workers", "--period", "0.5", "--trace"])
-            .arg(&trace)
+            .args(["--no-simulated-workers", "--period", "0.5"]);
+        for t in &traces {
+            controller.arg("--trace").arg(t);
+        }
+        let controller = controller
             .env("TERN_TOKEN", TOKEN)
             .env("TERN_DATA", format!("{REPO}/../shared/data"))
             .stdout(Stdio::null())
@@ -716,6 +732,7 @@ fn a_stale_incarnation_is_refused_and_its_workers_killed() {
         stopped: false,
         failure: None,
         hung: false,
+        crashed: false,
     };
     let err = rt
         .block_on(api.progress("stale", &stale))

@@ -79,8 +79,9 @@ pub struct Progress {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hung: bool,
     /// Set with `stopped` when the workers exited by themselves with a failure status (they
-    /// are restarted from the checkpoint). A node whose workers crash or hang in three
-    /// incarnations in a row is quarantined: drained, released and replaced.
+    /// are restarted from the checkpoint). A node whose workers crash or hang alone (another
+    /// node's stopped as asked) in three incarnations in a row is quarantined: drained,
+    /// released and replaced.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub crashed: bool,
 }

@@ -604,7 +604,8 @@ fn advertised(args: &Args) -> String {
 }
 
 fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> ControllerConfig {
-    ControllerConfig {
+    let in_process_sim = args.provider == ProviderKind::Sim && args.sim_endpoint.is_none();
+    let mut config = ControllerConfig {
         adopt_foreign: args.adopt,
         probe: ProbeBounds {
             max_seconds: args.probe_max_duration,
@@ -613,16 +614,20 @@ fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> Controlle
         // A pass follows the last within the period plus the pass's own time, in the clock's
         // time (virtual for an in-process simulated cloud): a second of work there, ten against
         // a real cloud's API and a full MILP.
-        pass_gap: Duration::from_secs_f64(
-            if args.provider == ProviderKind::Sim && args.sim_endpoint.is_none() {
-                (args.period.max(0.05) + 1.0) * args.speed
-            } else {
-                args.period.max(0.05) + 10.0
-            },
-        ),
+        pass_gap: Duration::from_secs_f64(if in_process_sim {
+            (args.period.max(0.05) + 1.0) * args.speed
+        } else {
+            args.period.max(0.05) + 10.0
+        }),
         fairness: args.fairness,
         ..ControllerConfig::new(args.owner.clone(), regions)
+    };
+    // The in-process cloud boots in a known time: the planner's price of provisioning (a
+    // launch's wait, a move's restart) is that, not a real cloud's five minutes.
+    if in_process_sim {
+        config.plan.provision_s = args.sim_boot_seconds;
     }
+    config
 }
 
 /// The provider, the regions whose offers the planner sees, and the clock of the loop.

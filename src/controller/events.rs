@@ -69,7 +69,7 @@ pub enum Event {
         instance: String,
         incarnation: u64,
     },
-    /// A node held the job back (a straggler, or workers that crashed or hung in three
+    /// A node held the job back (a straggler, or workers that crashed or hung alone in three
     /// incarnations in a row): drained, released once its workers stopped, and replaced.
     #[serde(rename = "quarantine")]
     Quarantined {

@@ -1,7 +1,9 @@
 //! Nodes that hold a job back, and what is done with them. A **straggler** is a node whose
 //! measured step stays more than [`SLOW_FACTOR`] × the median of the job's other nodes for
 //! [`SLOW_FOR`]; a **failing node** is one whose workers ended by themselves (crashed or hung)
-//! in [`FAILING_IN_A_ROW`] incarnations in a row. Either is quarantined: drained (its agent
+//! alone, while another node's were stopped as asked, in [`FAILING_IN_A_ROW`] incarnations in
+//! a row (a training that fails on every node, or on a job's only node, is the training's
+//! fault: the agent's restart bound fails the job). Either is quarantined: drained (its agent
 //! checkpoints and stops), released by intent once its workers stopped, and replaced by new
 //! capacity like any node the job lost. A released instance is never used again.
 //!

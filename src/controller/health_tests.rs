@@ -1,6 +1,7 @@
 //! Quarantine end to end on the simulated cloud, with the test as the agents (on the worker
-//! protocol): a straggler and a node whose workers keep crashing are each drained, released by
-//! intent once their workers stopped, and replaced by another instance; never reused.
+//! protocol): a straggler and a node whose workers keep crashing alone are each drained,
+//! released by intent once their workers stopped, and replaced by another instance; never
+//! reused. A training that crashes everywhere quarantines nothing.
 
 use std::sync::Mutex;
 
@@ -209,36 +210,92 @@ async fn a_straggler_is_quarantined_released_and_replaced() {
     released_and_replaced(&mut ctl, &sim, slow, 2).await;
 }
 
-#[tokio::test]
-async fn a_node_whose_workers_crash_three_incarnations_in_a_row_is_quarantined() {
-    let (sim, mut ctl) = setup("1", "48h");
-    let inbox = Inbox::default();
-    let node = until_running(&mut ctl, &sim, 1).await.remove(0);
-    let mut done = 0.0;
-    // Crashed, stopped as asked (not counted: the row starts again), then three crashes.
-    for (round, crashed) in [true, false, true, true, true].into_iter().enumerate() {
-        let Answer::Done(k) = start(&mut ctl, &inbox, &node, sim.now()) else {
-            panic!("round {round}: no start");
-        };
-        done += 1000.0;
-        let mut p = progress(&node, k, done, None);
+/// Both nodes start in one incarnation; `node` and `other` each report their workers stopped,
+/// crashed or not.
+fn incarnation_ending(
+    ctl: &mut Controller,
+    inbox: &Inbox,
+    sim: &tern_sim::SimCloud,
+    ends: [(&str, bool); 2],
+    done: f64,
+) -> std::result::Result<(), String> {
+    let mut ks = Vec::new();
+    for (id, _) in ends {
+        match start(ctl, inbox, id, sim.now()) {
+            Answer::Done(k) => ks.push(k),
+            Answer::Refused(a, why) => return Err(format!("{id}: {a:?}: {why}")),
+        }
+    }
+    assert_eq!(ks[0], ks[1], "one incarnation");
+    for (id, crashed) in ends {
+        let mut p = progress(id, ks[0], done, None);
         (p.stopped, p.crashed) = (true, crashed);
-        report(&mut ctl, &inbox, p, sim.now());
-        let q = quarantined(&ctl);
-        assert_eq!(q.len(), usize::from(round == 4), "round {round}: {q:?}");
+        report(ctl, inbox, p, sim.now());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_node_whose_workers_crash_alone_three_incarnations_in_a_row_is_quarantined() {
+    let (sim, mut ctl) = setup("{ min = 1, max = 2 }", "14h");
+    let inbox = Inbox::default();
+    let nodes = until_running(&mut ctl, &sim, 2).await;
+    let (bad, good) = (nodes[0].as_str(), nodes[1].as_str());
+    // Alone; both (the training's fault, not the node's: the row starts again); then alone
+    // three times.
+    let rounds = [false, true, false, false, false];
+    for (round, both) in rounds.into_iter().enumerate() {
+        let done = 1000.0 * (round + 1) as f64;
+        incarnation_ending(&mut ctl, &inbox, &sim, [(bad, true), (good, both)], done)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(quarantined(&ctl).is_empty(), "round {round}");
         sim.advance(Duration::from_secs(30));
     }
+    // Its agent asks to start again: refused, and the node is quarantined.
+    let Answer::Refused(_, why) = start(&mut ctl, &inbox, bad, sim.now()) else {
+        panic!("the failing node started again");
+    };
+    assert!(why.contains("quarantined"), "{why}");
     let q = quarantined(&ctl);
-    assert_eq!(q[0].0, node);
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert_eq!(q[0].0, bad);
     assert!(q[0].1.contains("3 incarnations in a row"), "{q:?}");
-    // Its agent asks again and is not let in.
-    assert!(matches!(
-        start(&mut ctl, &inbox, &node, sim.now()),
-        Answer::Refused(..)
-    ));
-    released_and_replaced(&mut ctl, &sim, &node, 1).await;
+    released_and_replaced(&mut ctl, &sim, bad, 2).await;
     assert_eq!(
         ctl.job("j").expect("job").state,
         crate::store::JobState::Running
     );
+}
+
+/// A training that crashes on every node is the training's fault: no node is quarantined
+/// (the agents' restart bound fails the job), and a one-node job's node never is.
+#[tokio::test]
+async fn a_training_that_crashes_everywhere_quarantines_no_node() {
+    let (sim, mut ctl) = setup("{ min = 1, max = 2 }", "14h");
+    let inbox = Inbox::default();
+    let nodes = until_running(&mut ctl, &sim, 2).await;
+    for round in 0..5 {
+        let ends = [(nodes[0].as_str(), true), (nodes[1].as_str(), true)];
+        incarnation_ending(&mut ctl, &inbox, &sim, ends, 1000.0)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        sim.advance(Duration::from_secs(30));
+    }
+    assert!(matches!(
+        start(&mut ctl, &inbox, &nodes[0], sim.now()),
+        Answer::Done(_)
+    ));
+    assert!(quarantined(&ctl).is_empty());
+
+    let (sim, mut ctl) = setup("1", "48h");
+    let node = until_running(&mut ctl, &sim, 1).await.remove(0);
+    for round in 0..5 {
+        let Answer::Done(k) = start(&mut ctl, &inbox, &node, sim.now()) else {
+            panic!("round {round}: no start");
+        };
+        let mut p = progress(&node, k, 1000.0, None);
+        (p.stopped, p.crashed) = (true, true);
+        report(&mut ctl, &inbox, p, sim.now());
+        sim.advance(Duration::from_secs(30));
+    }
+    assert!(quarantined(&ctl).is_empty());
 }

@@ -72,6 +72,11 @@ pub fn start(
         store.stop_workers(job, current.number, instance, None, None, now)?;
         current = store.incarnation(job)?;
     }
+    if !record.state.is_final()
+        && let Some(why) = failing(store, sink, job, instance, now)?
+    {
+        return Ok(Answer::Refused(Action::Wait, format!("quarantined: {why}")));
+    }
     let side = JobSide {
         name: job,
         state: record.state,
@@ -213,11 +218,10 @@ pub fn report(
             };
             shared.send(hung, false);
         }
-        match &p.failure {
-            Some(failure) if !finished => fail(store, shared, name, instance, failure, now)?,
-            Some(_) => {}
-            None if ended.is_some() => failing(store, shared, name, instance, now)?,
-            None => {}
+        if let Some(failure) = &p.failure
+            && !finished
+        {
+            fail(store, shared, name, instance, failure, now)?;
         }
     }
     Ok(Answer::Done(Verdict {
@@ -268,27 +272,31 @@ fn record_last(
     }))
 }
 
-/// The workers on `instance` ended by themselves: once that happened in
-/// [`FAILING_IN_A_ROW`] incarnations in a row there, the node is quarantined.
+/// Whether `instance` failed its last [`FAILING_IN_A_ROW`] incarnations alone (its workers
+/// crashed or hung while another node's were stopped as asked): then it is quarantined (the
+/// change is sent) and the reason is returned. Asked at a start, when those incarnations ended.
 fn failing(
     store: &Store,
-    shared: &dyn Sink,
+    sink: &dyn Sink,
     job: &str,
     instance: &str,
     now: DateTime<Utc>,
-) -> Result<(), ControllerError> {
-    let n = store.ended_in_a_row(job, instance, FAILING_IN_A_ROW)?;
-    if n >= FAILING_IN_A_ROW {
-        let reason = format!("its workers crashed or hung in {n} incarnations in a row");
-        let change = Change::Failing {
-            job: job.to_string(),
-            instance: instance.to_string(),
-            reason,
-            at: now,
-        };
-        shared.send(change, true);
+) -> Result<Option<String>, ControllerError> {
+    let n = store.failed_alone_in_a_row(job, instance, FAILING_IN_A_ROW)?;
+    if n < FAILING_IN_A_ROW {
+        return Ok(None);
     }
-    Ok(())
+    let reason = format!(
+        "its workers crashed or hung in {n} incarnations in a row while the other nodes' did not"
+    );
+    let change = Change::Failing {
+        job: job.to_string(),
+        instance: instance.to_string(),
+        reason: reason.clone(),
+        at: now,
+    };
+    sink.send(change, true);
+    Ok(Some(reason))
 }
 
 /// The workers on `instance` failed for good: the job fails with how.

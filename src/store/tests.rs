@@ -435,38 +435,62 @@ fn tokens_and_audit(open: &dyn Fn() -> Store) {
     assert_eq!(nlp[0].team.as_deref(), Some("nlp"));
 }
 
-/// How a node's workers ended, incarnation after incarnation: the count of those that ended by
-/// themselves in a row, from the latest back, stops at one that was asked to stop.
-fn workers_ended_in_a_row(store: &Store) {
+/// How nodes' workers ended, incarnation after incarnation: a node's failures count in a row
+/// from the latest back while another node of the same incarnation was stopped as asked; a
+/// failure every node shared (the training's, not the node's) or a stop as asked ends the row.
+fn workers_failed_alone_in_a_row(store: &Store) {
     let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
+    // (node, other) per incarnation.
     let ends = [
-        Some(Ended::Hung),
-        None,
-        Some(Ended::Crashed),
-        Some(Ended::Hung),
+        (Some(Ended::Hung), None),
+        (None, None),
+        (Some(Ended::Crashed), Some(Ended::Crashed)),
+        (Some(Ended::Crashed), None),
+        (Some(Ended::Hung), None),
     ];
-    for (k, ended) in ends.into_iter().enumerate() {
+    for (k, (node, other)) in ends.into_iter().enumerate() {
         let k = k as u64 + 1;
         store.start_workers("j", k, "node", t0).expect("start");
         store.start_workers("j", k, "other", t0).expect("start");
         store
-            .stop_workers("j", k, "node", None, ended, t0)
+            .stop_workers("j", k, "node", None, node, t0)
             .expect("stop");
         store
-            .stop_workers("j", k, "other", None, None, t0)
+            .stop_workers("j", k, "other", None, other, t0)
             .expect("stop");
     }
-    assert_eq!(store.ended_in_a_row("j", "node", 3).expect("count"), 2);
-    assert_eq!(store.ended_in_a_row("j", "node", 1).expect("count"), 1);
-    assert_eq!(store.ended_in_a_row("j", "other", 3).expect("count"), 0);
+    assert_eq!(
+        store.failed_alone_in_a_row("j", "node", 5).expect("count"),
+        2
+    );
+    assert_eq!(
+        store.failed_alone_in_a_row("j", "node", 1).expect("count"),
+        1
+    );
+    assert_eq!(
+        store.failed_alone_in_a_row("j", "other", 5).expect("count"),
+        0
+    );
     // Workers started again in the latest incarnation run: only the ended ones count.
-    store.start_workers("j", 4, "node", t0).expect("restart");
-    assert_eq!(store.ended_in_a_row("j", "node", 3).expect("count"), 1);
+    store.start_workers("j", 5, "node", t0).expect("restart");
+    assert_eq!(
+        store.failed_alone_in_a_row("j", "node", 5).expect("count"),
+        1
+    );
+    // A node alone in its incarnation has nobody to be compared with.
+    store.start_workers("j", 6, "node", t0).expect("start");
+    store
+        .stop_workers("j", 6, "node", None, Some(Ended::Crashed), t0)
+        .expect("stop");
+    assert_eq!(
+        store.failed_alone_in_a_row("j", "node", 5).expect("count"),
+        0
+    );
 }
 
 #[test]
-fn sqlite_workers_ended_in_a_row() {
-    workers_ended_in_a_row(&Store::in_memory().expect("store"));
+fn sqlite_workers_failed_alone_in_a_row() {
+    workers_failed_alone_in_a_row(&Store::in_memory().expect("store"));
 }
 
 #[test]
@@ -576,7 +600,7 @@ fn postgres_store_passes_the_same_checks() {
     tokens_and_audit(&|| Store::connect(&url).expect("connect"));
 
     let url = cluster.create_db("workers").expect("db");
-    workers_ended_in_a_row(&Store::connect(&url).expect("connect"));
+    workers_failed_alone_in_a_row(&Store::connect(&url).expect("connect"));
 
     let url = cluster.create_db("lease").expect("db");
     lease_elects_one_leader(&Store::connect(&url).expect("connect"));

@@ -7,7 +7,7 @@ use super::sql::{Row, params};
 use super::{Result, Store, ms, time};
 
 /// How a node's workers ended by themselves (the `ended` column): a failure exit status, or
-/// no progress for the agent's hang timeout.
+/// no progress for the agent's hang timeout. Workers stopped as asked have none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     Crashed,
@@ -120,16 +120,22 @@ impl Store {
     }
 
     /// In how many of its last incarnations of `job`, in a row up to the latest, `instance`'s
-    /// workers ended by themselves (crashed or hung); at most `limit` are looked at.
-    pub fn ended_in_a_row(&self, job: &str, instance: &str, limit: u32) -> Result<u32> {
+    /// workers ended by themselves (crashed or hung) while another node's workers in the same
+    /// incarnation were stopped as asked: the node failed, not the training (which fails on
+    /// every node alike). At most `limit` are looked at; call it once they all ended.
+    pub fn failed_alone_in_a_row(&self, job: &str, instance: &str, limit: u32) -> Result<u32> {
         let rows = self.query(
-            "SELECT ended FROM workers WHERE job = ?1 AND instance = ?2 AND running = 0
-             ORDER BY incarnation DESC LIMIT ?3",
+            "SELECT CASE WHEN w.ended IS NOT NULL AND EXISTS (
+                 SELECT 1 FROM workers o WHERE o.job = w.job AND o.incarnation = w.incarnation
+                 AND o.instance <> w.instance AND o.running = 0 AND o.ended IS NULL)
+                 THEN 1 ELSE 0 END
+             FROM workers w WHERE w.job = ?1 AND w.instance = ?2 AND w.running = 0
+             ORDER BY w.incarnation DESC LIMIT ?3",
             params![job, instance, i64::from(limit)],
         )?;
         let mut n = 0;
         for r in &rows {
-            if r.opt_text(0)?.is_none() {
+            if !r.flag(0)? {
                 break;
             }
             n += 1;

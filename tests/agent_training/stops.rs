@@ -199,3 +199,66 @@ fn a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint() {
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(gone("over-budget", Duration::ZERO), Ok(()));
 }
+
+/// A training that ignores the checkpoint signal: the agent kills it at the grace, and the
+/// job keeps the last checkpoint the training itself made durable, no later one.
+#[test]
+fn a_training_that_ignores_the_signal_is_killed_at_the_grace_and_keeps_its_last_checkpoint() {
+    let _one = serial();
+    let c = Cluster::start("deaf", 30_000, 5000);
+    let id = c.instances(1)[0].clone();
+    let work = c.dir.path().to_path_buf();
+    let log = work.join("train.jsonl");
+    let log_arg = log.to_str().expect("utf-8").to_string();
+    let script = [
+        "--ignore-signal",
+        "--checkpoint-every",
+        "10",
+        "--log-file",
+        &log_arg,
+    ];
+    let (mut agent, progress) = run_with(
+        &c,
+        &id,
+        "plain_loop.py",
+        "1",
+        &["--stop-grace", "3"],
+        &script,
+    );
+    super::wait_for_samples(&progress, 1000.0, Duration::from_secs(60), &agent);
+    let asked = Instant::now();
+    assert!(c.tern(&["cancel", "deaf"]).status.success());
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    let took = asked.elapsed();
+    let text = agent.log();
+    assert!(text.contains("left at the grace: killing them"), "{text}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "killed before the grace: {took:?}"
+    );
+    assert_eq!(gone("deaf", Duration::ZERO), Ok(()));
+    // Never a stop of its own: the training was killed, and the job has the checkpoint the
+    // progress file says is durable (the log's last save, or the one just before it when the
+    // kill fell between the save and the progress file).
+    let ev = super::events(&log);
+    assert!(!ev.iter().any(|e| e["event"] == "stop"), "{ev:?}");
+    let saves: Vec<f64> = ev
+        .iter()
+        .filter(|e| e["event"] == "checkpoint")
+        .filter_map(|e| e["samples"].as_f64())
+        .collect();
+    let on_disk = checkpoint_in(&progress);
+    let last_two = &saves[saves.len().saturating_sub(2)..];
+    assert!(
+        on_disk > 0.0 && last_two.contains(&on_disk),
+        "{on_disk} {saves:?}"
+    );
+    let s = c.status();
+    assert_eq!(s["checkpoint_samples"].as_f64(), Some(on_disk), "{s}");
+    let took = released(&c, Duration::from_secs(10));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}

@@ -6,7 +6,7 @@ that the agent works with code that does not use the helper.
 
     python tests/training/plain_loop.py --ckpt PATH --total-samples N
         [--batch B] [--checkpoint-every K] [--step-sleep S] [--log-file PATH]
-        [--max-steps K]
+        [--max-steps K] [--ignore-signal]
 
 Same options, defaults and --log-file events as train_ddp.py (start,
 checkpoint, stop, done; rank is always 0).  Resumes from --ckpt when it exists.
@@ -57,10 +57,13 @@ def main(argv=None):
     p.add_argument("--log-file", "--log", dest="log", default=None)
     p.add_argument("--max-steps", type=int, default=None,
                    help="this start's own step limit: save and exit 0 after K steps, work left or not")
+    p.add_argument("--ignore-signal", action="store_true",
+                   help="ignore the checkpoint signal (a training that never stops by itself)")
     args = p.parse_args(argv)
 
     signame = os.environ.get("TERN_CHECKPOINT_SIGNAL") or "SIGTERM"
-    signal.signal(getattr(signal, signame), on_checkpoint_signal)
+    handler = signal.SIG_IGN if args.ignore_signal else on_checkpoint_signal
+    signal.signal(getattr(signal, signame), handler)
     progress_path = os.environ.get("TERN_PROGRESS_FILE")
     incarnation = os.environ.get("TERN_INCARNATION")
     accelerator = os.environ.get("TERN_ACCELERATOR")

@@ -1,0 +1,234 @@
+//! A one-node job moved by a price rise, with real PyTorch on both nodes: the new node's agent
+//! is told to wait while the old node trains, the old node checkpoints and stops, its instance
+//! is released within seconds of that, and the new node resumes from that checkpoint. At no
+//! moment do two incarnations of the job have processes (a `/proc` scan every 50 ms), and the
+//! script's own log shows one incarnation writing at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Agent, Cluster, events, gone, serial, train_ddp, training_processes};
+
+/// Two zones with room for two nodes: a at $0.90/h until `jump` 5-s ticks in, then $90/h; b
+/// at $1.20/h throughout.
+fn two_zones(dir: &Path, jump: usize) -> Vec<PathBuf> {
+    let zone = |name: &str, price: f64, prices: Option<Vec<f64>>| {
+        let mut body = serde_json::json!({
+            "metadata": {"gap_seconds": 5, "zone": name, "region": "us-west-2", "cloud": "aws",
+                         "price_info": {"price": price, "on_demand_price": 3.06}},
+            "data": vec![2; 2000],
+        });
+        if let Some(p) = prices {
+            body["prices"] = serde_json::json!(p);
+        }
+        let path = dir.join(format!("{name}_v100.json"));
+        std::fs::write(&path, body.to_string()).expect("trace");
+        path
+    };
+    let rise: Vec<f64> = (0..2000)
+        .map(|t| if t < jump { 0.9 } else { 90.0 })
+        .collect();
+    vec![
+        zone("us-west-2a", 0.9, Some(rise)),
+        zone("us-west-2b", 1.2, None),
+    ]
+}
+
+/// A one-node spot job with no deadline, measured at the script's real step.
+fn one_node_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
+    let text = format!(
+        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+         local_batch = 16\ncapacity = \"spot-only\"\n[work]\nsamples = {samples}\n\
+         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 0.1\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("spec");
+    path
+}
+
+/// The incarnations the job's live processes were started as, every 50 ms until `stop`; each
+/// sample with more than one is kept.
+fn watch_incarnations(job: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Watched> {
+    let job = job.to_string();
+    std::thread::spawn(move || {
+        let mut w = Watched::default();
+        while !stop.load(Ordering::SeqCst) {
+            let seen: BTreeSet<String> = training_processes(&job)
+                .into_iter()
+                .filter_map(|pid| {
+                    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+                    env.split(|b| *b == 0)
+                        .find_map(|kv| kv.strip_prefix(b"TERN_INCARNATION="))
+                        .map(|v| String::from_utf8_lossy(v).to_string())
+                })
+                .collect();
+            if seen.len() > 1 {
+                w.together.push(seen.clone());
+            }
+            w.ever.extend(seen);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        w
+    })
+}
+
+#[derive(Debug, Default)]
+struct Watched {
+    /// Samples in which processes of two incarnations lived at once.
+    together: Vec<BTreeSet<String>>,
+    /// Every incarnation seen.
+    ever: BTreeSet<String>,
+}
+
+/// `tern agent` for the job on `id`, training `train_ddp.py` alone on the node (torchrun
+/// `--standalone`), sharing the checkpoint and log in `work` with the other node.
+fn agent_on(c: &Cluster, id: &str, work: &Path, samples: u64) -> Agent {
+    let progress = work.join(format!("progress-{id}.json"));
+    let p = progress.to_str().expect("utf-8").to_string();
+    let ckpt = work.join("ckpt.pt");
+    let log = work.join("train.jsonl");
+    let samples = samples.to_string();
+    c.agent(
+        id,
+        work,
+        &[
+            "--progress-file",
+            &p,
+            "--nproc-per-node",
+            "1",
+            "--stop-grace",
+            "30",
+        ],
+        &[
+            "python3",
+            &train_ddp(),
+            "--ckpt",
+            ckpt.to_str().expect("utf-8"),
+            "--total-samples",
+            &samples,
+            "--step-sleep",
+            "0.05",
+            "--checkpoint-every",
+            "25",
+            "--log-file",
+            log.to_str().expect("utf-8"),
+        ],
+    )
+}
+
+/// The job's instances now.
+fn instance_ids(c: &Cluster) -> Vec<String> {
+    c.status()["instance_ids"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_one_node_move_with_real_training_never_runs_two_trainings() {
+    let _one = serial();
+    let job = "one-move";
+    let samples = 50_000;
+    // The price rise comes 60 s in: the training runs well before, and far from its end.
+    let c = Cluster::start_on(
+        job,
+        |d| two_zones(d, 12),
+        |d| one_node_spec(d, job, samples),
+    );
+    let work = c.dir.path().to_path_buf();
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch_incarnations(job, stop.clone());
+    let old = c.instances(1)[0].clone();
+    let mut a = agent_on(&c, &old, &work, samples);
+    // The move's new node appears; its agent starts at once, as a boot script would.
+    let until = Instant::now() + Duration::from_secs(150);
+    let new = loop {
+        if let Some(id) = instance_ids(&c).into_iter().find(|i| *i != old) {
+            break id;
+        }
+        assert!(
+            Instant::now() < until,
+            "no move: {}\n{}",
+            c.status(),
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut b = agent_on(&c, &new, &work, samples);
+    let status = a.wait(Duration::from_secs(90));
+    assert!(status.success(), "the old node's agent: {}", a.log());
+    assert!(
+        a.log().contains("reported the workers stopped"),
+        "{}",
+        a.log()
+    );
+    // Released within 10 s of its last report (the durable checkpoint).
+    let t0 = Instant::now();
+    while instance_ids(&c).contains(&old) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{}", c.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the old node was released {:?} after its agent exited",
+        t0.elapsed()
+    );
+    let status = b.wait(Duration::from_secs(240));
+    assert!(status.success(), "the new node's agent: {}", b.log());
+    assert!(b.log().contains("waiting to start"), "{}", b.log());
+    assert_eq!(gone(job, Duration::from_secs(10)), Ok(()));
+    stop.store(true, Ordering::SeqCst);
+    let watched = watcher.join().expect("watcher");
+    assert!(watched.together.is_empty(), "{:?}", watched.together);
+    assert!(watched.ever.len() >= 2, "the scan saw {:?}", watched.ever);
+    let s = c.status();
+    assert_eq!(s["state"], "finished", "{s}");
+    one_writer_at_a_time(&work.join("train.jsonl"));
+    let kinds: Vec<String> = super::job_events(&c).into_iter().map(|(k, _)| k).collect();
+    assert!(kinds.iter().any(|k| k == "migrated"), "{kinds:?}");
+}
+
+/// The script's log: each line's incarnation (from its process's `start`) never goes back,
+/// and the new incarnation resumed from the old one's last checkpoint.
+fn one_writer_at_a_time(log: &Path) {
+    let ev = events(log);
+    let mut of_pid: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut last = 0;
+    let mut saved: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut resumed: BTreeMap<i64, f64> = BTreeMap::new();
+    for e in &ev {
+        let pid = e["pid"].as_i64().expect("pid");
+        if e["event"] == "start" {
+            let k = e["incarnation"].as_i64().expect("incarnation");
+            of_pid.insert(pid, k);
+            if let Some(r) = e["resumed_from"].as_f64() {
+                resumed.insert(k, r);
+            }
+        }
+        let k = *of_pid.get(&pid).expect("a start first");
+        assert!(k >= last, "incarnation {k} wrote after {last}: {ev:?}");
+        last = k;
+        if e["event"] == "checkpoint" {
+            saved.insert(k, e["samples"].as_f64().expect("samples"));
+        }
+    }
+    let ks: Vec<i64> = of_pid
+        .values()
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert!(ks.len() >= 2, "{ks:?}");
+    for pair in ks.windows(2) {
+        if let Some(s) = saved.get(&pair[0]) {
+            assert_eq!(resumed.get(&pair[1]), Some(s), "{ev:?}");
+        }
+    }
+}
