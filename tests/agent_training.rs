@@ -166,14 +166,16 @@ impl Cluster {
 
     /// As [`Cluster::start`], submitting the spec `spec` writes into the cluster's folder.
     fn start_with(job: &str, before: usize, spec: impl FnOnce(&Path) -> PathBuf) -> Cluster {
-        Cluster::start_on(job, |dir| vec![trace(dir, 5, before)], spec)
+        Cluster::start_on(job, |dir| vec![trace(dir, 5, before)], spec, &[])
     }
 
-    /// A cluster on the traces `traces` writes into its folder, and the job `spec` writes.
+    /// A cluster on the traces `traces` writes into its folder, and the job `spec` writes;
+    /// `flags` go to `tern controller`.
     fn start_on(
         job: &str,
         traces: impl FnOnce(&Path) -> Vec<PathBuf>,
         spec: impl FnOnce(&Path) -> PathBuf,
+        flags: &[&str],
     ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let addr = format!("127.0.0.1:{}", free_port());
@@ -189,6 +191,7 @@ impl Cluster {
         for t in &traces {
             controller.arg("--trace").arg(t);
         }
+        controller.args(flags);
         let controller = controller
             .env("TERN_TOKEN", TOKEN)
             .env("TERN_DATA", format!("{REPO}/../shared/data"))

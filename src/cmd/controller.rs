@@ -169,6 +169,12 @@ pub struct Args {
     /// Most a cold-start probe may cost, dollars; a spec's `[probe] max_usd` overrides it.
     #[arg(long, default_value_t = 10.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     probe_max_usd: f64,
+    /// Read offers (spot prices, capacity) at least every SECONDS while any job is active
+    /// (virtual seconds on the in-process simulated cloud); a spot price that moved more than
+    /// 1 % re-checks every running job for a cheaper place. Default: once per 5-minute
+    /// policy tick.
+    #[arg(long, value_name = "SECONDS", value_parser = super::number::positive, allow_negative_numbers = true)]
+    offers_every: Option<f64>,
     /// Seconds between periodic reconcile passes (wall time).
     #[arg(long, default_value_t = 1.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     period: f64,
@@ -620,6 +626,7 @@ fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> Controlle
             args.period.max(0.05) + 10.0
         }),
         fairness: args.fairness,
+        offers_every: args.offers_every.map(Duration::from_secs_f64),
         ..ControllerConfig::new(args.owner.clone(), regions)
     };
     // The in-process cloud boots in a known time: the planner's price of provisioning (a

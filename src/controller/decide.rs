@@ -74,6 +74,14 @@ pub(super) fn spot_allowed(offers: &[Offer], shape: &str) -> bool {
         .any(|o| o.capacity == Capacity::Spot && o.instance_type.name == shape)
 }
 
+/// Whether any on-demand offer of `shape` is among `offers` (the ones a job's constraints
+/// allow).
+pub(super) fn on_demand_allowed(offers: &[Offer], shape: &str) -> bool {
+    offers
+        .iter()
+        .any(|o| o.capacity == Capacity::OnDemand && o.instance_type.name == shape)
+}
+
 /// The answer.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum CapacityCall {
@@ -96,6 +104,10 @@ pub(super) struct SpotNow {
     /// The job's constraints allow spot of its shape at all (an on-demand-only job never
     /// waits for it).
     pub allowed: bool,
+    /// The job's constraints allow on-demand of its shape: a spot-only job takes spot where
+    /// the deadline policy would take on-demand (waiting for what it may not buy only
+    /// misses the deadline for sure).
+    pub on_demand: bool,
 }
 
 /// Decide. `spot_wait` is asked only when the answer depends on it: it is the spot-wait rule's
@@ -109,6 +121,10 @@ pub(super) fn capacity(
         let why = call.why();
         return match call.step.placement {
             Policy::Idle => CapacityCall::Wait(WaitReason::Policy { why }),
+            Policy::OnDemand if !spot.on_demand => CapacityCall::Spot {
+                zone: None,
+                why: Some(format!("{why}; the job allows no on-demand: spot")),
+            },
             Policy::OnDemand => CapacityCall::OnDemand { why: Some(why) },
             p => CapacityCall::Spot {
                 zone: call.zone(p).cloned(),
@@ -124,6 +140,10 @@ pub(super) fn capacity(
     }
     match spot.allowed.then(spot_wait).flatten() {
         Some(wait) => CapacityCall::Wait(wait),
+        None if spot.allowed && !spot.on_demand => CapacityCall::Spot {
+            zone: None,
+            why: None,
+        },
         None => CapacityCall::OnDemand { why: None },
     }
 }
@@ -151,6 +171,7 @@ pub(super) fn launch(v: &Launching<'_>) -> Decision {
     let spot = SpotNow {
         offered: v.planned.capacity == Capacity::Spot,
         allowed: spot_allowed(v.offers, shape),
+        on_demand: on_demand_allowed(v.offers, shape),
     };
     let (to, why) = match capacity(v.policy.as_ref(), spot, || v.spot_wait.clone()) {
         CapacityCall::Wait(wait) => return Decision::Wait(wait),
@@ -184,10 +205,12 @@ pub(super) fn queued(
     request: &InstanceRecord,
     policy: Option<&PolicyCall>,
     spot_wait: Option<WaitReason>,
+    on_demand: bool,
 ) -> Decision {
     let waiting = SpotNow {
         offered: false,
         allowed: true,
+        on_demand,
     };
     match capacity(policy, waiting, || spot_wait) {
         CapacityCall::OnDemand { .. } => Decision::CancelQueued {
@@ -290,6 +313,7 @@ pub(super) fn replace(v: &Running<'_>) -> Decision {
     let spot = SpotNow {
         offered: !spot_list.is_empty(),
         allowed: spot_allowed(v.offers, shape),
+        on_demand: on_demand_allowed(v.offers, shape),
     };
     let on_demand = if v.gang {
         &v.on_demand_here

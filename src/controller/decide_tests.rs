@@ -20,18 +20,28 @@ fn slack() -> Option<WaitReason> {
 const OFFERED: SpotNow = SpotNow {
     offered: true,
     allowed: true,
+    on_demand: true,
 };
 const OUT: SpotNow = SpotNow {
     offered: false,
     allowed: true,
+    on_demand: true,
 };
 const NEVER: SpotNow = SpotNow {
     offered: false,
     allowed: false,
+    on_demand: true,
+};
+/// A spot-only job.
+const SPOT_ONLY: SpotNow = SpotNow {
+    offered: true,
+    allowed: true,
+    on_demand: false,
 };
 
 /// One row per branch: the policy's step where there is one (whatever spot looks like),
-/// else spot when offered, else the spot-wait rule, unless spot is not allowed at all.
+/// else spot when offered, else the spot-wait rule, unless spot is not allowed at all; a
+/// spot-only job never gets on-demand.
 #[test]
 fn each_branch_of_the_capacity_decision() {
     let why = Some(call(Policy::OnDemand).why());
@@ -54,6 +64,17 @@ fn each_branch_of_the_capacity_decision() {
             OFFERED,
             slack(),
             CapacityCall::OnDemand { why: why.clone() },
+        ),
+        (
+            Some(call(Policy::OnDemand)),
+            SPOT_ONLY,
+            None,
+            CapacityCall::Spot {
+                zone: None,
+                why: why
+                    .clone()
+                    .map(|w| format!("{w}; the job allows no on-demand: spot")),
+            },
         ),
         (
             Some(call(Policy::Spot(1))),
@@ -80,6 +101,18 @@ fn each_branch_of_the_capacity_decision() {
             CapacityCall::Wait(WaitReason::NoDeadline),
         ),
         (None, OUT, None, CapacityCall::OnDemand { why: None }),
+        (
+            None,
+            SpotNow {
+                offered: false,
+                ..SPOT_ONLY
+            },
+            None,
+            CapacityCall::Spot {
+                zone: None,
+                why: None,
+            },
+        ),
         (None, NEVER, slack(), CapacityCall::OnDemand { why: None }),
     ];
     for (k, (policy, spot, wait, want)) in rows.into_iter().enumerate() {
@@ -473,15 +506,21 @@ fn each_branch_of_a_placed_jobs_launch() {
 fn a_queued_request_is_cancelled_only_when_the_deadline_needs_on_demand() {
     let request = node("q-1", "a-1a", Capacity::Spot);
     let slack = Some(WaitReason::NoDeadline);
-    assert_eq!(short(&queued(&request, None, slack.clone())), "nothing");
-    assert_eq!(short(&queued(&request, None, None)), "cancel q-1");
+    assert_eq!(
+        short(&queued(&request, None, slack.clone(), true)),
+        "nothing"
+    );
+    assert_eq!(short(&queued(&request, None, None, true)), "cancel q-1");
     let od = call(Policy::OnDemand);
     assert_eq!(
-        short(&queued(&request, Some(&od), slack.clone())),
+        short(&queued(&request, Some(&od), slack.clone(), true)),
         "cancel q-1"
     );
     let idle = call(Policy::Idle);
-    assert_eq!(short(&queued(&request, Some(&idle), None)), "nothing");
+    assert_eq!(short(&queued(&request, Some(&idle), None, true)), "nothing");
+    // A spot-only job keeps its request: on-demand is not its to take.
+    assert_eq!(short(&queued(&request, Some(&od), None, false)), "nothing");
+    assert_eq!(short(&queued(&request, None, None, false)), "nothing");
 }
 
 #[test]

@@ -108,6 +108,9 @@ pub struct ControllerConfig {
     pub disruption_budget: f64,
     /// How often a running job is checked for a cheaper move.
     pub migrate_check: Duration,
+    /// Read offers (prices, capacity) at least this often while any job is active; `None`:
+    /// once per policy tick. A spot price that moved re-checks every running job for a move.
+    pub offers_every: Option<Duration>,
     /// How often an unplaced job is planned again when nothing happened.
     pub replan: Duration,
     /// Tick of the deadline policy: spot availability is sampled once per tick, and a job's
@@ -146,6 +149,7 @@ impl ControllerConfig {
             adopt_foreign: false,
             disruption_budget: fleet::DISRUPTION_BUDGET,
             migrate_check: Duration::from_secs(1800),
+            offers_every: None,
             replan: Duration::from_secs(300),
             policy_tick: Duration::from_secs(300),
             exact_forecast: false,

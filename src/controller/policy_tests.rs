@@ -163,7 +163,7 @@ fn decide_as_the_replay(
         on_demand_rate: 3.06,
         on_demand: od.clone(),
     });
-    let queued = decide::queued(node, Some(&call), None);
+    let queued = decide::queued(node, Some(&call), None, true);
     // A gang of two on this node, one short: it stays only in its zone.
     let gang = decide::replace(&decide::Running {
         gang: true,

@@ -63,14 +63,14 @@ impl Controller {
         self.drop_policies();
         // The deadline policy learns from one availability sample per pool and tick while
         // any job is active.
-        let sample = self.sampled != Some(self.policy_tick(now))
-            && self.fleet.jobs.values().any(|e| !e.record.state.is_final());
+        let active = self.fleet.jobs.values().any(|e| !e.record.state.is_final());
+        let sample = self.sampled != Some(self.policy_tick(now)) && active;
         // An idle controller still reads offers now and then, so `GET /v1/offers` (what
-        // `tern_offers` with `source = "controller"` shows) is never empty nor old.
-        let stale = self
-            .cloud
-            .offers_at
-            .is_none_or(|t| now - t >= delta(OFFERS_MAX_AGE));
+        // `tern_offers` with `source = "controller"` shows) is never empty nor old; an active
+        // one as often as it was told to.
+        let older = |age| self.cloud.offers_at.is_none_or(|t| now - t >= delta(age));
+        let stale =
+            older(OFFERS_MAX_AGE) || (active && self.config.offers_every.is_some_and(older));
         if !(triage.needs_offers() || sample || stale) {
             return Ok(soonest);
         }

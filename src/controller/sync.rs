@@ -210,7 +210,11 @@ impl Controller {
                 .throughput(&i.job, &i.offer, nodes)
                 .map_or(0.0, |t| t.1);
             let spot_wait = self.spot_wait(&i.job, self.work_hours(&i.job, pessimistic), now);
-            let decision = decide::queued(&i, policy.as_ref(), spot_wait);
+            let on_demand =
+                self.fleet.jobs.get(&i.job).is_none_or(|e| {
+                    (e.record.spec.constraints.capacity).allows(Capacity::OnDemand)
+                });
+            let decision = decide::queued(&i, policy.as_ref(), spot_wait, on_demand);
             self.carry_out(&i.job, decision, now).await?;
         }
         Ok(())

@@ -12,6 +12,14 @@ use std::time::{Duration, Instant};
 
 use super::{Agent, Cluster, events, gone, serial, train_ddp, training_processes};
 
+/// The controller reads prices every 5 s (by default once per 5-minute policy tick, which a
+/// test of minutes may not reach).
+const PRICES_EVERY_5_S: &[&str] = &["--offers-every", "5"];
+
+/// What an agent logs once its last report (the workers stopped, the checkpoint durable) is
+/// taken.
+const LAST_REPORT: &str = "reported the workers stopped";
+
 /// Two zones with room for two nodes: a at $0.90/h until `jump` 5-s ticks in, then $90/h; b
 /// at $1.20/h throughout.
 fn two_zones(dir: &Path, jump: usize) -> Vec<PathBuf> {
@@ -84,25 +92,22 @@ struct Watched {
     ever: BTreeSet<String>,
 }
 
-/// `tern agent` for the job on `id`, training `train_ddp.py` alone on the node (torchrun
-/// `--standalone`), sharing the checkpoint and log in `work` with the other node.
-fn agent_on(c: &Cluster, id: &str, work: &Path, samples: u64) -> Agent {
+/// `tern agent` for the job on `id`, training `train_ddp.py` with one worker on the node
+/// (alone: torchrun `--standalone`; `elastic`: the agent flags of a 1..2-node rendezvous),
+/// sharing the checkpoint and log in `work` with the other nodes.
+fn agent_on(c: &Cluster, id: &str, work: &Path, samples: u64, elastic: &[&str]) -> Agent {
     let progress = work.join(format!("progress-{id}.json"));
     let p = progress.to_str().expect("utf-8").to_string();
     let ckpt = work.join("ckpt.pt");
     let log = work.join("train.jsonl");
     let samples = samples.to_string();
+    let mut args = vec!["--progress-file", &p, "--nproc-per-node", "1"];
+    args.extend_from_slice(&["--stop-grace", "30"]);
+    args.extend_from_slice(elastic);
     c.agent(
         id,
         work,
-        &[
-            "--progress-file",
-            &p,
-            "--nproc-per-node",
-            "1",
-            "--stop-grace",
-            "30",
-        ],
+        &args,
         &[
             "python3",
             &train_ddp(),
@@ -142,12 +147,13 @@ fn a_one_node_move_with_real_training_never_runs_two_trainings() {
         job,
         |d| two_zones(d, 12),
         |d| one_node_spec(d, job, samples),
+        PRICES_EVERY_5_S,
     );
     let work = c.dir.path().to_path_buf();
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = watch_incarnations(job, stop.clone());
     let old = c.instances(1)[0].clone();
-    let mut a = agent_on(&c, &old, &work, samples);
+    let mut a = agent_on(&c, &old, &work, samples, &[]);
     // The move's new node appears; its agent starts at once, as a boot script would.
     let until = Instant::now() + Duration::from_secs(150);
     let new = loop {
@@ -162,24 +168,23 @@ fn a_one_node_move_with_real_training_never_runs_two_trainings() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let mut b = agent_on(&c, &new, &work, samples);
-    let status = a.wait(Duration::from_secs(90));
-    assert!(status.success(), "the old node's agent: {}", a.log());
-    assert!(
-        a.log().contains("reported the workers stopped"),
-        "{}",
-        a.log()
-    );
-    // Released within 10 s of its last report (the durable checkpoint).
+    let mut b = agent_on(&c, &new, &work, samples, &[]);
+    // Released within 10 s of its agent's last report (the durable checkpoint), seen in its
+    // log within the 100 ms of a poll.
+    let until = Instant::now() + Duration::from_secs(90);
+    while !a.log().contains(LAST_REPORT) {
+        assert!(Instant::now() < until, "the old node's agent: {}", a.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let t0 = Instant::now();
     while instance_ids(&c).contains(&old) {
         assert!(t0.elapsed() < Duration::from_secs(10), "{}", c.status());
         std::thread::sleep(Duration::from_millis(100));
     }
-    eprintln!(
-        "the old node was released {:?} after its agent exited",
-        t0.elapsed()
-    );
+    let took = t0.elapsed();
+    eprintln!("the old node was released {took:?} after its agent's last report");
+    let status = a.wait(Duration::from_secs(30));
+    assert!(status.success(), "the old node's agent: {}", a.log());
     let status = b.wait(Duration::from_secs(240));
     assert!(status.success(), "the new node's agent: {}", b.log());
     assert!(b.log().contains("waiting to start"), "{}", b.log());
@@ -208,8 +213,9 @@ fn one_writer_at_a_time(log: &Path) {
         if e["event"] == "start" {
             let k = e["incarnation"].as_i64().expect("incarnation");
             of_pid.insert(pid, k);
+            // The incarnation's first start (torchrun may restart an elastic group within it).
             if let Some(r) = e["resumed_from"].as_f64() {
-                resumed.insert(k, r);
+                resumed.entry(k).or_insert(r);
             }
         }
         let k = *of_pid.get(&pid).expect("a start first");
@@ -231,4 +237,104 @@ fn one_writer_at_a_time(log: &Path) {
             assert_eq!(resumed.get(&pair[1]), Some(s), "{ev:?}");
         }
     }
+}
+
+/// An elastic job of two to three nodes with no deadline: the cheaper-spot rule moves it, as
+/// it moves the one-node job (a deadline's policy thinks in 5-minute ticks, too coarse for a
+/// test of minutes); the planner runs it on two.
+fn elastic_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
+    let text = format!(
+        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\n\
+         workers = {{ min = 2, max = 3 }}\nlocal_batch = 16\n\
+         capacity = \"spot-only\"\n[work]\nsamples = {samples}\n\
+         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 0.1\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 16\n\
+         step_seconds = 0.1\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("spec");
+    path
+}
+
+#[test]
+fn an_elastic_two_node_move_with_real_training_never_runs_two_trainings() {
+    let _one = serial();
+    let job = "elastic-move";
+    let samples = 60_000;
+    let c = Cluster::start_on(
+        job,
+        |d| two_zones(d, 8),
+        |d| elastic_spec(d, job, samples),
+        PRICES_EVERY_5_S,
+    );
+    let work = c.dir.path().to_path_buf();
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch_incarnations(job, stop.clone());
+    let first = c.instances(2);
+    let endpoint = format!("127.0.0.1:{}", super::common::free_port());
+    let elastic = [
+        "--nnodes",
+        "2:3",
+        "--rdzv-endpoint",
+        &endpoint,
+        "--rdzv-conf",
+        "last_call_timeout=2",
+    ];
+    // An agent on every instance the job gets, as a boot script would start it; each node's
+    // agent exit and release times.
+    let mut agents: BTreeMap<String, Agent> = BTreeMap::new();
+    let mut stopped: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut exited: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut released: BTreeMap<String, std::time::Duration> = BTreeMap::new();
+    let until = Instant::now() + Duration::from_secs(420);
+    loop {
+        let ids = instance_ids(&c);
+        for id in &ids {
+            if !agents.contains_key(id) {
+                agents.insert(id.clone(), agent_on(&c, id, &work, samples, &elastic));
+            }
+        }
+        for (id, a) in agents.iter_mut() {
+            // The agent's last report (the durable checkpoint), then its exit.
+            if !stopped.contains_key(id) && a.log().contains(LAST_REPORT) {
+                stopped.insert(id.clone(), Instant::now());
+            }
+            if !exited.contains_key(id) && a.child.try_wait().expect("wait").is_some() {
+                exited.insert(id.clone(), Instant::now());
+            }
+        }
+        for (id, at) in &stopped {
+            if !ids.contains(id) && !released.contains_key(id) {
+                released.insert(id.clone(), at.elapsed());
+            }
+        }
+        let s = c.status();
+        if s["state"] == "finished" && exited.len() == agents.len() {
+            break;
+        }
+        assert!(Instant::now() < until, "{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (id, a) in agents.iter_mut() {
+        let status = a.wait(Duration::from_secs(5));
+        assert!(status.success(), "{id}: {}", a.log());
+    }
+    assert_eq!(gone(job, Duration::from_secs(10)), Ok(()));
+    stop.store(true, Ordering::SeqCst);
+    let watched = watcher.join().expect("watcher");
+    assert!(watched.together.is_empty(), "{:?}", watched.together);
+    let kinds: Vec<String> = super::job_events(&c).into_iter().map(|(k, _)| k).collect();
+    assert!(kinds.iter().any(|k| k == "migrated"), "{kinds:?}");
+    // Every node the move left was released within 10 s of its agent's last report (seen
+    // in its log within the 200 ms of a poll).
+    for id in &first {
+        let took = released.get(id).copied();
+        assert!(
+            took.is_some_and(|t| t < Duration::from_secs(10)),
+            "{id}: {took:?} ({released:?})"
+        );
+    }
+    eprintln!("released after their agents' last reports: {released:?}");
+    one_writer_at_a_time(&work.join("train.jsonl"));
 }

@@ -31,7 +31,7 @@ impl CapacityRule {
         }
     }
 
-    fn allows(self, c: Capacity) -> bool {
+    pub fn allows(self, c: Capacity) -> bool {
         match self {
             CapacityRule::Any => true,
             CapacityRule::SpotOnly => c.is_preemptible(),
