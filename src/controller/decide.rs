@@ -121,8 +121,9 @@ pub(super) fn capacity(
         let why = call.why();
         return match call.step.placement {
             Policy::Idle => CapacityCall::Wait(WaitReason::Policy { why }),
+            // Where it runs now, if on spot: a gang stays in its zone.
             Policy::OnDemand if !spot.on_demand => CapacityCall::Spot {
-                zone: None,
+                zone: call.zone(call.now).cloned(),
                 why: Some(format!("{why}; the job allows no on-demand: spot")),
             },
             Policy::OnDemand => CapacityCall::OnDemand { why: Some(why) },

@@ -76,6 +76,21 @@ fn each_branch_of_the_capacity_decision() {
                     .map(|w| format!("{w}; the job allows no on-demand: spot")),
             },
         ),
+        // Running on spot in zone a: it stays there (a gang keeps its zone).
+        (
+            Some(PolicyCall {
+                now: Policy::Spot(0),
+                ..call(Policy::OnDemand)
+            }),
+            SPOT_ONLY,
+            None,
+            CapacityCall::Spot {
+                zone: Some(Zone::new("a")),
+                why: why
+                    .clone()
+                    .map(|w| format!("{w}; the job allows no on-demand: spot")),
+            },
+        ),
         (
             Some(call(Policy::Spot(1))),
             NEVER,

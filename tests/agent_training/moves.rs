@@ -45,13 +45,17 @@ fn two_zones(dir: &Path, jump: usize) -> Vec<PathBuf> {
     ]
 }
 
-/// A one-node spot job with no deadline, measured at the script's real step.
-fn one_node_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
+/// A spot job with no deadline of `workers` (TOML), measured at about the script's real
+/// step (on two nodes too): the cheaper-spot rule moves it (a deadline's policy thinks in
+/// 5-minute ticks, too coarse for a test of minutes).
+fn spot_spec(dir: &Path, name: &str, workers: &str, samples: u64) -> PathBuf {
     let text = format!(
-        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
          local_batch = 16\ncapacity = \"spot-only\"\n[work]\nsamples = {samples}\n\
          [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 0.1\n"
+         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 0.1\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 16\n\
+         step_seconds = 0.1\n"
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).expect("spec");
@@ -146,7 +150,7 @@ fn a_one_node_move_with_real_training_never_runs_two_trainings() {
     let c = Cluster::start_on(
         job,
         |d| two_zones(d, 12),
-        |d| one_node_spec(d, job, samples),
+        |d| spot_spec(d, job, "1", samples),
         PRICES_EVERY_5_S,
     );
     let work = c.dir.path().to_path_buf();
@@ -239,24 +243,6 @@ fn one_writer_at_a_time(log: &Path) {
     }
 }
 
-/// An elastic job of two to three nodes with no deadline: the cheaper-spot rule moves it, as
-/// it moves the one-node job (a deadline's policy thinks in 5-minute ticks, too coarse for a
-/// test of minutes); the planner runs it on two.
-fn elastic_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
-    let text = format!(
-        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\n\
-         workers = {{ min = 2, max = 3 }}\nlocal_batch = 16\n\
-         capacity = \"spot-only\"\n[work]\nsamples = {samples}\n\
-         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 0.1\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 16\n\
-         step_seconds = 0.1\n"
-    );
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).expect("spec");
-    path
-}
-
 #[test]
 fn an_elastic_two_node_move_with_real_training_never_runs_two_trainings() {
     let _one = serial();
@@ -265,7 +251,8 @@ fn an_elastic_two_node_move_with_real_training_never_runs_two_trainings() {
     let c = Cluster::start_on(
         job,
         |d| two_zones(d, 8),
-        |d| elastic_spec(d, job, samples),
+        // Elastic from two to three nodes: the planner runs it on two.
+        |d| spot_spec(d, job, "{ min = 2, max = 3 }", samples),
         PRICES_EVERY_5_S,
     );
     let work = c.dir.path().to_path_buf();
