@@ -157,6 +157,47 @@ fn answers(w: &SimWorld) -> Vec<Vec<String>> {
         .unwrap_or_default()
 }
 
+/// The answers one agent got, as both the simulated workers' record and a real agent's log
+/// can say them: reports answered plainly left out, a last report taken whatever its answer
+/// said, repeats once.
+fn canonical(told: &[String]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for s in told {
+        let s = match s.as_str() {
+            "report: ok" => continue,
+            s if s.starts_with("last report: ") => "last report: taken",
+            s => s,
+        };
+        if out.last() != Some(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// A job's own budget running out, from the agent's side: it drains first.
+const BUDGET_STOP: [&str; 4] = [
+    "start: incarnation 1",
+    "report: drain",
+    "last report: taken",
+    "start: 409 done",
+];
+
+/// A team's budget cut below what it spent, from the agent's side: the job ends at once (the
+/// same list is asserted of a real `tern agent`).
+const BUDGET_CUT: [&str; 3] = [
+    "start: incarnation 1",
+    "report: 409 done",
+    "last report: taken",
+];
+
+/// A cancel, from the agent's side (the same list is asserted of a real `tern agent`).
+const CANCEL: [&str; 3] = [
+    "start: incarnation 1",
+    "report: 409 done",
+    "last report: taken",
+];
+
 /// The stop paths reach the simulated workers only through the worker protocol, in the same
 /// answers a `tern agent` gets over HTTP (README, "Fencing" and "Stopping"): a budget stop is
 /// a `drain` on the report, whose last report (the checkpoint) is taken, and the agent asking
@@ -190,6 +231,7 @@ async fn stops_reach_the_simulated_workers_as_answers_to_their_reports() {
     assert_eq!(drained[at + 1], "last report: drain", "{drained:?}");
     assert_eq!(drained[at + 2], "start: 409 done", "{drained:?}");
     assert_eq!(drained[0], "start: incarnation 1", "{drained:?}");
+    assert_eq!(canonical(drained), BUDGET_STOP, "{drained:?}");
 
     // A cancel mid-run.
     let mut w = world("", &[long_job("c", "t").build()]);
@@ -212,6 +254,33 @@ async fn stops_reach_the_simulated_workers_as_answers_to_their_reports() {
         ],
         "{last:?}"
     );
+    // As a real agent gets it (`a_cancel_records_the_checkpoint_the_training_saved_…`).
+    assert_eq!(canonical(last), CANCEL, "{last:?}");
+    cancel_keeps_the_checkpoint(&w, before);
+
+    // An operator cuts the team's budget below what it spent (`PUT /v1/quotas`, SIGHUP): the
+    // job ends over budget at once, so the next report is a 409 `done`, and the last report
+    // after it is taken, as a real agent gets it
+    // (`a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint`).
+    let mut w = world("", &[long_job("cut", "t").build()]);
+    w.workers = w
+        .workers
+        .take()
+        .map(super::workload::Workload::keeping_answers);
+    w.run(30, |_, _| false).await.expect("run");
+    let cut = "[team.t]\ntotal_usd = 0.0001\non_exhausted = \"drain\"\n";
+    w.ctl
+        .set_limits(Arc::new(Limits::parse(cut, "q.toml").expect("file")));
+    w.run(30, SimWorld::settled).await.expect("run");
+    let told = answers(&w);
+    let last = told.last().expect("an agent");
+    assert_eq!(canonical(last), BUDGET_CUT, "{last:?}");
+    assert_eq!(w.ctl.job("cut").expect("job").state, JobState::OverBudget);
+}
+
+/// The cancelled job of [`stops_reach_the_simulated_workers_as_answers_to_their_reports`]
+/// holds the checkpoint its workers saved on the way out.
+fn cancel_keeps_the_checkpoint(w: &SimWorld, before: f64) {
     // The checkpoint saved on the way out is the job's.
     let j = w.ctl.job("c").expect("job");
     assert_eq!(j.state, JobState::Cancelled);

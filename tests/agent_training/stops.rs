@@ -23,6 +23,36 @@ fn released(c: &Cluster, within: Duration) -> Duration {
     }
 }
 
+/// The answers the agent got, from its log, in the words the simulated workers' record uses
+/// (`src/controller/budget_tests.rs`, `canonical`): the same stop gives the same list.
+fn answers(log: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in log.lines() {
+        let said = if let Some(rest) = line.strip_prefix("tern agent: incarnation ") {
+            let k = rest.split_whitespace().next().unwrap_or_default();
+            format!("start: incarnation {k}")
+        } else if line.contains("drain: sending") {
+            "report: drain".into()
+        } else if line.contains("reported the workers stopped") {
+            "last report: taken".into()
+        } else if line.contains("nothing to start here") {
+            "start: 409 done".into()
+        } else if line.ends_with(": stopping")
+            || line.ends_with(": waiting for the training to exit")
+        {
+            "report: 409 done".into()
+        } else if line.contains("waiting to start") {
+            "start: wait".into()
+        } else {
+            continue;
+        };
+        if out.last() != Some(&said) {
+            out.push(said);
+        }
+    }
+    out
+}
+
 /// The kinds of the job's events, in order.
 fn kinds(c: &Cluster) -> Vec<String> {
     super::job_events(c).into_iter().map(|(k, _)| k).collect()
@@ -46,11 +76,13 @@ fn a_cancel_records_the_checkpoint_the_training_saved_on_the_way_out() {
     );
     let on_disk = checkpoint_in(&progress);
     assert!(on_disk >= 2000.0, "{}", agent.log());
-    assert!(
-        agent.log().contains("reported the workers stopped"),
-        "{}",
-        agent.log()
-    );
+    // The answers the simulated workers get for a cancel (`budget_tests`, `CANCEL`).
+    let want = [
+        "start: incarnation 1",
+        "report: 409 done",
+        "last report: taken",
+    ];
+    assert_eq!(answers(&agent.log()), want, "{}", agent.log());
     let s = c.status();
     assert_eq!(s["state"], "cancelled", "{s}");
     assert_eq!(s["checkpoint_samples"].as_f64(), Some(on_disk), "{s}");
@@ -186,7 +218,14 @@ fn a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint() {
     );
     let log = agent.log();
     assert!(log.contains("sending SIGTERM"), "{}\n{log}", c.status());
-    assert!(log.contains("reported the workers stopped"), "{log}");
+    // The answers the simulated workers get for the same cut (`budget_tests`, `BUDGET_CUT`):
+    // the job ended at once, so the report is a 409 `done`, and the last report is taken.
+    let want = [
+        "start: incarnation 1",
+        "report: 409 done",
+        "last report: taken",
+    ];
+    assert_eq!(answers(&log), want, "{log}");
     let on_disk = checkpoint_in(&progress);
     assert!(on_disk >= 1000.0, "{}", agent.log());
     let until = Instant::now() + Duration::from_secs(20);
