@@ -43,7 +43,13 @@ use tree::{Spawn, Tree};
 
 use crate::api::client::{Client, ClientError};
 use crate::api::wire::{Action, Progress, ProgressReply, StartReply};
-use crate::store::Ended;
+
+/// How the workers ended by themselves, as the last report says it (`hung`, `crashed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Crashed,
+    Hung,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {

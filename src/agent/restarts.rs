@@ -110,7 +110,7 @@ impl Run<'_> {
             let _ = self.report(false, true, Some(failure.clone())).await;
             return Err(AgentError::TrainingFailed(failure));
         };
-        let ended = (!status.success()).then_some(crate::store::Ended::Crashed);
+        let ended = (!status.success()).then_some(super::Ended::Crashed);
         self.final_report_as(status.success(), ended).await;
         let (n, what) = match status.success() {
             true => (restarts.early, "exited 0 with the job's work not done"),
