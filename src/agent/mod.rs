@@ -38,18 +38,11 @@ pub use launch::{LaunchError, Launcher, Torchrun, command_line};
 pub use metadata::NoticeSource;
 use progress::{Complaints, ProgressFile};
 pub use restarts::hang_limit;
-use restarts::{Exited, Restarts};
+use restarts::{Ended, Exited, Restarts};
 use tree::{Spawn, Tree};
 
 use crate::api::client::{Client, ClientError};
 use crate::api::wire::{Action, Progress, ProgressReply, StartReply};
-
-/// How the workers ended by themselves, as the last report says it (`hung`, `crashed`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    Crashed,
-    Hung,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -453,22 +446,6 @@ impl Run<'_> {
     /// The workers are gone: their last report. Refused when they were fenced meanwhile.
     async fn final_report(&mut self, checkpointed: bool) {
         self.final_report_as(checkpointed, None).await;
-    }
-
-    /// The last report, saying how the workers ended when they ended by themselves.
-    async fn final_report_as(&mut self, checkpointed: bool, ended: Option<Ended>) {
-        match self.report_as(checkpointed, true, None, ended).await {
-            Ok(_) => eprintln!(
-                "tern agent: reported the workers stopped (checkpoint {}, {})",
-                self.checkpoint_now(),
-                if checkpointed {
-                    "durable"
-                } else {
-                    "not confirmed"
-                }
-            ),
-            Err(e) => eprintln!("tern agent: last report not taken: {e}"),
-        }
     }
 }
 

@@ -61,6 +61,13 @@ pub fn hang_limit(flag: Option<Duration>, step_seconds: Option<f64>) -> Duration
     })
 }
 
+/// How the workers ended by themselves, as the last report says it (`hung`, `crashed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    Crashed,
+    Hung,
+}
+
 /// How the training exited by itself.
 pub(super) struct Exited {
     pub(super) status: std::process::ExitStatus,
@@ -69,6 +76,22 @@ pub(super) struct Exited {
 }
 
 impl Run<'_> {
+    /// The last report, saying how the workers ended when they ended by themselves.
+    pub(super) async fn final_report_as(&mut self, checkpointed: bool, ended: Option<Ended>) {
+        match self.report_as(checkpointed, true, None, ended).await {
+            Ok(_) => eprintln!(
+                "tern agent: reported the workers stopped (checkpoint {}, {})",
+                self.checkpoint_now(),
+                if checkpointed {
+                    "durable"
+                } else {
+                    "not confirmed"
+                }
+            ),
+            Err(e) => eprintln!("tern agent: last report not taken: {e}"),
+        }
+    }
+
     /// The training exited by itself: done if the controller says the job is over; else
     /// restarted after a backoff (true), until the restarts run out (the job fails).
     pub(super) async fn after_exit(
@@ -110,7 +133,7 @@ impl Run<'_> {
             let _ = self.report(false, true, Some(failure.clone())).await;
             return Err(AgentError::TrainingFailed(failure));
         };
-        let ended = (!status.success()).then_some(super::Ended::Crashed);
+        let ended = (!status.success()).then_some(Ended::Crashed);
         self.final_report_as(status.success(), ended).await;
         let (n, what) = match status.success() {
             true => (restarts.early, "exited 0 with the job's work not done"),
