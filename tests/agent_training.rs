@@ -16,11 +16,16 @@ mod common;
 /// Moves of a one-node job: the new node waits for the old one's workers, never beside them.
 #[path = "agent_training/moves.rs"]
 mod moves;
+/// What every stop path must hold, watched for a whole test.
+#[path = "agent_training/referee.rs"]
+mod referee;
 /// More stop paths: the checkpoint a cancel saves, a training that exits early, one that hangs.
 #[path = "agent_training/stops.rs"]
 mod stops;
 
+use common::answers::{self, of_agent_log};
 use common::{free_port, wait_for};
+use referee::Referee;
 
 const TOKEN: &str = "agent-training-token";
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -117,21 +122,42 @@ fn trace(dir: &Path, gap: u32, before: usize) -> PathBuf {
     path
 }
 
-/// A job the planner puts on two spot nodes (one node misses the deadline at the spec's
-/// slow step time; the real steps are much faster).
-fn job_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
+/// A job spec of team `ml` on V100s, written into `dir`: `workers` and `top` (more top-level
+/// keys) as TOML, `samples` of work, a 1-minute checkpoint interval, `tail` appended (the
+/// observations, a `[probe]` section).
+fn write_spec(
+    dir: &Path,
+    name: &str,
+    workers: &str,
+    top: &str,
+    samples: u64,
+    tail: &str,
+) -> PathBuf {
     let text = format!(
-        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\n\
-         workers = {{ min = 1, max = 2 }}\nlocal_batch = 16\ndeadline = \"70m\"\n\
-         capacity = \"spot-only\"\n[work]\nsamples = {samples}\n\
-         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 2.0\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 16\n\
-         step_seconds = 2.1\n"
+        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
+         local_batch = 16\n{top}[work]\nsamples = {samples}\n\
+         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n{tail}"
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).expect("spec");
     path
+}
+
+/// Observations of one node and of two, at these step times (local batch 16).
+fn observed(one: f64, two: f64) -> String {
+    format!(
+        "[[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = {one}\n\
+         [[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 16\n\
+         step_seconds = {two}\n"
+    )
+}
+
+/// A job the planner puts on two spot nodes (one node misses the deadline at the spec's
+/// slow step time; the real steps are much faster).
+fn job_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
+    let top = "deadline = \"70m\"\ncapacity = \"spot-only\"\n";
+    let workers = "{ min = 1, max = 2 }";
+    write_spec(dir, name, workers, top, samples, &observed(2.0, 2.1))
 }
 
 /// A controller on the in-process simulated cloud at real-time speed, and its job.
@@ -377,6 +403,7 @@ fn a_two_node_elastic_job_loses_a_node_to_a_notice_and_finishes_on_the_other() {
     // The reclaim is 35 ticks of 5 s away: its 120 s notice comes ~55 s after the start,
     // well after the training started even on a busy machine, well before it ends.
     let c = Cluster::start("elastic", 30_000, 35);
+    let referee = Referee::watch(&c);
     let ids = c.instances(2);
     let work = c.dir.path();
     let ckpt = work.join("ckpt.pt");
@@ -422,11 +449,21 @@ fn a_two_node_elastic_job_loses_a_node_to_a_notice_and_finishes_on_the_other() {
     };
     let mut a = run(&ids[0]);
     let mut b = run(&ids[1]);
-    after_the_notice(&c, &mut a, &mut b, &log);
+    let (leaving, staying) = after_the_notice(&c, &mut a, &mut b, &log);
+    // The answers the simulated workers get for the same notice and regroup (`twin_tests`).
+    assert_eq!(of_agent_log(&leaving), answers::LEAVING, "{leaving}");
+    assert_eq!(of_agent_log(&staying), answers::REGROUPED, "{staying}");
+    let saved = events(&log)
+        .iter()
+        .filter(|e| e["event"] == "checkpoint")
+        .filter_map(|e| e["samples"].as_f64())
+        .next_back();
+    referee.finish(&c, saved);
 }
 
-/// The two-node test from the notice on: one agent drains, the other finishes the job.
-fn after_the_notice(c: &Cluster, a: &mut Agent, b: &mut Agent, log: &Path) {
+/// The two-node test from the notice on: one agent drains, the other finishes the job. The
+/// leaving and the staying agent's logs.
+fn after_the_notice(c: &Cluster, a: &mut Agent, b: &mut Agent, log: &Path) -> (String, String) {
     // Which node the cloud reclaims is its choice: the one whose agent drains.
     let until = Instant::now() + Duration::from_secs(150);
     let (leaving, staying) = loop {
@@ -476,6 +513,7 @@ fn after_the_notice(c: &Cluster, a: &mut Agent, b: &mut Agent, log: &Path) {
         .expect("a one-worker start");
     assert_eq!(resumed["resumed_from"].as_f64(), Some(saved), "{ev:?}");
     assert_eq!(resumed["incarnation"], 2, "{ev:?}");
+    (leaving.log(), staying.log())
 }
 
 /// A fake AWS instance-metadata server (IMDSv2): the instance id `id`, and no notice until
@@ -526,12 +564,14 @@ fn fake_metadata(id: &str, notice: Arc<AtomicBool>) -> String {
 }
 
 /// One node, two workers under torchrun (each in a session of its own), on the first
-/// instance of a fresh cluster; `extra` agent flags. Returns once the training reported.
-fn one_node(job: &str, samples: u64, extra: &[&str]) -> (Cluster, Agent, PathBuf) {
+/// instance of a fresh cluster watched by a referee; `extra` agent flags. Returns once the
+/// training reported.
+fn one_node(job: &str, samples: u64, extra: &[&str]) -> (Cluster, Referee, Agent, PathBuf) {
     let c = Cluster::start(job, samples, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     let (agent, progress) = run_on(&c, &id, "train_ddp.py", "2", extra);
-    (c, agent, progress)
+    (c, referee, agent, progress)
 }
 
 /// `tests/training/SCRIPT` under the agent on `id`, `nproc` workers; returns once the
@@ -595,6 +635,7 @@ fn every_stop_path_ends_the_whole_tree() {
     // A cloud notice (AWS metadata): checkpoint, stop, report, exit 0.
     // The agent reads its instance id from the metadata server too.
     let c = Cluster::start("by-notice", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     let noticed = Arc::new(AtomicBool::new(false));
     let url = fake_metadata(&id, noticed.clone());
@@ -611,13 +652,13 @@ fn every_stop_path_ends_the_whole_tree() {
         agent.log()
     );
     assert_eq!(gone("by-notice", Duration::ZERO), Ok(()), "{}", agent.log());
-    let recorded = c.status()["checkpoint_samples"].as_f64();
-    assert_eq!(recorded, Some(checkpoint_in(&progress)), "{}", agent.log());
-    assert!(recorded > Some(0.0));
+    let on_disk = checkpoint_in(&progress);
+    assert!(on_disk > 0.0, "{}", agent.log());
+    referee.finish(&c, Some(on_disk));
     drop(c);
 
     // A cancel: the next report is refused, the agent stops the training and exits 0.
-    let (c, mut agent, _) = one_node("by-cancel", 30_000, &[]);
+    let (c, referee, mut agent, progress) = one_node("by-cancel", 30_000, &[]);
     assert!(c.tern(&["cancel", "by-cancel"]).status.success());
     assert!(
         agent.wait(Duration::from_secs(60)).success(),
@@ -625,11 +666,14 @@ fn every_stop_path_ends_the_whole_tree() {
         agent.log()
     );
     assert_eq!(gone("by-cancel", Duration::ZERO), Ok(()), "{}", agent.log());
+    assert_eq!(of_agent_log(&agent.log()), answers::CANCEL);
+    referee.finish(&c, Some(checkpoint_in(&progress)));
     drop(c);
 
     // SIGTERM to the agent: it drains and exits 0. The script speaks the contract without
     // the helper (its own SIGTERM handler and progress file).
     let c = Cluster::start("by-sigterm", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     let (mut agent, progress) = run_on(&c, &id, "plain_loop.py", "1", &[]);
     signal(agent.child.id(), "-TERM");
@@ -644,14 +688,15 @@ fn every_stop_path_ends_the_whole_tree() {
         "{}",
         agent.log()
     );
-    let recorded = c.status()["checkpoint_samples"].as_f64();
-    assert_eq!(recorded, Some(checkpoint_in(&progress)), "{}", agent.log());
-    assert!(recorded > Some(0.0));
+    let on_disk = checkpoint_in(&progress);
+    assert!(on_disk > 0.0, "{}", agent.log());
+    referee.finish(&c, Some(on_disk));
     drop(c);
 
     // A Lightning job saving on SIGUSR1 (as Lightning's SLURM support does), through
     // torchrun, with the helper's callback; SIGTERM to the agent stops it.
     let c = Cluster::start("by-usr1", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     let usr1 = ["--checkpoint-signal", "SIGUSR1"];
     let (mut agent, progress) = run_on(&c, &id, "lightning_train.py", "1", &usr1);
@@ -664,20 +709,22 @@ fn every_stop_path_ends_the_whole_tree() {
     assert!(agent.log().contains("sending SIGUSR1"), "{}", agent.log());
     assert!(agent.log().contains("durable"), "{}", agent.log());
     assert_eq!(gone("by-usr1", Duration::ZERO), Ok(()), "{}", agent.log());
-    let recorded = c.status()["checkpoint_samples"].as_f64();
-    assert_eq!(recorded, Some(checkpoint_in(&progress)), "{}", agent.log());
-    assert!(recorded > Some(0.0));
+    let on_disk = checkpoint_in(&progress);
+    assert!(on_disk > 0.0, "{}", agent.log());
+    referee.finish(&c, Some(on_disk));
     drop(c);
 
-    // SIGKILL to the agent: its watchdog ends the tree.
-    let (c, mut agent, _) = one_node("by-sigkill", 30_000, &["--stop-grace", "5"]);
+    // SIGKILL to the agent: its watchdog ends the tree (the agent restarted after it is
+    // `an_agent_killed_and_restarted_never_trains_beside_its_old_tree`).
+    let (c, referee, mut agent, _) = one_node("by-sigkill", 30_000, &["--stop-grace", "5"]);
     signal(agent.child.id(), "-KILL");
     let _ = agent.wait(Duration::from_secs(5));
     assert_eq!(gone("by-sigkill", Duration::from_secs(20)), Ok(()));
+    referee.finish(&c, None);
     drop(c);
 
     // The training ends by itself: the job is done, the agent exits 0.
-    let (c, mut agent, _) = one_node("by-itself", 3_000, &[]);
+    let (c, referee, mut agent, progress) = one_node("by-itself", 3_000, &[]);
     assert!(
         agent.wait(Duration::from_secs(120)).success(),
         "{}",
@@ -685,6 +732,14 @@ fn every_stop_path_ends_the_whole_tree() {
     );
     assert_eq!(gone("by-itself", Duration::ZERO), Ok(()), "{}", agent.log());
     assert_eq!(c.status()["state"], "finished");
+    // The answers the simulated workers get at the job's end (`twin_tests`).
+    assert_eq!(
+        of_agent_log(&agent.log()),
+        answers::JOB_END,
+        "{}",
+        agent.log()
+    );
+    referee.finish(&c, Some(checkpoint_in(&progress)));
 }
 
 /// The controller's API from the test, as another agent would call it.
@@ -716,7 +771,8 @@ fn of_incarnation(job: &str, k: u64) -> Vec<i32> {
 #[test]
 fn a_stale_incarnation_is_refused_and_its_workers_killed() {
     let _one = serial();
-    let (c, mut agent, _) = one_node("stale", 30_000, &[]);
+    // Two incarnations overlap here on purpose (a stale one, refused): no referee's verdict.
+    let (c, _referee, mut agent, _) = one_node("stale", 30_000, &[]);
     assert!(!of_incarnation("stale", 1).is_empty());
     let id = c.instances(1)[0].clone();
     let before = c.status()["checkpoint_samples"].as_f64();
@@ -874,15 +930,14 @@ fn the_python_helper_and_its_lightning_callback_pass_their_tests() {
 
 /// A job nobody has measured: no observation, no profile, no hint.
 fn cold_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
-    let text = format!(
-        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = 1\n\
-         local_batch = 16\n[work]\nsamples = {samples}\n\
-         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
-         [probe]\nmax_duration = \"3m\"\n"
-    );
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).expect("spec");
-    path
+    write_spec(
+        dir,
+        name,
+        "1",
+        "",
+        samples,
+        "[probe]\nmax_duration = \"3m\"\n",
+    )
 }
 
 /// The controller's events of the cluster's job, as (kind, message).

@@ -599,6 +599,7 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let mut signals = Signals::new().map_err(AgentError::Wait)?;
     let instance = resolve_instance(&config, &http).await?;
+    tree::outlast_predecessor(&config.job, &instance, config.stop_grace).await;
     let mut restarts = Restarts {
         max: config.max_restarts,
         used: 0,

@@ -67,7 +67,8 @@ struct Proc {
     marked: bool,
 }
 
-fn read_proc(pid: i32, mark: &str) -> Option<Proc> {
+/// `marks`: every one of these `KEY=value` pairs is in the process's environment.
+fn read_proc(pid: i32, marks: &[String]) -> Option<Proc> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // `pid (comm) state ppid …`: comm may hold spaces and parentheses; it ends at the last ')'.
     let after = &stat[stat.rfind(')')? + 1..];
@@ -75,7 +76,8 @@ fn read_proc(pid: i32, mark: &str) -> Option<Proc> {
     let state = fields.next()?;
     let ppid = fields.next()?.parse().ok()?;
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let marked = environ.split(|b| *b == 0).any(|kv| kv == mark.as_bytes());
+    let vars: BTreeSet<&[u8]> = environ.split(|b| *b == 0).collect();
+    let marked = marks.iter().all(|m| vars.contains(m.as_bytes()));
     Some(Proc {
         ppid,
         zombie: state == "Z" || state == "X",
@@ -85,7 +87,55 @@ fn read_proc(pid: i32, mark: &str) -> Option<Proc> {
 
 /// The live (not zombie) processes marked `TERN_TREE=id`, and the descendants of `root`.
 pub fn members(id: &str, root: Option<u32>) -> BTreeSet<i32> {
-    let mark = format!("{MARK}={id}");
+    marked(&[format!("{MARK}={id}")], root)
+}
+
+/// The live processes of job `job`'s training on `instance` (`TERN_JOB` and `TERN_INSTANCE`
+/// in their environment), whichever agent started them: a restarted agent's predecessor's
+/// tree, which its watchdog may still be stopping.
+pub fn of_job_here(job: &str, instance: &str) -> BTreeSet<i32> {
+    marked(
+        &[
+            format!("TERN_JOB={job}"),
+            format!("TERN_INSTANCE={instance}"),
+        ],
+        None,
+    )
+}
+
+/// Wait until no process of `job`'s training on `instance` is left from an earlier agent
+/// (killed, then restarted by systemd): its watchdog stops that tree within its grace, and
+/// workers started before then would train beside it. Past `grace` and 10 s more (the
+/// watchdog died too), whatever is left is killed. How many there were.
+pub async fn outlast_predecessor(job: &str, instance: &str, grace: Duration) -> usize {
+    let found = of_job_here(job, instance).len();
+    if found == 0 {
+        return 0;
+    }
+    eprintln!(
+        "tern agent: {found} process(es) of an earlier agent's training still run here (its \
+         watchdog is stopping them): waiting for them to exit before starting"
+    );
+    let until = Instant::now() + grace + Duration::from_secs(10);
+    loop {
+        let left = of_job_here(job, instance);
+        if left.is_empty() {
+            return found;
+        }
+        if Instant::now() >= until {
+            eprintln!(
+                "tern agent: {} process(es) outlived the earlier agent's grace: killing them",
+                left.len()
+            );
+            signal_all(&left, Signal::KILL);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The live processes with every one of `marks` in their environment, and the descendants of
+/// `root`.
+fn marked(marks: &[String], root: Option<u32>) -> BTreeSet<i32> {
     let me = std::process::id() as i32;
     let mut all: BTreeMap<i32, Proc> = BTreeMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
@@ -100,7 +150,7 @@ pub fn members(id: &str, root: Option<u32>) -> BTreeSet<i32> {
             if pid == me {
                 continue;
             }
-            if let Some(p) = read_proc(pid, &mark) {
+            if let Some(p) = read_proc(pid, marks) {
                 all.insert(pid, p);
             }
         }

@@ -162,9 +162,11 @@ async fn reports_from_ended_foreign_or_unnamed_instances_are_refused_and_move_no
     let (d1, kd) = started(&c, "d").await;
     let total = store.job("c").expect("read").expect("c").total_samples;
 
-    // c finishes (its last report says so) and its instance is terminated; d is cancelled.
+    // c finishes (its last report says so: the training saved and exited at the job's work)
+    // and its instance is terminated; d is cancelled.
     let mut last = report(total, total, None, (c1.as_str(), kc));
     last.checkpointed = true;
+    last.stopped = true;
     c.progress("c", &last).await.expect("c's last report");
     c.cancel("d").await.expect("cancel d");
     // d's workers never answer the cancel (no agent runs here): its instance is kept for

@@ -6,6 +6,7 @@
 use tern_cloud::testkit::spec;
 
 use super::tests::sim;
+use super::twin_tests::answers::{BUDGET_CUT, BUDGET_STOP, CANCEL, of_simulated};
 use super::world::SimWorld;
 use super::*;
 use crate::limits::Limits;
@@ -157,47 +158,6 @@ fn answers(w: &SimWorld) -> Vec<Vec<String>> {
         .unwrap_or_default()
 }
 
-/// The answers one agent got, as both the simulated workers' record and a real agent's log
-/// can say them: reports answered plainly left out, a last report taken whatever its answer
-/// said, repeats once.
-fn canonical(told: &[String]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for s in told {
-        let s = match s.as_str() {
-            "report: ok" => continue,
-            s if s.starts_with("last report: ") => "last report: taken",
-            s => s,
-        };
-        if out.last() != Some(&s) {
-            out.push(s);
-        }
-    }
-    out
-}
-
-/// A job's own budget running out, from the agent's side: it drains first.
-const BUDGET_STOP: [&str; 4] = [
-    "start: incarnation 1",
-    "report: drain",
-    "last report: taken",
-    "start: 409 done",
-];
-
-/// A team's budget cut below what it spent, from the agent's side: the job ends at once (the
-/// same list is asserted of a real `tern agent`).
-const BUDGET_CUT: [&str; 3] = [
-    "start: incarnation 1",
-    "report: 409 done",
-    "last report: taken",
-];
-
-/// A cancel, from the agent's side (the same list is asserted of a real `tern agent`).
-const CANCEL: [&str; 3] = [
-    "start: incarnation 1",
-    "report: 409 done",
-    "last report: taken",
-];
-
 /// The stop paths reach the simulated workers only through the worker protocol, in the same
 /// answers a `tern agent` gets over HTTP (README, "Fencing" and "Stopping"): a budget stop is
 /// a `drain` on the report, whose last report (the checkpoint) is taken, and the agent asking
@@ -231,7 +191,7 @@ async fn stops_reach_the_simulated_workers_as_answers_to_their_reports() {
     assert_eq!(drained[at + 1], "last report: drain", "{drained:?}");
     assert_eq!(drained[at + 2], "start: 409 done", "{drained:?}");
     assert_eq!(drained[0], "start: incarnation 1", "{drained:?}");
-    assert_eq!(canonical(drained), BUDGET_STOP, "{drained:?}");
+    assert_eq!(of_simulated(drained), BUDGET_STOP, "{drained:?}");
 
     // A cancel mid-run.
     let mut w = world("", &[long_job("c", "t").build()]);
@@ -255,7 +215,7 @@ async fn stops_reach_the_simulated_workers_as_answers_to_their_reports() {
         "{last:?}"
     );
     // As a real agent gets it (`a_cancel_records_the_checkpoint_the_training_saved_…`).
-    assert_eq!(canonical(last), CANCEL, "{last:?}");
+    assert_eq!(of_simulated(last), CANCEL, "{last:?}");
     cancel_keeps_the_checkpoint(&w, before);
 
     // An operator cuts the team's budget below what it spent (`PUT /v1/quotas`, SIGHUP): the
@@ -274,7 +234,7 @@ async fn stops_reach_the_simulated_workers_as_answers_to_their_reports() {
     w.run(30, SimWorld::settled).await.expect("run");
     let told = answers(&w);
     let last = told.last().expect("an agent");
-    assert_eq!(canonical(last), BUDGET_CUT, "{last:?}");
+    assert_eq!(of_simulated(last), BUDGET_CUT, "{last:?}");
     assert_eq!(w.ctl.job("cut").expect("job").state, JobState::OverBudget);
 }
 

@@ -598,3 +598,5 @@ mod policy_tests;
 mod probe_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod twin_tests;

@@ -248,12 +248,10 @@ impl Controller {
             .collect()
     }
 
-    /// Terminate what a finished or cancelled job holds; mark it finished.
+    /// Mark a job whose work is done finished; terminate what it (or a cancelled one) holds,
+    /// once its workers' last reports are in.
     async fn release(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
         let ids = self.held_by(name);
-        if self.saving_after_stop(name, &ids, now)? {
-            return Ok(());
-        }
         if let Some(e) = self.fleet.jobs.get_mut(name)
             && !e.record.state.is_final()
         {
@@ -276,16 +274,18 @@ impl Controller {
                 },
             )?;
         }
-        if ids.is_empty() {
+        if ids.is_empty() || self.saving_after_stop(name, &ids, now)? {
             return Ok(());
         }
         self.carry_out(name, Decision::Release { ids }, now).await
     }
 
-    /// A job cancelled or stopped over budget while its workers still run on `ids`: their
-    /// agents are told the job is over, and save a checkpoint on the way out. Its instances are
-    /// kept until every worker said it stopped, for at most [`STOP_GRACE`] after the job ended
-    /// (an agent that never answers does not hold them longer).
+    /// A job that ended (its work done, cancelled, or stopped over budget) while its workers
+    /// still run on `ids`: their agents are told the job is over, and the training saves on
+    /// the way out (at the job's end, its final checkpoint: the trained model, which a
+    /// terminated instance could cut off mid-write). Its instances are kept until every worker
+    /// said it stopped, for at most [`STOP_GRACE`] after the job ended (an agent that never
+    /// answers does not hold them longer).
     fn saving_after_stop(
         &self,
         name: &str,
@@ -297,7 +297,10 @@ impl Controller {
         };
         let r = &e.record;
         let in_grace = r.finished_at.is_some_and(|t| now - t < STOP_GRACE);
-        let stopped = matches!(r.state, JobState::Cancelled | JobState::OverBudget);
+        let stopped = matches!(
+            r.state,
+            JobState::Finished | JobState::Cancelled | JobState::OverBudget
+        );
         if !stopped || ids.is_empty() || !in_grace {
             return Ok(false);
         }

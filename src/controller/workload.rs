@@ -373,6 +373,9 @@ impl Workload {
             }
         });
         self.report_all(ctl, s, &mut run, &mut p, &noticed, observation)?;
+        if p.done >= s.job.total_samples && !s.job.state.is_final() {
+            self.training_ended(ctl, s, &mut run, &p)?;
+        }
         // A worker told to restart asks again at once, as `tern agent` does.
         self.ask_to_start(ctl, s, &mut run)?;
         run.samples = Some(p);
@@ -439,13 +442,34 @@ impl Workload {
             report.checkpointed = notice;
             report.stopped = notice;
             let answer = self.send(ctl, s, &report)?;
-            self.said(&id, said_of(&answer));
+            let said = said_of(&answer);
+            self.said(&id, if notice { format!("last {said}") } else { said });
             if notice {
                 run.agents.insert(id, Agent::Gone);
                 continue;
             }
             let next = self.obey(ctl, s, p, &id, k, answer)?;
             run.agents.insert(id, next);
+        }
+        Ok(())
+    }
+
+    /// The job's work is done: the training saved and exited by itself, as `tern_train` does
+    /// at the job's samples, and each agent makes its last report and is done.
+    fn training_ended(
+        &mut self,
+        ctl: &mut Controller,
+        s: &Step<'_>,
+        run: &mut Run,
+        p: &Samples,
+    ) -> Result<(), ControllerError> {
+        for (id, k) in run.running() {
+            let mut report = progress(p, &id, k, None);
+            report.checkpointed = true;
+            report.stopped = true;
+            let answer = self.send(ctl, s, &report)?;
+            self.said(&id, format!("last {}", said_of(&answer)));
+            run.agents.insert(id, Agent::Gone);
         }
         Ok(())
     }

@@ -1,24 +1,18 @@
 //! A one-node job moved by a price rise, with real PyTorch on both nodes: the new node's agent
 //! is told to wait while the old node trains, the old node checkpoints and stops, its instance
 //! is released within seconds of that, and the new node resumes from that checkpoint. At no
-//! moment do two incarnations of the job have processes (a `/proc` scan every 50 ms), and the
-//! script's own log shows one incarnation writing at a time.
+//! moment do two incarnations of the job have processes (the referee's `/proc` scan every
+//! 50 ms), and the script's own log shows one incarnation writing at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Agent, Cluster, events, gone, serial, train_ddp, training_processes};
+use super::{Agent, Cluster, Referee, answers, events, gone, of_agent_log, serial, train_ddp};
 
 /// The controller reads prices every 5 s (by default once per 5-minute policy tick, which a
 /// test of minutes may not reach).
 const PRICES_EVERY_5_S: &[&str] = &["--offers-every", "5"];
-
-/// What an agent logs once its last report (the workers stopped, the checkpoint durable) is
-/// taken.
-const LAST_REPORT: &str = "reported the workers stopped";
 
 /// Two zones with room for two nodes: a at $0.90/h until `jump` 5-s ticks in, then $90/h; b
 /// at $1.20/h throughout.
@@ -49,51 +43,8 @@ fn two_zones(dir: &Path, jump: usize) -> Vec<PathBuf> {
 /// step (on two nodes too): the cheaper-spot rule moves it (a deadline's policy thinks in
 /// 5-minute ticks, too coarse for a test of minutes).
 fn spot_spec(dir: &Path, name: &str, workers: &str, samples: u64) -> PathBuf {
-    let text = format!(
-        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = {workers}\n\
-         local_batch = 16\ncapacity = \"spot-only\"\n[work]\nsamples = {samples}\n\
-         [checkpoint]\ninterval = \"1m\"\nsave_seconds = 2\nrestore_seconds = 5\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 16\nstep_seconds = 0.1\n\
-         [[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 16\n\
-         step_seconds = 0.1\n"
-    );
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).expect("spec");
-    path
-}
-
-/// The incarnations the job's live processes were started as, every 50 ms until `stop`; each
-/// sample with more than one is kept.
-fn watch_incarnations(job: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Watched> {
-    let job = job.to_string();
-    std::thread::spawn(move || {
-        let mut w = Watched::default();
-        while !stop.load(Ordering::SeqCst) {
-            let seen: BTreeSet<String> = training_processes(&job)
-                .into_iter()
-                .filter_map(|pid| {
-                    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-                    env.split(|b| *b == 0)
-                        .find_map(|kv| kv.strip_prefix(b"TERN_INCARNATION="))
-                        .map(|v| String::from_utf8_lossy(v).to_string())
-                })
-                .collect();
-            if seen.len() > 1 {
-                w.together.push(seen.clone());
-            }
-            w.ever.extend(seen);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        w
-    })
-}
-
-#[derive(Debug, Default)]
-struct Watched {
-    /// Samples in which processes of two incarnations lived at once.
-    together: Vec<BTreeSet<String>>,
-    /// Every incarnation seen.
-    ever: BTreeSet<String>,
+    let top = "capacity = \"spot-only\"\n";
+    super::write_spec(dir, name, workers, top, samples, &super::observed(0.1, 0.1))
 }
 
 /// `tern agent` for the job on `id`, training `train_ddp.py` with one worker on the node
@@ -154,8 +105,7 @@ fn a_one_node_move_with_real_training_never_runs_two_trainings() {
         PRICES_EVERY_5_S,
     );
     let work = c.dir.path().to_path_buf();
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = watch_incarnations(job, stop.clone());
+    let referee = Referee::watch(&c);
     let old = c.instances(1)[0].clone();
     let mut a = agent_on(&c, &old, &work, samples, &[]);
     // The move's new node appears; its agent starts at once, as a boot script would.
@@ -173,40 +123,43 @@ fn a_one_node_move_with_real_training_never_runs_two_trainings() {
         std::thread::sleep(Duration::from_millis(200));
     };
     let mut b = agent_on(&c, &new, &work, samples, &[]);
-    // Released within 10 s of its agent's last report (the durable checkpoint), seen in its
-    // log within the 100 ms of a poll.
-    let until = Instant::now() + Duration::from_secs(90);
-    while !a.log().contains(LAST_REPORT) {
-        assert!(Instant::now() < until, "the old node's agent: {}", a.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let t0 = Instant::now();
-    while instance_ids(&c).contains(&old) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "{}", c.status());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let took = t0.elapsed();
-    eprintln!("the old node was released {took:?} after its agent's last report");
-    let status = a.wait(Duration::from_secs(30));
+    let status = a.wait(Duration::from_secs(120));
     assert!(status.success(), "the old node's agent: {}", a.log());
     let status = b.wait(Duration::from_secs(240));
     assert!(status.success(), "the new node's agent: {}", b.log());
     assert!(b.log().contains("waiting to start"), "{}", b.log());
     assert_eq!(gone(job, Duration::from_secs(10)), Ok(()));
-    stop.store(true, Ordering::SeqCst);
-    let watched = watcher.join().expect("watcher");
-    assert!(watched.together.is_empty(), "{:?}", watched.together);
-    assert!(watched.ever.len() >= 2, "the scan saw {:?}", watched.ever);
     let s = c.status();
     assert_eq!(s["state"], "finished", "{s}");
-    one_writer_at_a_time(&work.join("train.jsonl"));
+    // The answers the simulated workers get for the same move (`twin_tests`).
+    assert_eq!(of_agent_log(&a.log()), answers::LEAVING, "{}", a.log());
+    assert_eq!(of_agent_log(&b.log()), answers::MOVED_TO, "{}", b.log());
+    let log = work.join("train.jsonl");
+    one_writer_at_a_time(&log);
     let kinds: Vec<String> = super::job_events(&c).into_iter().map(|(k, _)| k).collect();
     assert!(kinds.iter().any(|k| k == "migrated"), "{kinds:?}");
+    // Released within 10 s of its agent's last report (the durable checkpoint).
+    let seen = referee.finish(&c, last_save(&log));
+    assert!(seen.incarnations.len() >= 2, "{seen:?}");
+    let took = seen
+        .released
+        .get(&old)
+        .expect("the old node released after its report");
+    eprintln!("the old node was released {took:?} after its agent's last report");
+}
+
+/// The samples of the script's last checkpoint, from its log.
+fn last_save(log: &Path) -> Option<f64> {
+    events(log)
+        .iter()
+        .filter(|e| e["event"] == "checkpoint")
+        .filter_map(|e| e["samples"].as_f64())
+        .next_back()
 }
 
 /// The script's log: each line's incarnation (from its process's `start`) never goes back,
 /// and the new incarnation resumed from the old one's last checkpoint.
-fn one_writer_at_a_time(log: &Path) {
+pub(super) fn one_writer_at_a_time(log: &Path) {
     let ev = events(log);
     let mut of_pid: BTreeMap<i64, i64> = BTreeMap::new();
     let mut last = 0;
@@ -256,8 +209,7 @@ fn an_elastic_two_node_move_with_real_training_never_runs_two_trainings() {
         PRICES_EVERY_5_S,
     );
     let work = c.dir.path().to_path_buf();
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = watch_incarnations(job, stop.clone());
+    let referee = Referee::watch(&c);
     // Placed on two nodes before any agent starts.
     c.instances(2);
     let endpoint = format!("127.0.0.1:{}", super::common::free_port());
@@ -269,38 +221,20 @@ fn an_elastic_two_node_move_with_real_training_never_runs_two_trainings() {
         "--rdzv-conf",
         "last_call_timeout=2",
     ];
-    // An agent on every instance the job gets, as a boot script would start it; each node's
-    // agent exit and release times.
+    // An agent on every instance the job gets, as a boot script would start it.
     let mut agents: BTreeMap<String, Agent> = BTreeMap::new();
-    // Each agent's last reports so far, and when the latest was seen.
-    let mut stopped: BTreeMap<String, (usize, Instant)> = BTreeMap::new();
-    let mut exited: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut released: BTreeMap<String, std::time::Duration> = BTreeMap::new();
+    let mut exited: BTreeSet<String> = BTreeSet::new();
     let until = Instant::now() + Duration::from_secs(420);
     loop {
         let s = c.status();
-        let ids = instance_ids(&c);
-        for id in &ids {
-            if !agents.contains_key(id) {
-                agents.insert(id.clone(), agent_on(&c, id, &work, samples, &elastic));
+        for id in instance_ids(&c) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = agents.entry(id.clone()) {
+                slot.insert(agent_on(&c, &id, &work, samples, &elastic));
             }
         }
         for (id, a) in agents.iter_mut() {
-            // The agent's last report of an incarnation (the durable checkpoint), then its
-            // exit. A node that stays reports one each time its incarnation ends.
-            let n = a.log().matches(LAST_REPORT).count();
-            if n > stopped.get(id).map_or(0, |s| s.0) {
-                stopped.insert(id.clone(), (n, Instant::now()));
-            }
-            if !exited.contains_key(id) && a.child.try_wait().expect("wait").is_some() {
-                exited.insert(id.clone(), Instant::now());
-            }
-        }
-        // Released while the job runs (a move, a drain): timed from the agent's last report.
-        // At the job's end every node is released at once, before their agents report.
-        for (id, (_, at)) in &stopped {
-            if s["state"] == "running" && !ids.contains(id) && !released.contains_key(id) {
-                released.insert(id.clone(), at.elapsed());
+            if a.child.try_wait().expect("wait").is_some() {
+                exited.insert(id.clone());
             }
         }
         if s["state"] == "finished" && exited.len() == agents.len() {
@@ -313,21 +247,18 @@ fn an_elastic_two_node_move_with_real_training_never_runs_two_trainings() {
         let status = a.wait(Duration::from_secs(5));
         assert!(status.success(), "{id}: {}", a.log());
     }
-    assert_eq!(gone(job, Duration::from_secs(10)), Ok(()));
-    stop.store(true, Ordering::SeqCst);
-    let watched = watcher.join().expect("watcher");
-    assert!(watched.together.is_empty(), "{:?}", watched.together);
     let kinds: Vec<String> = super::job_events(&c).into_iter().map(|(k, _)| k).collect();
     assert!(kinds.iter().any(|k| k == "migrated"), "{kinds:?}");
-    // Every node the move left was released within 10 s of its agent's last report (seen in
-    // its log within the 200 ms of a poll).
-    assert!(!released.is_empty(), "no node left while the job ran");
-    for (id, took) in &released {
-        assert!(
-            *took < Duration::from_secs(10),
-            "{id}: {took:?} ({released:?})"
-        );
-    }
-    eprintln!("released after their agents' last reports: {released:?}");
-    one_writer_at_a_time(&work.join("train.jsonl"));
+    let log = work.join("train.jsonl");
+    one_writer_at_a_time(&log);
+    // Every node the move left was released within 10 s of its agent's last report.
+    let seen = referee.finish(&c, last_save(&log));
+    assert!(
+        !seen.released.is_empty(),
+        "no node left while the job ran: {seen:?}"
+    );
+    eprintln!(
+        "released after their agents' last reports: {:?}",
+        seen.released
+    );
 }

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::{
-    Cluster, checkpoint_in, gone, of_incarnation, run_with, serial, signal, training_processes,
+    Cluster, Referee, answers, checkpoint_in, gone, of_agent_log, of_incarnation, run_with, serial,
+    signal, training_processes,
 };
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -23,36 +24,6 @@ fn released(c: &Cluster, within: Duration) -> Duration {
     }
 }
 
-/// The answers the agent got, from its log, in the words the simulated workers' record uses
-/// (`src/controller/budget_tests.rs`, `canonical`): the same stop gives the same list.
-fn answers(log: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for line in log.lines() {
-        let said = if let Some(rest) = line.strip_prefix("tern agent: incarnation ") {
-            let k = rest.split_whitespace().next().unwrap_or_default();
-            format!("start: incarnation {k}")
-        } else if line.contains("drain: sending") {
-            "report: drain".into()
-        } else if line.contains("reported the workers stopped") {
-            "last report: taken".into()
-        } else if line.contains("nothing to start here") {
-            "start: 409 done".into()
-        } else if line.ends_with(": stopping")
-            || line.ends_with(": waiting for the training to exit")
-        {
-            "report: 409 done".into()
-        } else if line.contains("waiting to start") {
-            "start: wait".into()
-        } else {
-            continue;
-        };
-        if out.last() != Some(&said) {
-            out.push(said);
-        }
-    }
-    out
-}
-
 /// The kinds of the job's events, in order.
 fn kinds(c: &Cluster) -> Vec<String> {
     super::job_events(c).into_iter().map(|(k, _)| k).collect()
@@ -62,6 +33,7 @@ fn kinds(c: &Cluster) -> Vec<String> {
 fn a_cancel_records_the_checkpoint_the_training_saved_on_the_way_out() {
     let _one = serial();
     let c = Cluster::start("cancel-saves", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     // No periodic checkpoint: the only one is the save on the agent's signal.
     let never = ["--checkpoint-every", "1000000"];
@@ -76,13 +48,13 @@ fn a_cancel_records_the_checkpoint_the_training_saved_on_the_way_out() {
     );
     let on_disk = checkpoint_in(&progress);
     assert!(on_disk >= 2000.0, "{}", agent.log());
-    // The answers the simulated workers get for a cancel (`budget_tests`, `CANCEL`).
-    let want = [
-        "start: incarnation 1",
-        "report: 409 done",
-        "last report: taken",
-    ];
-    assert_eq!(answers(&agent.log()), want, "{}", agent.log());
+    // The answers the simulated workers get for a cancel (`budget_tests`).
+    assert_eq!(
+        of_agent_log(&agent.log()),
+        answers::CANCEL,
+        "{}",
+        agent.log()
+    );
     let s = c.status();
     assert_eq!(s["state"], "cancelled", "{s}");
     assert_eq!(s["checkpoint_samples"].as_f64(), Some(on_disk), "{s}");
@@ -90,12 +62,14 @@ fn a_cancel_records_the_checkpoint_the_training_saved_on_the_way_out() {
     let took = released(&c, Duration::from_secs(10));
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(gone("cancel-saves", Duration::ZERO), Ok(()));
+    referee.finish(&c, Some(on_disk));
 }
 
 #[test]
 fn a_training_that_exits_0_early_every_time_fails_the_job_saying_so() {
     let _one = serial();
     let c = Cluster::start("exits-early", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     // Its own limit: five steps a start, then a save and exit 0; every start makes progress.
     let work = c.dir.path().to_path_buf();
@@ -144,12 +118,14 @@ fn a_training_that_exits_0_early_every_time_fails_the_job_saying_so() {
     // Three starts of five steps of 16 samples each, all saved.
     assert_eq!(checkpoint_in(&progress), 240.0, "{log}");
     assert_eq!(gone("exits-early", Duration::ZERO), Ok(()));
+    referee.finish(&c, Some(240.0));
 }
 
 #[test]
 fn a_training_that_hangs_is_stopped_and_restarted_from_its_checkpoint() {
     let _one = serial();
     let c = Cluster::start("hangs", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     let agent_args = ["--hang-timeout", "10", "--stop-grace", "3"];
     let (agent, progress) = run_with(&c, &id, "plain_loop.py", "1", &agent_args, &[]);
@@ -184,12 +160,15 @@ fn a_training_that_hangs_is_stopped_and_restarted_from_its_checkpoint() {
         agent.log()
     );
     assert_eq!(gone("hangs", Duration::ZERO), Ok(()));
+    let seen = referee.finish(&c, Some(checkpoint_in(&progress)));
+    assert!(seen.incarnations.len() >= 2, "{seen:?}");
 }
 
 #[test]
 fn a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint() {
     let _one = serial();
     let c = Cluster::start("over-budget", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     // No periodic checkpoint: the only one is the save the budget's drain asks for.
     let never = ["--checkpoint-every", "1000000"];
@@ -218,14 +197,9 @@ fn a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint() {
     );
     let log = agent.log();
     assert!(log.contains("sending SIGTERM"), "{}\n{log}", c.status());
-    // The answers the simulated workers get for the same cut (`budget_tests`, `BUDGET_CUT`):
-    // the job ended at once, so the report is a 409 `done`, and the last report is taken.
-    let want = [
-        "start: incarnation 1",
-        "report: 409 done",
-        "last report: taken",
-    ];
-    assert_eq!(answers(&log), want, "{log}");
+    // The answers the simulated workers get for the same cut (`budget_tests`): the job ended
+    // at once, so the report is a 409 `done`, and the last report is taken.
+    assert_eq!(of_agent_log(&log), answers::BUDGET_CUT, "{log}");
     let on_disk = checkpoint_in(&progress);
     assert!(on_disk >= 1000.0, "{}", agent.log());
     let until = Instant::now() + Duration::from_secs(20);
@@ -237,6 +211,7 @@ fn a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint() {
     let took = released(&c, Duration::from_secs(10));
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(gone("over-budget", Duration::ZERO), Ok(()));
+    referee.finish(&c, Some(on_disk));
 }
 
 /// A training that ignores the checkpoint signal: the agent kills it at the grace, and the
@@ -245,6 +220,7 @@ fn a_budget_stop_reaches_the_real_agent_and_keeps_its_checkpoint() {
 fn a_training_that_ignores_the_signal_is_killed_at_the_grace_and_keeps_its_last_checkpoint() {
     let _one = serial();
     let c = Cluster::start("deaf", 30_000, 5000);
+    let referee = Referee::watch(&c);
     let id = c.instances(1)[0].clone();
     let work = c.dir.path().to_path_buf();
     let log = work.join("train.jsonl");
@@ -300,4 +276,52 @@ fn a_training_that_ignores_the_signal_is_killed_at_the_grace_and_keeps_its_last_
     assert_eq!(s["checkpoint_samples"].as_f64(), Some(on_disk), "{s}");
     let took = released(&c, Duration::from_secs(10));
     assert!(took < Duration::from_secs(10), "{took:?}");
+    referee.finish(&c, Some(on_disk));
+}
+
+/// The agent is killed (SIGKILL) and started again at once on the same instance, as systemd
+/// restarts it (`Restart=on-failure` in the worker templates, 10 s later; here sooner). The
+/// old training ignores the checkpoint signal, so the dead agent's watchdog ends it only at
+/// the 5-s grace: the new agent waits for it rather than start a second training beside it,
+/// then resumes from the checkpoint on disk.
+#[test]
+fn an_agent_killed_and_restarted_never_trains_beside_its_old_tree() {
+    let _one = serial();
+    let c = Cluster::start("restarted", 30_000, 5000);
+    let referee = Referee::watch(&c);
+    let id = c.instances(1)[0].clone();
+    let log = c.dir.path().join("train.jsonl");
+    let log_arg = log.to_str().expect("utf-8").to_string();
+    let deaf = [
+        "--ignore-signal",
+        "--checkpoint-every",
+        "10",
+        "--log-file",
+        &log_arg,
+    ];
+    let grace = ["--stop-grace", "5"];
+    let (mut agent, progress) = run_with(&c, &id, "plain_loop.py", "1", &grace, &deaf);
+    super::wait_for_samples(&progress, 1000.0, Duration::from_secs(60), &agent);
+    signal(agent.child.id(), "-KILL");
+    let _ = agent.wait(Duration::from_secs(5));
+    assert!(
+        !of_incarnation("restarted", 1).is_empty(),
+        "the old tree runs on"
+    );
+    let heeds = ["--checkpoint-every", "10", "--log-file", &log_arg];
+    let (mut again, _) = run_with(&c, &id, "plain_loop.py", "1", &grace, &heeds);
+    again.wait_for_log("earlier agent's training", Duration::from_secs(10));
+    again.wait_for_log("incarnation 2 on", Duration::from_secs(30));
+    assert!(of_incarnation("restarted", 1).is_empty(), "{}", again.log());
+    let saved = checkpoint_in(&progress);
+    super::wait_for_samples(&progress, saved + 500.0, Duration::from_secs(60), &again);
+    assert!(c.tern(&["cancel", "restarted"]).status.success());
+    assert!(
+        again.wait(Duration::from_secs(60)).success(),
+        "{}",
+        again.log()
+    );
+    // Incarnation 2 resumed from incarnation 1's last save, and never wrote beside it.
+    super::moves::one_writer_at_a_time(&log);
+    referee.finish(&c, Some(checkpoint_in(&progress)));
 }

@@ -383,3 +383,6 @@ pub fn wait_finished_and_released(
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// The answers an agent gets, reduced alike for the simulated and the real one.
+pub mod answers;
