@@ -19,6 +19,9 @@ mod moves;
 /// What every stop path must hold, watched for a whole test.
 #[path = "agent_training/referee.rs"]
 mod referee;
+/// A job's own `[run]`, fetched and run by an agent with no command.
+#[path = "agent_training/runs.rs"]
+mod runs;
 /// More stop paths: the checkpoint a cancel saves, a training that exits early, one that hangs.
 #[path = "agent_training/stops.rs"]
 mod stops;

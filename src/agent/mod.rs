@@ -27,6 +27,7 @@ pub mod launch;
 pub mod metadata;
 pub mod progress;
 mod restarts;
+pub mod setup;
 pub mod tree;
 
 use std::path::PathBuf;
@@ -64,6 +65,8 @@ pub enum AgentError {
     Wait(#[source] std::io::Error),
     #[error("training failed: {0}")]
     TrainingFailed(String),
+    #[error("the job's setup failed: {0}")]
+    Setup(String),
     #[error("the controller refused to start workers here: {0}")]
     Refused(String),
     #[error(
@@ -104,6 +107,13 @@ pub struct AgentConfig {
     pub hang_timeout: Option<Duration>,
     /// The `tern` binary, for the watchdog that stops the tree if the agent dies.
     pub watchdog_exe: Option<PathBuf>,
+    /// The job's `[run] env`: added to the setup's and the training's environment (the
+    /// `TERN_*` contract variables win over a name it repeats). Never logged.
+    pub env: Vec<(String, String)>,
+    /// Where the setup and the training run (`[run] workdir`); `None`: the agent's own.
+    pub workdir: Option<PathBuf>,
+    /// `[run] setup`, run once per instance before the training first starts there.
+    pub setup: Option<setup::Setup>,
 }
 
 /// Why the agent stops the training.
@@ -490,7 +500,8 @@ fn training_env(
     if !handled.contains(&sig) {
         handled.push(sig);
     }
-    let mut env = vec![
+    let mut env = config.env.clone();
+    env.extend([
         ("TERN_JOB".into(), config.job.clone()),
         (
             "TERN_PROGRESS_FILE".into(),
@@ -518,7 +529,7 @@ fn training_env(
             "TORCH_ELASTIC_SHUTDOWN_TIMEOUT".into(),
             config.stop_grace.as_secs_f64().ceil().to_string(),
         ),
-    ];
+    ]);
     if let Some(a) = &started.accelerator {
         env.push(("TERN_ACCELERATOR".into(), a.clone()));
     }
@@ -624,6 +635,7 @@ pub async fn run(
             started.incarnation,
             config.argv.join(" ")
         );
+        setup::before_start(&config, &client, &instance, started.incarnation).await?;
         let tree = spawn_training(&config, &client, &instance, &started).await?;
         let mut run = Run {
             config: &config,
@@ -680,6 +692,7 @@ async fn spawn_training(
     let spawned = Tree::spawn(&Spawn {
         argv: &config.argv,
         env: &env,
+        dir: config.workdir.as_deref(),
         watchdog: config
             .watchdog_exe
             .clone()
@@ -714,7 +727,13 @@ async fn job_over(client: &Client, job: &str, over: &[&str]) -> bool {
 }
 
 /// The command could not be started at all: the job fails with why.
-async fn give_up(config: &AgentConfig, client: &Client, instance: &str, k: u64, why: &str) {
+pub(super) async fn give_up(
+    config: &AgentConfig,
+    client: &Client,
+    instance: &str,
+    k: u64,
+    why: &str,
+) {
     let progress = Progress {
         done_samples: 0.0,
         checkpoint_samples: 0.0,
@@ -752,6 +771,12 @@ mod tests {
             max_restarts: 3,
             hang_timeout: None,
             watchdog_exe: None,
+            env: vec![
+                ("HF_HOME".into(), "/data/hf".into()),
+                ("TERN_JOB".into(), "not-this".into()),
+            ],
+            workdir: None,
+            setup: None,
         };
         let started = StartReply {
             incarnation: 3,
@@ -763,6 +788,8 @@ mod tests {
                 .into_iter()
                 .collect();
         let get = |k: &str| env.get(k).map(String::as_str);
+        // The job's own env is there, and the contract's names win over it.
+        assert_eq!(get("HF_HOME"), Some("/data/hf"));
         assert_eq!(get("TERN_JOB"), Some("bert"));
         assert_eq!(get("TERN_INCARNATION"), Some("3"));
         assert_eq!(get("TERN_INSTANCE"), Some("i-0abc"));

@@ -262,6 +262,8 @@ fn tee(from: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
 pub struct Spawn<'a> {
     pub argv: &'a [String],
     pub env: &'a [(String, String)],
+    /// Where it runs; `None`: the agent's own working directory.
+    pub dir: Option<&'a std::path::Path>,
     /// The `tern` binary that runs the watchdog, and the grace it gives the tree after the
     /// agent died; `None` runs no watchdog (unit tests, whose binary is not `tern`).
     pub watchdog: Option<(PathBuf, Duration)>,
@@ -279,14 +281,18 @@ impl Tree {
             Some((exe, grace)) => Some(watchdog(exe, &id, *grace)?),
             None => None,
         };
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .envs(s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env(MARK, &id)
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()?;
+            .process_group(0);
+        if let Some(d) = s.dir {
+            command.current_dir(d);
+        }
+        let mut child = command.spawn()?;
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         if let Some(err) = child.stderr.take() {
             tee(err, tail.clone());
@@ -463,6 +469,7 @@ mod tests {
         let mut tree = Tree::spawn(&Spawn {
             argv: &argv,
             env: &[],
+            dir: None,
             watchdog: None,
         })
         .expect("spawn");

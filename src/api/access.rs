@@ -132,7 +132,7 @@ pub fn need<'a>(method: &Method, path: &'a str) -> (Need, Option<&'a str>) {
     match (parts.as_slice(), method.as_str()) {
         (["jobs"], "GET" | "POST")
         | (["offers" | "events" | "costs" | "audit" | "metrics"], "GET") => (Need::AnyTeam, None),
-        (["jobs", job], "GET") => (Need::ReadJob, Some(job)),
+        (["jobs", job] | ["jobs", job, "run"], "GET") => (Need::ReadJob, Some(job)),
         (["jobs", job], "DELETE") => (Need::TeamOfJob, Some(job)),
         (["jobs", job, "spec" | "decisions"], _) if get => (Need::TeamOfJob, Some(job)),
         (["jobs", job, "start" | "progress"], "POST") => (Need::AgentOfJob, Some(job)),

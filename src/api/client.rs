@@ -160,6 +160,12 @@ impl Client {
         self.send(self.http.get(&url), url).await
     }
 
+    /// What the job's workers run (`GET /v1/jobs/{name}/run`): its spec's `[run]`.
+    pub async fn job_run(&self, name: &str) -> Result<tern_cloud::run::RunSpec, ClientError> {
+        let url = self.url(&format!("/v1/jobs/{}/run", path_segment(name)));
+        self.send(self.http.get(&url), url).await
+    }
+
     /// The spec the job was admitted with (`GET /v1/jobs/{name}/spec`).
     pub async fn job_spec(&self, name: &str) -> Result<tern_cloud::JobSpec, ClientError> {
         let url = self.url(&format!("/v1/jobs/{}/spec", path_segment(name)));

@@ -149,18 +149,25 @@ async fn list(
     axum::Extension(who): axum::Extension<Principal>,
 ) -> Response {
     let view = state.shared.view();
-    let jobs: Vec<&wire::JobStatus> = view
+    let jobs: Vec<_> = view
         .jobs
         .values()
         .map(|v| &v.status)
         .filter(|s| who.team_scope().is_none_or(|t| s.team == t))
+        .map(|s| s.for_caller(who.may_team(&s.team)))
         .collect();
     axum::Json(jobs).into_response()
 }
 
-async fn status(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+/// `GET /v1/jobs/{name}`: its team and admins see its `[run]` env values; its agents (which
+/// fetch them from `GET /v1/jobs/{name}/run`) see the names only.
+async fn status(
+    State(state): State<ApiState>,
+    axum::Extension(who): axum::Extension<Principal>,
+    Path(name): Path<String>,
+) -> Response {
     match state.shared.view().jobs.get(&name) {
-        Some(v) => axum::Json(&v.status).into_response(),
+        Some(v) => axum::Json(v.status.for_caller(who.may_team(&v.status.team))).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("unknown job {name}")),
     }
 }
@@ -178,6 +185,27 @@ async fn spec(State(state): State<ApiState>, Path(name): Path<String>) -> Respon
     let job = name.clone();
     match blocking(move || Ok(store.job(&job)?)).await {
         Ok(Some(record)) => axum::Json(&record.spec).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("unknown job {name}")),
+        Err(r) => r,
+    }
+}
+
+/// `GET /v1/jobs/{name}/run`: what the job's workers run (its spec's `[run]`, env values
+/// included), for its agents, its team and admins; 404 when the spec has none.
+async fn run(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    let store = state.store.clone();
+    let job = name.clone();
+    match blocking(move || Ok(store.job(&job)?)).await {
+        Ok(Some(record)) => match &record.spec.run {
+            Some(r) => axum::Json(r).into_response(),
+            None => error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "job {name} has no [run]: give its agents the command after `--`, or add \
+                     a [run] section to its spec"
+                ),
+            ),
+        },
         Ok(None) => error(StatusCode::NOT_FOUND, format!("unknown job {name}")),
         Err(r) => r,
     }
@@ -341,6 +369,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs", post(submit).get(list))
         .route("/jobs/{name}", get(status).delete(cancel))
         .route("/jobs/{name}/spec", get(spec))
+        .route("/jobs/{name}/run", get(run))
         .route("/jobs/{name}/decisions", get(decisions))
         .route("/jobs/{name}/start", post(workers::start))
         .route("/jobs/{name}/progress", post(workers::progress))

@@ -205,3 +205,46 @@ async fn team_client(c: &client::Client, store: &Arc<Store>, team: &str) -> clie
     let http = crate::http::client().expect("http");
     client::Client::new(c.base(), Some(t.secret), http).expect("client")
 }
+
+/// A job's `[run]` shows in `GET /v1/jobs/NAME` and the job list: with its env values to an
+/// admin and to the job's team, with the names only to the job's agent, never to another team.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_run_shows_its_env_values_to_its_team_and_admins_only() {
+    let (c, store, running) = serve(idle_sim()).await;
+    let text = tern_cloud::testkit::spec("r")
+        .team("crimson")
+        .deadline(Some("400h"))
+        .section(
+            "[run]\ncommand = [\"python\", \"train.py\"]\nenv = { WANDB_API_KEY = \"s3cr3t\" }",
+        )
+        .text();
+    c.submit(&text).await.expect("submit");
+    let shown = |s: &wire::JobStatus| {
+        let r = s.run.as_ref().expect("run");
+        assert_eq!(r.command, ["python", "train.py"]);
+        r.env["WANDB_API_KEY"].clone()
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    while c.job("r").await.is_err() {
+        assert!(Instant::now() < until, "never listed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(shown(&c.job("r").await.expect("admin")), "s3cr3t");
+    let team = team_client(&c, &store, "crimson").await;
+    assert_eq!(shown(&team.job("r").await.expect("team")), "s3cr3t");
+    let listed = team.jobs().await.expect("list");
+    assert_eq!(shown(&listed[0]), "s3cr3t");
+    let http = crate::http::client().expect("http");
+    let agent = client::Client::new(c.base(), Some(store.agent_token("r")), http).expect("client");
+    let seen = agent.job("r").await.expect("agent");
+    assert_eq!(shown(&seen), tern_cloud::run::REDACTED);
+    let other = team_client(&c, &store, "azure").await;
+    assert_eq!(
+        other.job("r").await.expect_err("other team").status(),
+        Some(403)
+    );
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}

@@ -31,6 +31,24 @@ pub struct JobStatus {
     /// The job's forecast where it runs (or would run first); `None` for a job that ended.
     #[serde(default)]
     pub forecast: Option<JobForecast>,
+    /// What its workers run (the spec's `[run]`); env values are shown only to admins and the
+    /// job's team (`<redacted>` for its agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<tern_cloud::run::RunSpec>,
+}
+
+impl JobStatus {
+    /// As `who` may see it: env values redacted unless it is an admin or of the job's team.
+    pub fn for_caller(&self, may_read_secrets: bool) -> std::borrow::Cow<'_, JobStatus> {
+        match &self.run {
+            Some(r) if !may_read_secrets && !r.env.is_empty() => {
+                let mut shown = self.clone();
+                shown.run = Some(r.redacted());
+                std::borrow::Cow::Owned(shown)
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
 }
 
 /// A job's throughput forecast at one shape, and what it stands on.

@@ -38,9 +38,10 @@ pub struct Args {
     #[arg(long)]
     checkpoint_command: Option<String>,
     /// Signal that makes the training save and exit (SIGTERM: NeMo's preemption callback,
-    /// a plain loop; SIGUSR1: Lightning's SLURM handling). torchrun forwards it.
-    #[arg(long, default_value = "SIGTERM", value_parser = parse_signal)]
-    checkpoint_signal: rustix::process::Signal,
+    /// a plain loop; SIGUSR1: Lightning's SLURM handling). torchrun forwards it. Default:
+    /// the job's `[run]`, else SIGTERM.
+    #[arg(long, value_parser = parse_signal)]
+    checkpoint_signal: Option<rustix::process::Signal>,
     /// Seconds from the checkpoint signal to SIGKILL (default: the cloud's notice lead less
     /// a margin: 100 on AWS, 25 on GCP, 30 with --notice none).
     #[arg(long, value_parser = super::number::positive, allow_negative_numbers = true)]
@@ -58,9 +59,9 @@ pub struct Args {
     /// Seconds between progress reports and notice polls (AWS suggests 5 s).
     #[arg(long, env = "TERN_AGENT_INTERVAL", default_value_t = 5.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     interval: f64,
-    /// How the training is started.
-    #[arg(long, value_enum, default_value = "torchrun")]
-    launcher: LauncherArg,
+    /// How the training is started (default: the job's `[run]`, else torchrun).
+    #[arg(long, value_enum)]
+    launcher: Option<LauncherArg>,
     /// Elastic node range for torchrun, `MIN:MAX` (or N).
     #[arg(long, default_value = "1")]
     nnodes: String,
@@ -71,12 +72,13 @@ pub struct Args {
     /// Extra torchrun `--rdzv-conf` settings, e.g. `last_call_timeout=5`.
     #[arg(long)]
     rdzv_conf: Option<String>,
-    /// Worker processes per node (usually the node's GPUs).
-    #[arg(long, default_value_t = 1)]
-    nproc_per_node: u32,
-    /// Restarts in a row without progress (with backoff 1, 2, 4 … s) before the job fails.
-    #[arg(long, default_value_t = 3)]
-    max_restarts: u32,
+    /// Worker processes per node (usually the node's GPUs; default: the job's `[run]`, else 1).
+    #[arg(long)]
+    nproc_per_node: Option<u32>,
+    /// Restarts in a row without progress (with backoff 1, 2, 4 … s) before the job fails
+    /// (default: the job's `[run]`, else 3).
+    #[arg(long)]
+    max_restarts: Option<u32>,
     /// Seconds without progress (`samples` unchanged in the progress file) after which the
     /// training is taken as hung: stopped as for a drain (the checkpoint signal, the grace,
     /// SIGKILL), reported, and restarted from its checkpoint, counting toward
@@ -84,8 +86,10 @@ pub struct Args {
     #[arg(long, value_parser = super::number::positive, allow_negative_numbers = true)]
     hang_timeout: Option<f64>,
     /// The training command, after `--`: `train.py ARGS`, `python[3] [-u] train.py ARGS`,
-    /// `python -m MODULE ARGS`, or any executable.
-    #[arg(last = true, required = true)]
+    /// `python -m MODULE ARGS`, or any executable. Nothing after `--`: the job's `[run]`,
+    /// fetched from the controller (its command, setup, env, workdir and options; a flag given
+    /// here wins over the option it repeats).
+    #[arg(last = true)]
     command: Vec<String>,
 }
 
@@ -104,27 +108,99 @@ impl From<NoticeArg> for NoticeSource {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let http = args.server.http()?;
+    let client = args.server.client_with(http.clone())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let job_run = match args.command.is_empty() {
+        true => {
+            let r = rt.block_on(fetch_run(&client, &args.job))?;
+            eprintln!(
+                "tern agent: running job {}'s [run]: {}",
+                args.job,
+                r.command.join(" ")
+            );
+            Some(r)
+        }
+        false => {
+            eprintln!("tern agent: running the command given after `--`");
+            None
+        }
+    };
+    let config = config_of(args, job_run.unwrap_or_default())?;
+    rt.block_on(tern::agent::run(config, client, http))?;
+    Ok(())
+}
+
+/// The job's `[run]`, asked of the controller until it answers (it may still be starting when
+/// a VM boots): a job without one is an error that says what to do.
+async fn fetch_run(
+    client: &tern::api::client::Client,
+    job: &str,
+) -> anyhow::Result<tern_cloud::run::RunSpec> {
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        match client.job_run(job).await {
+            Ok(r) => return Ok(r),
+            Err(e) if e.is_retryable() && std::time::Instant::now() < until => {
+                eprintln!("tern agent: asking for job {job}'s [run]: {e}; trying again");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => anyhow::bail!(
+                "nothing to run: no command after `--`, and job {job}'s [run] could not be \
+                 read: {e}"
+            ),
+        }
+    }
+}
+
+/// The agent's settings: each flag given, else the job's `[run]` option, else the default.
+fn config_of(args: Args, r: tern_cloud::run::RunSpec) -> anyhow::Result<AgentConfig> {
     let notice = NoticeSource::from(args.notice);
     let launcher = match args.launcher {
-        LauncherArg::Torchrun => Launcher::Torchrun,
-        LauncherArg::None => Launcher::None,
+        Some(LauncherArg::Torchrun) => Launcher::Torchrun,
+        Some(LauncherArg::None) => Launcher::None,
+        None if r.launcher.as_deref() == Some("none") => Launcher::None,
+        None => Launcher::Torchrun,
     };
     let t = Torchrun {
         job: args.job.clone(),
         nnodes: args.nnodes.clone(),
-        nproc_per_node: args.nproc_per_node,
+        nproc_per_node: args.nproc_per_node.or(r.nproc_per_node).unwrap_or(1),
         rdzv_endpoint: args.rdzv_endpoint.clone(),
-        rdzv_conf: args.rdzv_conf.clone(),
+        rdzv_conf: args.rdzv_conf.clone().or(r.rdzv_conf.clone()),
     };
-    let argv = command_line(launcher, &t, &args.command)?;
-    let config = AgentConfig {
+    let command = match args.command.is_empty() {
+        true => r.command.clone(),
+        false => args.command.clone(),
+    };
+    let argv = command_line(launcher, &t, &command)?;
+    let signal = match (args.checkpoint_signal, &r.checkpoint_signal) {
+        (Some(s), _) => s,
+        (None, Some(name)) => tree::parse_signal(name).map_err(anyhow::Error::msg)?,
+        (None, None) => rustix::process::Signal::TERM,
+    };
+    let seconds = |flag: Option<f64>, run: Option<f64>| flag.or(run).map(Duration::from_secs_f64);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let workdir = r
+        .workdir
+        .as_deref()
+        .map(|w| match (w.strip_prefix("~/"), &home) {
+            (Some(rest), Some(h)) => h.join(rest),
+            _ => PathBuf::from(w),
+        });
+    if let Some(w) = &workdir {
+        std::fs::create_dir_all(w)
+            .map_err(|e| anyhow::anyhow!("[run] workdir {}: {e}", w.display()))?;
+    }
+    Ok(AgentConfig {
         job: args.job,
         progress_file: std::path::absolute(&args.progress_file)?,
-        checkpoint_command: args.checkpoint_command,
-        checkpoint_signal: args.checkpoint_signal,
-        stop_grace: args
-            .stop_grace
-            .map_or_else(|| notice.default_grace(), Duration::from_secs_f64),
+        checkpoint_command: args.checkpoint_command.or(r.checkpoint_command),
+        checkpoint_signal: signal,
+        stop_grace: seconds(args.stop_grace, r.stop_grace_s)
+            .unwrap_or_else(|| notice.default_grace()),
         notice,
         metadata_url: args
             .metadata_url
@@ -133,17 +209,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         interval: Duration::from_secs_f64(args.interval.max(0.1)),
         argv,
         launcher,
-        max_restarts: args.max_restarts,
-        hang_timeout: args.hang_timeout.map(Duration::from_secs_f64),
+        max_restarts: args.max_restarts.or(r.max_restarts).unwrap_or(3),
+        hang_timeout: seconds(args.hang_timeout, r.hang_timeout_s),
         watchdog_exe: std::env::current_exe().ok(),
-    };
-    let http = args.server.http()?;
-    let client = args.server.client_with(http.clone())?;
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(tern::agent::run(config, client, http))?;
-    Ok(())
+        env: r.env.into_iter().collect(),
+        workdir,
+        setup: r.setup.map(|script| tern::agent::setup::Setup {
+            script,
+            timeout: Duration::from_secs_f64(
+                r.setup_timeout_s
+                    .unwrap_or(tern_cloud::run::DEFAULT_SETUP_TIMEOUT_S),
+            ),
+        }),
+    })
 }
 
 #[derive(Debug, clap::Args)]

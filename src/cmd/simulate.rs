@@ -501,6 +501,7 @@ fn profile_job(
         hint: None,
         probe: Default::default(),
         constraints: Default::default(),
+        run: None,
     };
     Ok(LoadedJob::from_spec(
         spec,

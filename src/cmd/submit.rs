@@ -138,7 +138,45 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         ]);
     }
     println!("{t}");
+    if let [j] = jobs.as_slice()
+        && let Some(r) = &j.run
+    {
+        println!("{}", run_line(r));
+    }
     Ok(())
+}
+
+/// A job's `[run]` in one line: the command, whether it has a setup, its env names (never the
+/// values).
+fn run_line(r: &tern_cloud::run::RunSpec) -> String {
+    let mut line = format!("run: {}", shell_words(&r.command));
+    if r.setup.is_some() {
+        line.push_str("; setup first");
+    }
+    if let Some(w) = &r.workdir {
+        line.push_str(&format!("; in {w}"));
+    }
+    if !r.env.is_empty() {
+        let names: Vec<&str> = r.env.keys().map(String::as_str).collect();
+        line.push_str(&format!("; env {}", names.join(", ")));
+    }
+    line
+}
+
+/// An argv as a shell would read it back (arguments with spaces or quotes single-quoted).
+fn shell_words(argv: &[String]) -> String {
+    let plain = |a: &str| {
+        !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+    };
+    argv.iter()
+        .map(|a| match plain(a) {
+            true => a.clone(),
+            false => format!("'{}'", a.replace('\'', "'\\''")),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The table's forecast cells: what the step time stands on, and when the remaining work ends
@@ -187,6 +225,22 @@ pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_line_names_the_env_and_never_shows_a_value() {
+        let mut r = tern_cloud::run::RunSpec {
+            command: vec!["sh".into(), "-c".into(), "python train.py --lr 3e-4".into()],
+            setup: Some("pip install -r requirements.txt".into()),
+            ..Default::default()
+        };
+        r.env.insert("WANDB_API_KEY".into(), "s3cr3t".into());
+        let line = run_line(&r);
+        assert_eq!(
+            line,
+            "run: sh -c 'python train.py --lr 3e-4'; setup first; env WANDB_API_KEY"
+        );
+        assert_eq!(shell_words(&["it's".to_string()]), "'it'\\''s'");
+    }
 
     #[test]
     fn a_finish_under_an_hour_shows_minutes() {

@@ -91,6 +91,7 @@ fn status_of(
             .count(),
         dollars_per_hour: mine.iter().map(|i| i.offer.price_per_hour).sum::<f64>() + 0.0,
         instance_ids: mine.iter().map(|i| i.id.to_string()).collect(),
+        run: j.spec.run.clone(),
     }
 }
 

@@ -199,6 +199,9 @@ pub struct JobSpec {
     /// capacity type); empty allows everything.
     #[serde(default, skip_serializing_if = "Constraints::is_empty")]
     pub constraints: Constraints,
+    /// What its workers run (`[run]`); `None`: the agents bring their own command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<crate::run::RunSpec>,
 }
 
 /// One measured training step, reported by the worker agent.

@@ -17,6 +17,7 @@ pub mod name;
 mod offer;
 mod provider;
 mod quota;
+pub mod run;
 mod spec;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testkit;

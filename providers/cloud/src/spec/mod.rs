@@ -22,6 +22,9 @@
 //! [probe]                      # max_duration, max_usd, enabled (a job nobody has measured)
 //! [profile]                    # path (relative to the spec file) or placements/scalability
 //!                              # (the CSV text inline, as `tern submit` sends it), accelerator[, node_type]
+//! [run]                        # command (array, or a string run by `sh -c`)[, setup, setup_timeout,
+//!                              # env, workdir, launcher, nproc_per_node, rdzv_conf, checkpoint_signal,
+//!                              # checkpoint_command, stop_grace, max_restarts, hang_timeout]
 //! ```
 //!
 //! Names (`name`, `team`) follow [`crate::name::NAME_RULE`]; labels (accelerators, node types)
@@ -41,6 +44,7 @@ use crate::job::{
 use crate::name::{NAME_RULE, check_label, check_name};
 use crate::{CapacityRule, Cloud, Constraints, DataLocation};
 
+mod run;
 mod sections;
 pub use sections::parse_duration;
 use sections::*;
@@ -141,6 +145,7 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
     let hint = parse_hint(&cx, top.table("hint")?)?;
     let probe = parse_probe(&cx, top.table("probe")?)?;
     let constraints = parse_constraints(&cx, &mut top)?;
+    let run = run::parse_run(&cx, top.table("run")?)?;
     Ok(JobSpec {
         name,
         team,
@@ -158,6 +163,7 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
         hint,
         probe,
         constraints,
+        run,
     })
 }
 
@@ -184,6 +190,7 @@ const TOP_FIELDS: &[&str] = &[
     "data",
     "max_price_per_hour",
     "capacity",
+    "run",
 ];
 
 /// File name and the line of every key path, for messages.

@@ -322,3 +322,133 @@ fn a_hint_and_probe_bounds_parse_and_bad_ones_name_their_field() {
         }
     }
 }
+
+const RUN: &str = r#"
+[run]
+command = ["python", "train.py", "--epochs", "3"]
+setup = "pip install -r requirements.txt"
+setup_timeout = "20m"
+workdir = "~/sky_workdir"
+launcher = "none"
+nproc_per_node = 8
+checkpoint_signal = "usr1"
+stop_grace = "90s"
+max_restarts = 5
+hang_timeout = 1200
+[run.env]
+HF_HOME = "/data/hf"
+WANDB_API_KEY = "s3cr3t"
+"#;
+
+#[test]
+fn a_run_section_parses_and_specs_without_one_have_none() {
+    assert_eq!(parse_job_spec(GOOD, "job.toml").expect("valid").run, None);
+    let s = parse_job_spec(&format!("{GOOD}{RUN}"), "job.toml").expect("valid");
+    let r = s.run.expect("run");
+    assert_eq!(r.command, ["python", "train.py", "--epochs", "3"]);
+    assert_eq!(r.setup.as_deref(), Some("pip install -r requirements.txt"));
+    assert_eq!(r.setup_timeout_s, Some(1200.0));
+    assert_eq!(r.workdir.as_deref(), Some("~/sky_workdir"));
+    assert_eq!(r.launcher.as_deref(), Some("none"));
+    assert_eq!(r.nproc_per_node, Some(8));
+    assert_eq!(r.checkpoint_signal.as_deref(), Some("SIGUSR1"));
+    assert_eq!(r.stop_grace_s, Some(90.0));
+    assert_eq!(r.max_restarts, Some(5));
+    assert_eq!(r.hang_timeout_s, Some(1200.0));
+    assert_eq!(r.env["HF_HOME"], "/data/hf");
+    // A string command runs through `sh -c`, as written.
+    let text = format!("{GOOD}[run]\ncommand = \"cd src && python train.py\"\n");
+    let r = parse_job_spec(&text, "job.toml")
+        .expect("valid")
+        .run
+        .expect("run");
+    assert_eq!(r.command, ["sh", "-c", "cd src && python train.py"]);
+    // What the store keeps reads back the same.
+    let s = parse_job_spec(&format!("{GOOD}{RUN}"), "job.toml").expect("valid");
+    let json = serde_json::to_string(&s).expect("json");
+    assert_eq!(serde_json::from_str::<JobSpec>(&json).expect("back"), s);
+}
+
+#[test]
+fn a_bad_run_section_names_its_field_and_line_and_never_echoes_an_env_value() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "max_restarts = 5",
+            "max_restart = 5",
+            &[
+                "job.toml:37",
+                "unknown field `run.max_restart`",
+                "allowed here",
+            ],
+        ),
+        (
+            "HF_HOME = \"/data/hf\"",
+            "HF_HOME = 3",
+            &[
+                "job.toml:40",
+                "`run.env.HF_HOME`",
+                "expected a string",
+                "the integer 3",
+            ],
+        ),
+        (
+            "HF_HOME = \"/data/hf\"",
+            "\"A=B\" = \"x\"",
+            &["`run.env.A=B`", "a variable name"],
+        ),
+        (
+            "launcher = \"none\"",
+            "launcher = \"mpirun\"",
+            &["job.toml:33", "`run.launcher`", "\"torchrun\" or \"none\""],
+        ),
+        (
+            "checkpoint_signal = \"usr1\"",
+            "checkpoint_signal = \"SIGKILL\"",
+            &["`run.checkpoint_signal`", "SIGUSR2"],
+        ),
+        (
+            "nproc_per_node = 8",
+            "nproc_per_node = 0",
+            &["`run.nproc_per_node`"],
+        ),
+        (
+            "command = [\"python\", \"train.py\", \"--epochs\", \"3\"]",
+            "command = []",
+            &["`run.command`", "an array of strings"],
+        ),
+        (
+            "command = [\"python\", \"train.py\", \"--epochs\", \"3\"]",
+            "command = [\"python\", 3]",
+            &["`run.command[1]`", "a string"],
+        ),
+        (
+            "command = [\"python\", \"train.py\", \"--epochs\", \"3\"]\n",
+            "",
+            &["missing field `run.command`"],
+        ),
+        (
+            "stop_grace = \"90s\"",
+            "stop_grace = \"soon\"",
+            &["`run.stop_grace`", "a duration"],
+        ),
+    ];
+    let good = format!("{GOOD}{RUN}");
+    for (from, to, wants) in cases {
+        assert!(good.contains(from), "{from}");
+        let text = good.replacen(from, to, 1);
+        let e = parse_job_spec(&text, "job.toml").expect_err(to).to_string();
+        for w in *wants {
+            assert!(e.contains(w), "{to:?}: {e:?} lacks {w:?}");
+        }
+        assert!(!e.contains("s3cr3t"), "{e}");
+    }
+    // A NUL in an env value is refused without showing the value.
+    let text = good.replacen("\"s3cr3t\"", "\"s3cr3t\\u0000\"", 1);
+    let e = parse_job_spec(&text, "job.toml")
+        .expect_err("nul")
+        .to_string();
+    assert!(
+        e.contains("`run.env.WANDB_API_KEY`") && !e.contains("s3cr3t"),
+        "{e}"
+    );
+}
