@@ -133,7 +133,7 @@ variable "worker_disk_size_gb" {
 }
 
 variable "worker_command" {
-  description = "The training command the agent runs under torchrun (the words after `tern agent ... --`); empty runs the agent alone, reporting a progress file something else writes."
+  description = "The training command for every job (the words after `tern agent ... --`), overriding each job's own `[run]`; empty (the default): each worker runs its job's `[run]`, so jobs of different teams run their own programs."
   type        = list(string)
   default     = []
 }
