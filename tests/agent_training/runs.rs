@@ -13,11 +13,25 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// (then it saves and exits 0, and the agent starts it again), with `setup` first.
 fn run_spec(dir: &Path, name: &str, setup: &str, steps: u32) -> std::path::PathBuf {
     let work = dir.join("work");
+    let command = format!(
+        "[\"python\", \"{REPO}/tests/training/plain_loop.py\", \"--ckpt\", \"ckpt.pt\", \
+         \"--total-samples\", \"3000\", \"--step-sleep\", \"0.02\", \"--max-steps\", \"{steps}\"]"
+    );
+    spec_running(dir, name, &command, setup, &work)
+}
+
+/// A one-node spot job whose `[run]` runs `command` (TOML) in `work` after `setup`.
+fn spec_running(
+    dir: &Path,
+    name: &str,
+    command: &str,
+    setup: &str,
+    work: &Path,
+) -> std::path::PathBuf {
     let tail = format!(
-        "{obs}[run]\ncommand = [\"python\", \"{REPO}/tests/training/plain_loop.py\", \"--ckpt\", \
-         \"ckpt.pt\", \"--total-samples\", \"3000\", \"--step-sleep\", \"0.02\", \"--max-steps\", \
-         \"{steps}\"]\nsetup = {setup:?}\nworkdir = {work:?}\nlauncher = \"none\"\n\
-         max_restarts = 10\n[run.env]\nGREETING = \"hello from the job's env\"\n",
+        "{obs}[run]\ncommand = {command}\nsetup = {setup:?}\nworkdir = {work:?}\n\
+         launcher = \"none\"\nmax_restarts = 10\n\
+         [run.env]\nGREETING = \"hello from the job's env\"\n",
         obs = observed(2.0, 2.1),
     );
     let top = "deadline = \"70m\"\ncapacity = \"spot-only\"\n";
@@ -89,5 +103,112 @@ fn a_setup_that_fails_fails_the_job_with_its_own_last_lines() {
         !c.dir.path().join("work/ckpt.pt").exists(),
         "the training never started"
     );
+    referee.finish(&c, None);
+}
+
+/// Two teams' jobs on one controller, each with its own `[run]`, and an agent with no command
+/// on each job's instance: each runs its own job's program.
+#[test]
+fn two_jobs_on_one_controller_each_run_their_own_program() {
+    let _one = serial();
+    let dir_of = |d: &Path, j: &str| d.join(format!("work-{j}"));
+    let program = |j: &str| {
+        format!(
+            "\"echo program-{j} >> ran.txt && exec python {REPO}/tests/training/plain_loop.py \
+             --ckpt ckpt.pt --total-samples 3000 --step-sleep 0.02\""
+        )
+    };
+    let c = Cluster::start_with("job-a", 5000, |d| {
+        spec_running(d, "job-a", &program("a"), "", &dir_of(d, "job-a"))
+    });
+    let referee = Referee::watch(&c);
+    let b = spec_running(
+        c.dir.path(),
+        "job-b",
+        &program("b"),
+        "",
+        &dir_of(c.dir.path(), "job-b"),
+    );
+    let out = c.tern(&["submit", b.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids_of = |job: &str| -> Vec<String> {
+        let out = c.tern(&["status", job, "--json"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let v: serde_json::Value =
+            serde_json::from_str(text.lines().last().unwrap_or("{}")).unwrap_or_default();
+        v["jobs"][0]["instance_ids"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|i| i.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let a = c.instances(1)[0].clone();
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let b_id = loop {
+        if let Some(id) = ids_of("job-b").into_iter().next() {
+            break id;
+        }
+        assert!(std::time::Instant::now() < until, "job-b never placed");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let agent_for = |job: &str, id: &str| {
+        let progress = c.dir.path().join(format!("progress-{job}.json"));
+        let p = progress.to_str().expect("utf-8").to_string();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tern"));
+        let log = std::fs::File::create(c.dir.path().join(format!("agent-{id}.log"))).expect("log");
+        cmd.args([
+            "agent",
+            "--job",
+            job,
+            "--server",
+            &c.server,
+            "--progress-file",
+            &p,
+            "--",
+        ])
+        .env("TERN_INSTANCE_ID", id)
+        .env("TERN_TOKEN", super::TOKEN)
+        .env("TERN_NOTICE", "none")
+        .env("TERN_AGENT_INTERVAL", "0.5")
+        .env("PATH", super::venv_path())
+        .env("PYTHONPATH", format!("{REPO}/python"))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("agent")
+    };
+    let mut agents = [
+        (agent_for("job-a", &a), a),
+        (agent_for("job-b", &b_id), b_id),
+    ];
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    for (agent, id) in &mut agents {
+        let status = loop {
+            if let Some(s) = agent.try_wait().expect("wait") {
+                break s;
+            }
+            if std::time::Instant::now() >= until {
+                let _ = agent.kill();
+                panic!("{id}'s agent ran past 2 minutes");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let log = std::fs::read_to_string(c.dir.path().join(format!("agent-{id}.log")));
+        assert!(status.success(), "{log:?}");
+    }
+    for j in ["a", "b"] {
+        let ran =
+            std::fs::read_to_string(dir_of(c.dir.path(), &format!("job-{j}")).join("ran.txt"))
+                .expect("ran.txt");
+        assert_eq!(ran.trim(), format!("program-{j}"), "job-{j}");
+    }
+    assert_eq!(c.status()["state"], "finished");
     referee.finish(&c, None);
 }
