@@ -212,3 +212,21 @@ fn two_jobs_on_one_controller_each_run_their_own_program() {
     assert_eq!(c.status()["state"], "finished");
     referee.finish(&c, None);
 }
+
+/// A job without `[run]` and an agent with no command: the agent exits at once, saying what to
+/// give it, and nothing starts.
+#[test]
+fn an_agent_with_no_command_for_a_job_without_a_run_section_says_what_is_missing() {
+    let _one = serial();
+    let c = Cluster::start("no-run", 3000, 5000);
+    let id = c.instances(1)[0].clone();
+    let progress = c.dir.path().join("progress.json");
+    let p = progress.to_str().expect("utf-8");
+    let mut agent = c.agent(&id, c.dir.path(), &["--progress-file", p], &[]);
+    assert!(!agent.wait(Duration::from_secs(30)).success());
+    let log = agent.log();
+    assert!(log.contains("no command after `--`"), "{log}");
+    assert!(log.contains("job no-run has no [run]"), "{log}");
+    assert_eq!(c.status()["checkpoint_samples"].as_f64(), Some(0.0));
+    assert!(!log.contains("incarnation"), "{log}");
+}
