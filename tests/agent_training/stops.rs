@@ -325,3 +325,45 @@ fn an_agent_killed_and_restarted_never_trains_beside_its_old_tree() {
     super::moves::one_writer_at_a_time(&log);
     referee.finish(&c, Some(checkpoint_in(&progress)));
 }
+
+/// A job's own budget runs out while it trains: the controller drains it through the report
+/// the real agent makes, the agent checkpoints and makes its last report, and asking again it
+/// is told the job is done (the answers the simulated workers get, `budget_tests`).
+#[test]
+fn a_jobs_own_budget_running_out_drains_the_real_agent_and_keeps_its_checkpoint() {
+    let _one = serial();
+    // One spot node at $0.90/h: $0.05 is about 200 s of it, less the drain's lead (the
+    // controller stops a job whose spend will reach its budget within the time a drain
+    // takes), and the work (30000 samples at about 80 a second) needs more. The spec claims a
+    // step 20 times faster than the real one, so the planner expects the job within its
+    // budget and places it.
+    let tail = format!(
+        "{}[budget]\ntotal_usd = 0.05\n",
+        super::observed(0.01, 0.01)
+    );
+    let c = Cluster::start_with("own-budget", 5000, |d| {
+        let top = "capacity = \"spot-only\"\n";
+        super::write_spec(d, "own-budget", "1", top, 30_000, &tail)
+    });
+    let referee = Referee::watch(&c);
+    let id = c.instances(1)[0].clone();
+    let never = ["--checkpoint-every", "1000000", "--step-sleep", "0.2"];
+    let (mut agent, progress) = run_with(&c, &id, "plain_loop.py", "1", &[], &never);
+    assert!(
+        agent.wait(Duration::from_secs(360)).success(),
+        "{}",
+        agent.log()
+    );
+    let log = agent.log();
+    assert_eq!(of_agent_log(&log), answers::BUDGET_STOP, "{log}");
+    let s = c.status();
+    assert_eq!(s["state"], "over-budget", "{s}");
+    let on_disk = checkpoint_in(&progress);
+    assert!(on_disk > 0.0 && on_disk < 30_000.0, "{on_disk}");
+    assert!(
+        kinds(&c).iter().any(|k| k == "over-budget"),
+        "{:?}",
+        kinds(&c)
+    );
+    referee.finish(&c, Some(on_disk));
+}
