@@ -255,7 +255,12 @@ impl Cluster {
     }
 
     fn status(&self) -> serde_json::Value {
-        let out = self.tern(&["status", &self.job, "--json"]);
+        self.status_of(&self.job)
+    }
+
+    /// `tern status JOB --json` of any job on this controller.
+    fn status_of(&self, job: &str) -> serde_json::Value {
+        let out = self.tern(&["status", job, "--json"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let v: serde_json::Value =
             serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("status json");
@@ -289,6 +294,18 @@ impl Cluster {
     /// `tern agent` for this job on `instance`, in `workdir`, with the venv on PATH and
     /// `python/` on PYTHONPATH; `args` go before `--`, `command` after.
     fn agent(&self, instance: &str, workdir: &Path, args: &[&str], command: &[&str]) -> Agent {
+        self.agent_of(&self.job, instance, workdir, args, command)
+    }
+
+    /// As [`Cluster::agent`], for any job on this controller.
+    fn agent_of(
+        &self,
+        job: &str,
+        instance: &str,
+        workdir: &Path,
+        args: &[&str],
+        command: &[&str],
+    ) -> Agent {
         let log_path = workdir.join(format!("agent-{instance}.log"));
         let log = std::fs::File::create(&log_path).expect("agent log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tern"));
@@ -297,7 +314,7 @@ impl Cluster {
             cmd.env("TERN_INSTANCE_ID", instance);
         }
         let child = cmd
-            .args(["agent", "--job", &self.job, "--server", &self.server])
+            .args(["agent", "--job", job, "--server", &self.server])
             .args(args)
             .arg("--")
             .args(command)

@@ -135,73 +135,29 @@ fn two_jobs_on_one_controller_each_run_their_own_program() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ids_of = |job: &str| -> Vec<String> {
-        let out = c.tern(&["status", job, "--json"]);
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let v: serde_json::Value =
-            serde_json::from_str(text.lines().last().unwrap_or("{}")).unwrap_or_default();
-        v["jobs"][0]["instance_ids"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|i| i.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let a = c.instances(1)[0].clone();
     let until = std::time::Instant::now() + Duration::from_secs(60);
     let b_id = loop {
-        if let Some(id) = ids_of("job-b").into_iter().next() {
-            break id;
+        let ids = c.status_of("job-b")["instance_ids"].clone();
+        if let Some(id) = ids.get(0).and_then(|v| v.as_str()) {
+            break id.to_string();
         }
         assert!(std::time::Instant::now() < until, "job-b never placed");
         std::thread::sleep(Duration::from_millis(200));
     };
-    let agent_for = |job: &str, id: &str| {
-        let progress = c.dir.path().join(format!("progress-{job}.json"));
-        let p = progress.to_str().expect("utf-8").to_string();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tern"));
-        let log = std::fs::File::create(c.dir.path().join(format!("agent-{id}.log"))).expect("log");
-        cmd.args([
-            "agent",
-            "--job",
-            job,
-            "--server",
-            &c.server,
-            "--progress-file",
-            &p,
-            "--",
-        ])
-        .env("TERN_INSTANCE_ID", id)
-        .env("TERN_TOKEN", super::TOKEN)
-        .env("TERN_NOTICE", "none")
-        .env("TERN_AGENT_INTERVAL", "0.5")
-        .env("PATH", super::venv_path())
-        .env("PYTHONPATH", format!("{REPO}/python"))
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("agent")
-    };
-    let mut agents = [
-        (agent_for("job-a", &a), a),
-        (agent_for("job-b", &b_id), b_id),
-    ];
-    let until = std::time::Instant::now() + Duration::from_secs(120);
-    for (agent, id) in &mut agents {
-        let status = loop {
-            if let Some(s) = agent.try_wait().expect("wait") {
-                break s;
-            }
-            if std::time::Instant::now() >= until {
-                let _ = agent.kill();
-                panic!("{id}'s agent ran past 2 minutes");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let log = std::fs::read_to_string(c.dir.path().join(format!("agent-{id}.log")));
-        assert!(status.success(), "{log:?}");
+    // Both agents at once, each with no command.
+    let mut agents: Vec<_> = [("job-a", a), ("job-b", b_id)]
+        .into_iter()
+        .map(|(job, id)| {
+            let progress = c.dir.path().join(format!("progress-{job}.json"));
+            let p = progress.to_str().expect("utf-8").to_string();
+            let args = ["--progress-file", p.as_str()];
+            (job, c.agent_of(job, &id, c.dir.path(), &args, &[]))
+        })
+        .collect();
+    for (job, agent) in &mut agents {
+        let status = agent.wait(Duration::from_secs(120));
+        assert!(status.success(), "{job}: {}", agent.log());
     }
     for j in ["a", "b"] {
         let ran =
