@@ -163,6 +163,18 @@ fn job_spec(dir: &Path, name: &str, samples: u64) -> PathBuf {
     write_spec(dir, name, workers, top, samples, &observed(2.0, 2.1))
 }
 
+/// The instance ids of one job's status (`tern status --json`'s `jobs[i]`).
+fn ids_in(status: &serde_json::Value) -> Vec<String> {
+    status["instance_ids"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A controller on the in-process simulated cloud at real-time speed, and its job.
 struct Cluster {
     controller: Child,
@@ -271,14 +283,7 @@ impl Cluster {
     fn instances(&self, n: usize) -> Vec<String> {
         let until = Instant::now() + Duration::from_secs(30);
         loop {
-            let ids: Vec<String> = self.status()["instance_ids"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let ids = ids_in(&self.status());
             if ids.len() >= n {
                 return ids;
             }

@@ -82,14 +82,7 @@ fn agent_on(c: &Cluster, id: &str, work: &Path, samples: u64, elastic: &[&str]) 
 
 /// The job's instances now.
 fn instance_ids(c: &Cluster) -> Vec<String> {
-    c.status()["instance_ids"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+    super::ids_in(&c.status())
 }
 
 #[test]

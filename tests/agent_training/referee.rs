@@ -116,12 +116,10 @@ fn instance_ids(server: &str, job: &str) -> Option<BTreeSet<String>> {
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(text.lines().last()?).ok()?;
-    let ids = v["jobs"][0]["instance_ids"].as_array()?;
-    Some(
-        ids.iter()
-            .filter_map(|i| i.as_str().map(String::from))
-            .collect(),
-    )
+    let job = &v["jobs"][0];
+    job["instance_ids"]
+        .is_array()
+        .then(|| super::ids_in(job).into_iter().collect())
 }
 
 /// The watch loop: `/proc` every 50 ms, the agents' logs and the job's instances every 200.
