@@ -182,7 +182,19 @@ pub(super) fn launch(v: &Launching<'_>) -> Decision {
         CapacityCall::OnDemand { why } => (v.on_demand.first().cloned(), why),
         CapacityCall::Spot { zone, why } => {
             let to = pool(v.offers, shape, Capacity::Spot, zone.as_ref());
-            (to.first().map(|o| (*o).clone()), why)
+            match to.first() {
+                Some(o) => (Some((*o).clone()), why),
+                // The policy's zone has no room now (a notice struck its pool, which the
+                // policy's history cannot know yet): the planner's spot pick, if it has one.
+                None if v.planned.capacity == Capacity::Spot => {
+                    let why = why.map(|w| match &zone {
+                        Some(z) => format!("{w}; {z} has no room now: the planner's spot pick"),
+                        None => w,
+                    });
+                    (Some(v.planned.clone()), why)
+                }
+                None => (None, why),
+            }
         }
     };
     let Some(to) = to else {

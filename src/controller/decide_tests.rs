@@ -502,10 +502,18 @@ fn each_branch_of_a_placed_jobs_launch() {
             "wait",
         ),
         (
-            "the policy names a zone with no spot",
+            "the policy names a zone with no spot: the planner's spot pick",
             Launching {
                 policy: Some(call(Policy::Spot(1))),
                 ..view(spot("a-1a"))
+            },
+            "launch 2 on spot a-1a (+1 fallbacks)",
+        ),
+        (
+            "the policy names a zone with no spot, the planner picked on-demand",
+            Launching {
+                policy: Some(call(Policy::Spot(1))),
+                ..view(od("a-1a"))
             },
             "wait no capacity",
         ),
