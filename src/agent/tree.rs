@@ -135,7 +135,7 @@ pub async fn outlast_predecessor(job: &str, instance: &str, grace: Duration) -> 
 
 /// The live processes with every one of `marks` in their environment, and the descendants of
 /// `root`.
-fn marked(marks: &[String], root: Option<u32>) -> BTreeSet<i32> {
+pub fn marked(marks: &[String], root: Option<u32>) -> BTreeSet<i32> {
     let me = std::process::id() as i32;
     let mut all: BTreeMap<i32, Proc> = BTreeMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
@@ -179,7 +179,7 @@ fn marked(marks: &[String], root: Option<u32>) -> BTreeSet<i32> {
     found
 }
 
-fn signal_all(pids: &BTreeSet<i32>, sig: Signal) {
+pub fn signal_all(pids: &BTreeSet<i32>, sig: Signal) {
     for pid in pids {
         if let Some(p) = Pid::from_raw(*pid) {
             let _ = kill_process(p, sig);

@@ -143,7 +143,7 @@ pub(super) async fn serve_on(
         None,
         &ServiceConfig {
             period: Duration::from_millis(10),
-            simulated_workers: false,
+            workers: crate::controller::service::Workers::Agents,
         },
     );
     let state = ApiState {

@@ -167,7 +167,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let config = ServiceConfig {
         period: Duration::ZERO,
-        simulated_workers: false,
+        workers: tern::controller::service::Workers::Agents,
     };
     let service = Service::new(
         ctl,

@@ -14,7 +14,7 @@ use tern::api::{ApiState, router};
 use tern::controller::lease::{Leadership, Lease, default_holder, host_name, lock_state_file};
 use tern::controller::metrics::Metrics;
 use tern::controller::probe::ProbeBounds;
-use tern::controller::service::{Clock, Service, ServiceConfig, Shared, WallClock};
+use tern::controller::service::{Clock, Service, ServiceConfig, Shared, WallClock, Workers};
 use tern::controller::{Controller, ControllerConfig};
 use tern::sim::RemoteSim;
 use tern::sim::clock::{LocalSimClock, RemoteSimClock};
@@ -57,9 +57,21 @@ pub struct Args {
     /// PEM CA certificate to trust for an `https://` simulated cloud endpoint.
     #[arg(long, env = "TERN_CA", value_name = "FILE")]
     ca: Option<PathBuf>,
-    /// Virtual seconds of the simulated cloud per wall second.
-    #[arg(long, default_value_t = 60.0, value_parser = super::number::positive, allow_negative_numbers = true)]
-    speed: f64,
+    /// Virtual seconds of the simulated cloud per wall second (default 60; 1 with
+    /// --local-agents, whose trainings run in real time).
+    #[arg(long, value_parser = super::number::positive, allow_negative_numbers = true)]
+    speed: Option<f64>,
+    /// Run a real `tern agent` on this machine for every instance the in-process simulated
+    /// cloud runs, as a worker template does on a cloud: its own folder under the state
+    /// folder, the job's agent token, the job's `[run]`, its reclaim notice in its own
+    /// instance metadata; killed with everything it started when the instance ends. Jobs
+    /// without a `[run]` keep simulated workers. Stopping the controller stops every agent.
+    #[arg(long)]
+    local_agents: bool,
+    /// Start the simulated cloud's traces this far in (seconds, or `105m`, `2h`): try a
+    /// training against a chosen moment of a recording, such as just before a reclaim.
+    #[arg(long, value_name = "DURATION", value_parser = super::number::duration)]
+    trace_from: Option<f64>,
     /// Seconds (virtual) an in-process simulated instance takes to boot.
     #[arg(long, default_value_t = 90.0, value_parser = super::number::non_negative, allow_negative_numbers = true)]
     sim_boot_seconds: f64,
@@ -178,6 +190,14 @@ pub struct Args {
     /// Seconds between periodic reconcile passes (wall time).
     #[arg(long, default_value_t = 1.0, value_parser = super::number::positive, allow_negative_numbers = true)]
     period: f64,
+}
+
+impl Args {
+    /// Virtual seconds per wall second of the in-process simulated cloud.
+    fn speed(&self) -> f64 {
+        self.speed
+            .unwrap_or(if self.local_agents { 1.0 } else { 60.0 })
+    }
 }
 
 fn state_url(state: Option<&str>) -> anyhow::Result<StoreUrl> {
@@ -409,6 +429,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let holder = args.id.clone().unwrap_or_else(default_holder);
     let Some(Led {
         store,
+        url,
         shown,
         leadership,
         _file_lock,
@@ -417,12 +438,16 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         return Ok(());
     };
     // Where the cloud and its clock live: in this process, or a `tern sim serve` process.
-    let (provider, regions, clock) = cloud(&args).await?;
+    let (provider, regions, clock, sim) = cloud(&args).await?;
     if let Some(path) = &args.quota {
         check_quotas_against(&limits, path, provider.as_ref(), &regions).await?;
     }
     // A real cloud's workers are real: only agents' reports move jobs forward.
-    let simulated_workers = args.provider == ProviderKind::Sim && !args.no_simulated_workers;
+    let workers = match (args.provider, args.no_simulated_workers, args.local_agents) {
+        (ProviderKind::Sim, false, false) => Workers::Simulated,
+        (ProviderKind::Sim, false, true) => Workers::SimulatedUnlessRun,
+        _ => Workers::Agents,
+    };
     let config = ControllerConfig {
         limits: Arc::new(limits),
         ..controller_config(&args, regions)
@@ -432,7 +457,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let config = ServiceConfig {
         period: Duration::from_secs_f64(args.period.max(0.05)),
-        simulated_workers,
+        workers,
     };
     let service = Service::new(
         controller,
@@ -456,11 +481,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
+    let (scheme, listener_addr) = (tern::serve::scheme(tls.as_ref()), listener.local_addr()?);
     tracing::info!(
-        "leading as {}; listening on {}://{} (state {}, {})",
+        "leading as {}; listening on {scheme}://{listener_addr} (state {}, {})",
         holder,
-        tern::serve::scheme(tls.as_ref()),
-        listener.local_addr()?,
         shown,
         cloud_shown(&args)
     );
@@ -470,22 +494,72 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         router(state),
         args.connections.limits(),
     ));
+    let hosts = match sim.filter(|_| args.local_agents) {
+        Some(sim) => {
+            let server = format!("{scheme}://{listener_addr}");
+            Some(local_hosts(&args, sim, server, &url).await?)
+        }
+        None => None,
+    };
     let mut running = service.spawn()?;
-    tokio::select! {
+    let ended = tokio::select! {
         ended = running.finished() => {
-            ended?;
-            bail!("the reconcile loop stopped");
+            ended.map_err(anyhow::Error::from)
+                .and_then(|()| Err(anyhow::anyhow!("the reconcile loop stopped")))
         }
         served = server => {
-            served??;
-            bail!("the HTTP server stopped");
+            served.map_err(anyhow::Error::from)
+                .and_then(|s| s.map_err(anyhow::Error::from))
+                .and_then(|()| Err(anyhow::anyhow!("the HTTP server stopped")))
         }
         () = shutdown_signal() => {
             tracing::info!("shutting down");
-            running.stop()?;
             Ok(())
         }
+    };
+    // The agents first, while the API still answers their last reports.
+    if let Some(h) = hosts {
+        h.stop().await;
     }
+    running.stop()?;
+    ended
+}
+
+/// The hosts of `--local-agents`: one folder per instance beside the state file (or in the
+/// data folder for a PostgreSQL store), the agents told this controller's address.
+async fn local_hosts(
+    args: &Args,
+    sim: Arc<SimCloud>,
+    server: String,
+    url: &StoreUrl,
+) -> anyhow::Result<tern::sim::hosts::RunningHosts> {
+    let root = match url {
+        StoreUrl::Sqlite(path) => {
+            let mut name = path.file_name().unwrap_or_default().to_os_string();
+            name.push(".hosts");
+            path.with_file_name(name)
+        }
+        StoreUrl::Postgres(_) => dirs::data_dir()
+            .context("no data directory for --local-agents' hosts")?
+            .join("tern")
+            .join("controller.hosts"),
+    };
+    let config = tern::sim::hosts::HostsConfig {
+        exe: std::env::current_exe().context("finding the tern binary for the agents")?,
+        server,
+        ca: args.tls_cert.clone(),
+        root: root.clone(),
+        owner: args.owner.clone(),
+    };
+    let hosts = tern::sim::hosts::start(sim, config)
+        .await
+        .with_context(|| format!("starting --local-agents' hosts in {}", root.display()))?;
+    tracing::info!(
+        "--local-agents: a real `tern agent` per instance, in {}; instance metadata at {}",
+        root.display(),
+        hosts.metadata
+    );
+    Ok(hosts)
 }
 
 /// The TLS config, if any, and the quota file (empty without `--quota`), and the flags
@@ -504,7 +578,23 @@ fn checked(args: &Args) -> anyhow::Result<TlsAndBudgets> {
         Some(p) => tern::limits::Limits::load(p)?,
         None => Default::default(),
     };
-    anyhow::ensure!(args.speed > 0.0, "--speed must be > 0");
+    let in_process = args.provider == ProviderKind::Sim && args.sim_endpoint.is_none();
+    anyhow::ensure!(
+        !args.local_agents || in_process,
+        "--local-agents runs agents for the instances of the simulated cloud in this process: \
+         it needs --provider sim and no --sim-endpoint"
+    );
+    anyhow::ensure!(
+        !args.local_agents || args.speed() == 1.0,
+        "--local-agents runs real trainings, in real time: --speed must be 1 (their step \
+         times are wall seconds), found {}",
+        args.speed()
+    );
+    anyhow::ensure!(
+        args.trace_from.is_none() || in_process,
+        "--trace-from starts the traces of the simulated cloud in this process: it needs \
+         --provider sim and no --sim-endpoint"
+    );
     anyhow::ensure!(
         args.lease_seconds >= 1.0,
         "--lease-seconds must be at least 1"
@@ -528,7 +618,7 @@ fn cloud_shown(args: &Args) -> String {
         (ProviderKind::Gcp, _) => "GCP".to_string(),
         (ProviderKind::Sim, Some(url)) => format!("simulated cloud at {url}"),
         (ProviderKind::Sim, None) => {
-            format!("simulated cloud in process at {}× speed", args.speed)
+            format!("simulated cloud in process at {}× speed", args.speed())
         }
     }
 }
@@ -536,6 +626,7 @@ fn cloud_shown(args: &Args) -> String {
 /// The store a leader acts on, and what keeps it the leader.
 struct Led {
     store: Arc<Store>,
+    url: StoreUrl,
     /// The store as the log shows it.
     shown: String,
     leadership: Option<Lease>,
@@ -579,6 +670,7 @@ async fn lead(args: &Args, holder: &str) -> anyhow::Result<Option<Led>> {
     }
     Ok(Some(Led {
         store,
+        url,
         shown,
         leadership,
         _file_lock: file_lock,
@@ -621,7 +713,7 @@ fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> Controlle
         // time (virtual for an in-process simulated cloud): a second of work there, ten against
         // a real cloud's API and a full MILP.
         pass_gap: Duration::from_secs_f64(if in_process_sim {
-            (args.period.max(0.05) + 1.0) * args.speed
+            (args.period.max(0.05) + 1.0) * args.speed()
         } else {
             args.period.max(0.05) + 10.0
         }),
@@ -637,18 +729,24 @@ fn controller_config(args: &Args, regions: Vec<tern_cloud::Region>) -> Controlle
     config
 }
 
-/// The provider, the regions whose offers the planner sees, and the clock of the loop.
-async fn cloud(
-    args: &Args,
-) -> anyhow::Result<(Arc<dyn Provider>, Vec<tern_cloud::Region>, Arc<dyn Clock>)> {
+/// The provider, the regions whose offers the planner sees, the clock of the loop, and the
+/// simulated cloud when it is in this process.
+type CloudParts = (
+    Arc<dyn Provider>,
+    Vec<tern_cloud::Region>,
+    Arc<dyn Clock>,
+    Option<Arc<SimCloud>>,
+);
+
+async fn cloud(args: &Args) -> anyhow::Result<CloudParts> {
     match (args.provider, &args.sim_endpoint) {
         (ProviderKind::Aws, _) => {
             let (provider, regions) = aws_provider(args).await?;
-            Ok((provider, regions, Arc::new(WallClock)))
+            Ok((provider, regions, Arc::new(WallClock), None))
         }
         (ProviderKind::Gcp, _) => {
             let (provider, regions) = gcp_provider(args).await?;
-            Ok((provider, regions, Arc::new(WallClock)))
+            Ok((provider, regions, Arc::new(WallClock), None))
         }
         (ProviderKind::Sim, Some(url)) => {
             let sim_token = super::token::resolve(args.sim_token.as_deref(), None, "--sim-token")?;
@@ -661,7 +759,7 @@ async fn cloud(
             let clock = RemoteSimClock::new(remote.clone())
                 .await
                 .context("reading the simulated cloud's clock")?;
-            Ok((Arc::new(remote), regions, Arc::new(clock)))
+            Ok((Arc::new(remote), regions, Arc::new(clock), None))
         }
         (ProviderKind::Sim, None) => {
             let config = SimConfig {
@@ -673,13 +771,42 @@ async fn cloud(
                 },
                 ..SimConfig::default()
             };
-            let traces =
+            let mut traces =
                 tern::sim::sim_traces(&args.traces, args.seed, &config.instance_type.name)?;
             super::demo::print_trace_note(&traces);
+            let (config, within) = match args.trace_from {
+                Some(from) => starting_traces_at(&mut traces.traces, from, config)?,
+                None => (config, Duration::ZERO),
+            };
             let regions = tern::sim::regions_of(&traces.traces);
             let sim = Arc::new(SimCloud::new(traces.traces, config));
-            let clock = LocalSimClock::new(sim.clone(), args.speed);
-            Ok((sim, regions, Arc::new(clock)))
+            // Into the first tick as far as --trace-from says: the clock reads now again.
+            sim.advance(within);
+            let clock = LocalSimClock::new(sim.clone(), args.speed());
+            Ok((sim.clone(), regions, Arc::new(clock), Some(sim)))
         }
     }
+}
+
+/// The traces `from` seconds in: whole ticks dropped from each, and the part of a tick left
+/// (of the shortest gap) as a start that much earlier. `config` with that start, and the
+/// part to advance the cloud by before its clock starts.
+fn starting_traces_at(
+    traces: &mut [tern_sim::Trace],
+    from: f64,
+    config: SimConfig,
+) -> anyhow::Result<(SimConfig, Duration)> {
+    let gap = traces.iter().map(|t| t.gap_seconds).min().unwrap_or(1);
+    let within = from % f64::from(gap);
+    for t in traces.iter_mut() {
+        let first = ((from - within) / f64::from(t.gap_seconds)).floor() as usize;
+        let (shown, hours) = (t.source.display().to_string(), t.hours());
+        *t = t
+            .clone()
+            .from_tick(first)
+            .with_context(|| format!("--trace-from {from} s: {shown} is only {hours:.1} h long"))?;
+    }
+    let within = Duration::from_secs_f64(within);
+    let start = config.start - chrono::TimeDelta::from_std(within)?;
+    Ok((SimConfig { start, ..config }, within))
 }

@@ -328,8 +328,20 @@ pub enum ServiceError {
 pub struct ServiceConfig {
     /// Between periodic passes (a request or a retry comes sooner).
     pub period: Duration,
-    /// Advance jobs' progress from the forecast (the simulated cloud's workers).
-    pub simulated_workers: bool,
+    /// Which jobs the simulated cloud's workers move forward (from the forecast).
+    pub workers: Workers,
+}
+
+/// Who moves a job's progress: real agents' reports, or simulated workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Only agents' reports (a real cloud, or agents started by hand).
+    Agents,
+    /// Simulated workers for every job.
+    Simulated,
+    /// Real agents for the jobs that say what they run (`[run]`; `--local-agents`), simulated
+    /// workers for the rest.
+    SimulatedUnlessRun,
 }
 
 /// The reconcile loop and what it owns.
@@ -371,7 +383,11 @@ impl Service {
             clock,
             metrics,
             leadership,
-            workload: config.simulated_workers.then(Workload::new),
+            workload: match config.workers {
+                Workers::Agents => None,
+                Workers::Simulated => Some(Workload::new()),
+                Workers::SimulatedUnlessRun => Some(Workload::new().sparing_jobs_with_run()),
+            },
             period: config.period,
             last: None,
         }

@@ -197,6 +197,8 @@ pub struct Workload {
     /// Every answer each instance's agent was given, in order, when kept (tests compare them
     /// with a real agent's).
     answers: Option<BTreeMap<InstanceId, Vec<String>>>,
+    /// Leave the jobs with a `[run]` to the real agents running it (`--local-agents`).
+    spare_run: bool,
 }
 
 impl std::fmt::Debug for Workload {
@@ -234,6 +236,12 @@ impl Workload {
             metadata: Some(cloud),
             ..Workload::default()
         }
+    }
+
+    /// Move only the jobs without a `[run]`: real agents run the others' programs.
+    pub fn sparing_jobs_with_run(mut self) -> Workload {
+        self.spare_run = true;
+        self
     }
 
     /// Keep every answer the agents are given ([`Self::answers`]).
@@ -281,6 +289,7 @@ impl Workload {
         let mut members = running_members(ctl);
         let names: Vec<String> = ctl
             .jobs()
+            .filter(|j| !(self.spare_run && j.spec.run.is_some()))
             .filter(|j| {
                 !j.state.is_final()
                     || self

@@ -232,6 +232,16 @@ impl SimCloud {
         })
     }
 
+    /// Every instance, ended ones too, as the machines themselves are: what the hosts of
+    /// `tern controller --local-agents` follow. Not an API call: never faulted, never recorded.
+    pub fn machines(&self) -> Vec<Instance> {
+        self.world()
+            .instances
+            .values()
+            .map(|i| i.instance.clone())
+            .collect()
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.world().calls.clone()

@@ -143,6 +143,19 @@ impl Trace {
         })
     }
 
+    /// The trace from tick `first` on (the ticks before it dropped): a simulated cloud that
+    /// starts at a chosen moment of a recording. `None` when the trace has no tick `first`.
+    pub fn from_tick(mut self, first: usize) -> Option<Trace> {
+        if first >= self.available.len() {
+            return None;
+        }
+        self.available.drain(..first);
+        if let Some(p) = &mut self.prices {
+            p.drain(..first);
+        }
+        Some(self)
+    }
+
     pub fn ticks(&self) -> usize {
         self.available.len()
     }
