@@ -13,6 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod common;
+/// `tern controller --local-agents`: real agents for the simulated cloud's instances.
+#[path = "agent_training/local.rs"]
+mod local;
 /// Moves of a one-node job: the new node waits for the old one's workers, never beside them.
 #[path = "agent_training/moves.rs"]
 mod moves;

@@ -82,15 +82,8 @@ fn scan(job: &str, seen: &mut Seen) {
 /// last reports its log shows, when no incarnation started after the latest.
 fn last_reports(dir: &Path) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        let Some(id) = name
-            .strip_prefix("agent-")
-            .and_then(|n| n.strip_suffix(".log"))
-        else {
-            continue;
-        };
-        let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+    for (id, path) in agent_logs(dir) {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
         let (mut n, mut stopped) = (0, false);
         for line in log.lines() {
             if line.contains(LAST_REPORT) {
@@ -103,6 +96,27 @@ fn last_reports(dir: &Path) -> BTreeMap<String, usize> {
         if stopped {
             out.insert(id.to_string(), n);
         }
+    }
+    out
+}
+
+/// Each instance's agent log: `agent-ID.log` in the test's folder (agents the test started),
+/// or `state.db.hosts/ID/agent.log` (agents `--local-agents` started).
+fn agent_logs(dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(id) = name
+            .strip_prefix("agent-")
+            .and_then(|n| n.strip_suffix(".log"))
+        {
+            out.push((id.to_string(), entry.path()));
+        }
+    }
+    let hosts = dir.join("state.db.hosts");
+    for entry in std::fs::read_dir(hosts).into_iter().flatten().flatten() {
+        let id = entry.file_name().to_string_lossy().to_string();
+        out.push((id, entry.path().join("agent.log")));
     }
     out
 }

@@ -1,0 +1,248 @@
+//! `tern controller --local-agents`: the simulated cloud's instances are real `tern agent`s on
+//! this machine, each running its job's own `[run]`; a reclaim from a real trace is survived
+//! from the checkpoint; stopping the controller leaves no process behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tern::sim::hosts::HOSTS_MARK;
+
+use super::{Cluster, Referee, TOKEN, events, observed, python, serial, write_spec};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The three real AWS V100 zones the demo replays (`../shared/data`).
+fn real_traces(_: &Path) -> Vec<PathBuf> {
+    let dir = Path::new(REPO)
+        .join("../shared/data/catalog/aws/spot-traces/availability/16-node/aws-08-27-2023");
+    ["us-east-2b", "us-west-2a", "us-west-2c"]
+        .iter()
+        .map(|z| dir.join(format!("{z}_v100_1.json")))
+        .collect()
+}
+
+/// Tick 1132 of the real us-east-2b trace (5-min ticks) takes its 16 instances to 0 while
+/// us-west-2c keeps one or two: starting 160 s before it, a job placed on us-east-2b (the
+/// cheapest zone) hears its notice about 40 s in and has spot elsewhere to go to.
+const BEFORE_A_RECLAIM: &str = "339440";
+
+/// A one-node job whose `[run]` trains `examples/train/train.py` with PyTorch (about 100 s of
+/// steps), checkpointing to `dir/ckpt.json` and logging to `dir/train.log`.
+fn train_spec(dir: &Path, name: &str) -> PathBuf {
+    let command = format!(
+        "[{py:?}, \"{REPO}/examples/train/train.py\", \"--samples\", \"32000\", \
+         \"--checkpoint\", {ckpt:?}, \"--log\", {log:?}]",
+        py = python(),
+        ckpt = dir.join("ckpt.json"),
+        log = dir.join("train.log"),
+    );
+    let tail = format!(
+        "[[observation]]\naccelerator = \"V100\"\ngpus = 1\nlocal_batch = 32\n\
+         step_seconds = 0.1\n[run]\ncommand = {command}\nlauncher = \"none\"\n"
+    );
+    let text = format!(
+        "name = \"{name}\"\nteam = \"ml\"\naccelerators = [\"V100\"]\nworkers = 1\n\
+         local_batch = 32\ndeadline = \"2h\"\n[work]\nsamples = 32000\n{tail}"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("spec");
+    path
+}
+
+/// Every live process of the hosts in `c`'s state folder.
+fn hosts_processes(c: &Cluster) -> Vec<i32> {
+    let root = c.dir.path().join("state.db.hosts");
+    let root = root.canonicalize().unwrap_or(root);
+    let mark = format!("{HOSTS_MARK}={}", root.display());
+    tern::agent::tree::marked(&[mark], None)
+        .into_iter()
+        .collect()
+}
+
+/// SIGTERM to the controller, and its exit within `within`.
+fn stop_controller(c: &mut Cluster, within: Duration) -> std::process::ExitStatus {
+    let ok = Command::new("kill")
+        .args(["-TERM", &c.controller.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+    let until = Instant::now() + within;
+    loop {
+        if let Some(s) = c.controller.try_wait().expect("wait") {
+            return s;
+        }
+        assert!(Instant::now() < until, "the controller ran past {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Kills whatever the hosts left if a test fails before stopping its controller.
+struct Sweep(PathBuf);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let root = self.0.canonicalize().unwrap_or(self.0.clone());
+        let mark = format!("{HOSTS_MARK}={}", root.display());
+        let left = tern::agent::tree::marked(&[mark], None);
+        tern::agent::tree::signal_all(&left, rustix::process::Signal::KILL);
+    }
+}
+
+fn wait_for_state(c: &Cluster, job: &str, state: &str, within: Duration) -> serde_json::Value {
+    let until = Instant::now() + within;
+    loop {
+        let s = c.status_of(job);
+        if s["state"] == state {
+            return s;
+        }
+        assert!(Instant::now() < until, "{job} never {state}: {s}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn a_real_training_on_local_agents_survives_a_reclaim_from_a_real_trace() {
+    let _one = serial();
+    let flags = ["--local-agents", "--trace-from", BEFORE_A_RECLAIM];
+    let mut c = Cluster::start_on(
+        "local-reclaim",
+        real_traces,
+        |d| train_spec(d, "local-reclaim"),
+        &flags,
+    );
+    let _sweep = Sweep(c.dir.path().join("state.db.hosts"));
+    let referee = Referee::watch(&c);
+    wait_for_state(&c, "local-reclaim", "finished", Duration::from_secs(300));
+    let ckpt: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(c.dir.path().join("ckpt.json")).expect("checkpoint"),
+    )
+    .expect("checkpoint json");
+    referee.finish(&c, ckpt["samples"].as_f64());
+    // The first start trained from nothing, stopped at the notice with a checkpoint, and the
+    // second (another instance) went on from exactly that checkpoint to the end, in PyTorch.
+    let ev = events(&c.dir.path().join("train.log"));
+    let of = |e: &str| ev.iter().filter(|v| v["event"] == e).collect::<Vec<_>>();
+    let (starts, stops, done) = (of("start"), of("stop"), of("done"));
+    assert_eq!(starts.len(), 2, "{ev:?}");
+    assert!(starts.iter().all(|s| s["torch"] == true), "{ev:?}");
+    assert_eq!(starts[0]["resumed_from"], 0, "{ev:?}");
+    assert_eq!(stops.len(), 1, "{ev:?}");
+    assert!(stops[0]["samples"].as_f64() > Some(0.0), "{ev:?}");
+    assert_eq!(starts[1]["resumed_from"], stops[0]["samples"], "{ev:?}");
+    assert_ne!(starts[0]["incarnation"], starts[1]["incarnation"], "{ev:?}");
+    assert_eq!(done.len(), 1, "{ev:?}");
+    assert_eq!(done[0]["samples"], 32000, "{ev:?}");
+    // Two instances, each with its own folder and agent.
+    let hosts: Vec<String> = std::fs::read_dir(c.dir.path().join("state.db.hosts"))
+        .expect("hosts")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(hosts.len(), 2, "{hosts:?}");
+    // `tern explain` says what happened: a launch, the notice, a launch elsewhere.
+    let out = c.tern(&["explain", "local-reclaim"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|k| ["launch", "notice", "finish"].contains(k))
+        .collect();
+    assert_eq!(kinds, ["launch", "notice", "launch", "finish"], "{text}");
+    // The cost report bills both instances and puts the extra on the interruption.
+    let out = c.tern(&["cost-report", "--job", "local-reclaim", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cost report json");
+    let row = &report["rows"][0];
+    assert_eq!(row["instances"], 2, "{report}");
+    assert!(row["cost"].as_f64() > Some(0.0), "{report}");
+    assert!(
+        row["attribution"]["interruptions"].as_f64() > Some(0.0),
+        "{report}"
+    );
+    assert!(stop_controller(&mut c, Duration::from_secs(40)).success());
+    assert_eq!(hosts_processes(&c), Vec::<i32>::new());
+}
+
+/// A one-node spot job whose `[run]` is `command` (a shell line), on the test's trace.
+fn shell_spec(dir: &Path, name: &str, command: &str) -> PathBuf {
+    let tail = format!(
+        "{obs}[run]\ncommand = {command:?}\nlauncher = \"none\"\n",
+        obs = observed(2.0, 2.1)
+    );
+    let top = "deadline = \"70m\"\ncapacity = \"spot-only\"\n";
+    write_spec(dir, name, "1", top, 100, &tail)
+}
+
+/// A trace with room for eight spot instances all along.
+fn roomy_trace(dir: &Path) -> Vec<PathBuf> {
+    let body = serde_json::json!({
+        "metadata": {"gap_seconds": 60, "zone": "us-west-2a", "region": "us-west-2",
+                     "cloud": "aws", "price_info": {"price": 0.9, "on_demand_price": 3.06}},
+        "data": vec![8; 500],
+    });
+    let path = dir.join("us-west-2a_v100_8.json");
+    std::fs::write(&path, body.to_string()).expect("trace");
+    vec![path]
+}
+
+#[test]
+fn jobs_on_local_agents_run_their_own_programs_and_stopping_the_controller_stops_them_all() {
+    let _one = serial();
+    // Each job's program says who it is, in its own file, and reports its work done; the
+    // third never ends by itself.
+    let done = |who: &str| {
+        format!(
+            "echo {who} > \"$OUT/{who}.txt\"; \
+             printf '{{\"samples\": 100, \"checkpoint_samples\": 100}}' > \"$TERN_PROGRESS_FILE\""
+        )
+    };
+    let mut c = Cluster::start_on(
+        "job-a",
+        roomy_trace,
+        |d| shell_spec(d, "job-a", &format!("OUT={}; {}", d.display(), done("a"))),
+        &["--local-agents"],
+    );
+    let _sweep = Sweep(c.dir.path().join("state.db.hosts"));
+    let dir = c.dir.path().to_path_buf();
+    for (name, command) in [
+        ("job-b", format!("OUT={}; {}", dir.display(), done("b"))),
+        ("job-c", "exec sleep 600".to_string()),
+    ] {
+        let spec = shell_spec(&dir, name, &command);
+        let out = c.tern(&["submit", spec.to_str().expect("utf-8")]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    wait_for_state(&c, "job-a", "finished", Duration::from_secs(60));
+    wait_for_state(&c, "job-b", "finished", Duration::from_secs(60));
+    let said = |who: &str| std::fs::read_to_string(dir.join(format!("{who}.txt")));
+    assert_eq!(said("a").expect("job-a ran its program").trim(), "a");
+    assert_eq!(said("b").expect("job-b ran its program").trim(), "b");
+    // job-c's training runs, under an agent that holds the job's own token, not the admin's.
+    let c_running = Instant::now() + Duration::from_secs(60);
+    while !hosts_processes(&c).iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|l| l.contains("sleep\u{0}600"))
+    }) {
+        assert!(Instant::now() < c_running, "job-c's program never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let host_env = hosts_processes(&c)
+        .iter()
+        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/environ")).ok())
+        .collect::<Vec<_>>();
+    assert!(
+        host_env.iter().all(|e| !e
+            .split(|b| *b == 0)
+            .any(|kv| kv == format!("TERN_TOKEN={TOKEN}").as_bytes())),
+        "a host process holds the controller's admin token"
+    );
+    let status = stop_controller(&mut c, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+    assert_eq!(hosts_processes(&c), Vec::<i32>::new());
+    assert!(super::training_processes("job-c").is_empty());
+}
