@@ -137,6 +137,13 @@ pub struct Args {
     /// Write the HTML cost report here (default: tern-demo-report.html in the temp folder).
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// Run a real training through a real reclaim instead, on this machine and in real time
+    /// (a few minutes): `tern controller --local-agents` from just before a reclaim in the
+    /// traces, and a job whose `[run]` is examples/train/train.py.
+    #[arg(long, conflicts_with_all = ["state", "report", "hours", "tick"])]
+    local_agents: bool,
+    #[command(flatten)]
+    local: super::demo_local::LocalArgs,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,6 +207,9 @@ pub fn print_trace_note(traces: &SimTraces) {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.local_agents {
+        return super::demo_local::run(&args.local, &args.traces, args.json);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -14,6 +14,7 @@ pub mod catalog_source;
 pub mod controller;
 pub mod cost_report;
 pub mod demo;
+pub mod demo_local;
 pub mod explain;
 pub mod forecast;
 pub mod number;

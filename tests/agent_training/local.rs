@@ -246,3 +246,49 @@ fn jobs_on_local_agents_run_their_own_programs_and_stopping_the_controller_stops
     assert_eq!(hosts_processes(&c), Vec::<i32>::new());
     assert!(super::training_processes("job-c").is_empty());
 }
+
+#[test]
+fn the_local_agents_demo_trains_through_a_reclaim_and_leaves_nothing_running() {
+    let _one = serial();
+    let folder = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["demo", "--local-agents", "--json", "--folder"])
+        .arg(folder.path())
+        .arg("--python")
+        .arg(python())
+        .env("TERN_DATA", format!("{REPO}/../shared/data"))
+        .output()
+        .expect("tern demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(folder.path().join("controller.log")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("summary json");
+    assert_eq!(s["state"], "finished", "{s}");
+    assert_eq!(s["torch"], true, "{s}");
+    let starts = s["starts"].as_array().expect("starts");
+    assert_eq!(starts.len(), 2, "{s}");
+    assert_eq!(starts[0][1], 0, "{s}");
+    // The second start went on from the checkpoint the first made at its notice.
+    let stop = events(&folder.path().join("train.log"))
+        .into_iter()
+        .find(|e| e["event"] == "stop")
+        .expect("a stop at the notice");
+    assert!(stop["samples"].as_u64() > Some(0), "{s}");
+    assert_eq!(starts[1][1], stop["samples"], "{s}");
+    let kinds: Vec<&str> = s["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter_map(|k| k.as_str())
+        .collect();
+    assert!(kinds.contains(&"notice"), "{s}");
+    assert_eq!(kinds.last(), Some(&"finish"), "{s}");
+    assert_eq!(s["instances"], 2, "{s}");
+    assert!(s["cost_usd"].as_f64() > Some(0.0), "{s}");
+    assert_eq!(s["processes_left"], 0, "{s}");
+}
