@@ -35,9 +35,8 @@ module "tern" {
     nlp      = { per_hour_usd = 20 }
   }
 
-  worker_command       = ["python3", "/opt/train/train.py"]
+  # No worker_command: each job runs its own spec's [run] (see ../jobs/jobs/resnet.toml).
   worker_progress_file = "/var/lib/tern/progress.json"
-  worker_agent_args    = ["--nproc-per-node", "1"]
 
   tags = {
     project = "tern-example"

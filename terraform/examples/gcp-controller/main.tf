@@ -34,5 +34,5 @@ module "tern" {
     research = { total_usd = 500 }
   }
 
-  worker_command = ["python3", "/opt/train/train.py"]
+  # No worker_command: each job runs its own spec's [run] (see ../jobs/jobs/resnet.toml).
 }
