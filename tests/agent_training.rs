@@ -547,48 +547,24 @@ fn after_the_notice(c: &Cluster, a: &mut Agent, b: &mut Agent, log: &Path) -> (S
 /// A fake AWS instance-metadata server (IMDSv2): the instance id `id`, and no notice until
 /// `notice` is set.
 fn fake_metadata(id: &str, notice: Arc<AtomicBool>) -> String {
-    use std::io::Write;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
     let id = id.to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut r = BufReader::new(s.try_clone().expect("clone"));
-            let mut line = String::new();
-            if r.read_line(&mut line).is_err() {
-                continue;
-            }
-            let mut token = false;
-            let mut h = String::new();
-            while r.read_line(&mut h).is_ok_and(|n| n > 2) {
-                token |= h
-                    .to_ascii_lowercase()
-                    .starts_with("x-aws-ec2-metadata-token: tok");
-                h.clear();
-            }
-            let (code, body) = if line.starts_with("PUT /latest/api/token") {
-                (200, "tok".to_string())
-            } else if !token {
-                (401, String::new())
-            } else if line.contains("/latest/meta-data/instance-id") {
-                (200, id.clone())
-            } else if line.contains("/spot/instance-action") && notice.load(Ordering::SeqCst) {
-                (
-                    200,
-                    r#"{"action":"terminate","time":"2026-11-27T00:02:00Z"}"#.into(),
-                )
-            } else {
-                (404, String::new())
-            };
-            let _ = write!(
-                s,
-                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+    common::respond(move |r| {
+        let token = r.has_header("x-aws-ec2-metadata-token: tok");
+        if r.line.starts_with("PUT /latest/api/token") {
+            (200, "tok".to_string())
+        } else if !token {
+            (401, String::new())
+        } else if r.path() == "/latest/meta-data/instance-id" {
+            (200, id.clone())
+        } else if r.path().ends_with("/spot/instance-action") && notice.load(Ordering::SeqCst) {
+            (
+                200,
+                r#"{"action":"terminate","time":"2026-11-27T00:02:00Z"}"#.into(),
+            )
+        } else {
+            (404, String::new())
         }
-    });
-    url
+    })
 }
 
 /// One node, two workers under torchrun (each in a session of its own), on the first

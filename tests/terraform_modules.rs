@@ -23,6 +23,7 @@ use std::process::{Command, Stdio};
 use hcl::{Block, Body, Expression, ObjectKey};
 use serde_json::Value;
 
+mod common;
 /// The rendered worker scripts start agents that run each job's own `[run]`.
 #[path = "terraform_modules/workers.rs"]
 mod workers;

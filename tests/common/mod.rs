@@ -385,4 +385,55 @@ pub fn wait_finished_and_released(
 }
 
 /// The answers an agent gets, reduced alike for the simulated and the real one.
+/// A request as [`respond`]'s handler sees it: the request line and the header lines.
+pub struct Request {
+    pub line: String,
+    pub headers: Vec<String>,
+}
+
+impl Request {
+    /// The path of the request line.
+    pub fn path(&self) -> &str {
+        self.line.split_whitespace().nth(1).unwrap_or_default()
+    }
+
+    /// Whether a header line starts with `prefix` (case-insensitive).
+    pub fn has_header(&self, prefix: &str) -> bool {
+        let prefix = prefix.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .any(|h| h.to_ascii_lowercase().starts_with(&prefix))
+    }
+}
+
+/// A one-request-per-connection HTTP/1.1 server on loopback (fake metadata servers): `handle`
+/// gives each request's status and body. Its base URL.
+pub fn respond(handle: impl Fn(&Request) -> (u16, String) + Send + 'static) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut r = BufReader::new(s.try_clone().expect("clone"));
+            let mut line = String::new();
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut headers = Vec::new();
+            let mut h = String::new();
+            while r.read_line(&mut h).is_ok_and(|n| n > 2) {
+                headers.push(std::mem::take(&mut h));
+            }
+            let (code, body) = handle(&Request { line, headers });
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
 pub mod answers;

@@ -4,7 +4,6 @@
 //! scripts' machine paths are pointed at the test's (the metadata server's address, the
 //! token's file, where `tern` and the GCP helpers are); what they read and run is theirs.
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,45 +16,24 @@ const TOKEN: &str = "terraform-workers-admin";
 /// A metadata server for one VM: AWS IMDSv2 (a session token, `instance-id`, the instance's
 /// tags, no spot notice) and GCE (`instance/description` with tern's tags, not preempted).
 fn metadata_server(instance: &str, job: &str, agent_token: &str) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
     let tags = serde_json::json!({ "tern:job": job, "tern:agent-token": agent_token });
     let (instance, job, agent_token) = (
         instance.to_string(),
         job.to_string(),
         agent_token.to_string(),
     );
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut r = BufReader::new(s.try_clone().expect("clone"));
-            let mut line = String::new();
-            if r.read_line(&mut line).is_err() {
-                continue;
-            }
-            let mut h = String::new();
-            while r.read_line(&mut h).is_ok_and(|n| n > 2) {
-                h.clear();
-            }
-            let path = line.split_whitespace().nth(1).unwrap_or_default();
-            let found = match path {
-                "/latest/api/token" => Some("session".to_string()),
-                "/latest/meta-data/instance-id" => Some(instance.clone()),
-                "/latest/meta-data/tags/instance/tern:job" => Some(job.clone()),
-                "/latest/meta-data/tags/instance/tern:agent-token" => Some(agent_token.clone()),
-                "/computeMetadata/v1/instance/description" => Some(format!("tern tags: {tags}")),
-                "/computeMetadata/v1/instance/preempted" => Some("FALSE".into()),
-                _ => None,
-            };
-            let (code, body) = found.map_or((404, String::new()), |b| (200, b));
-            let _ = write!(
-                s,
-                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    url
+    super::common::respond(move |r| {
+        let found = match r.path() {
+            "/latest/api/token" => Some("session".to_string()),
+            "/latest/meta-data/instance-id" => Some(instance.clone()),
+            "/latest/meta-data/tags/instance/tern:job" => Some(job.clone()),
+            "/latest/meta-data/tags/instance/tern:agent-token" => Some(agent_token.clone()),
+            "/computeMetadata/v1/instance/description" => Some(format!("tern tags: {tags}")),
+            "/computeMetadata/v1/instance/preempted" => Some("FALSE".into()),
+            _ => None,
+        };
+        found.map_or((404, String::new()), |b| (200, b))
+    })
 }
 
 /// The `start-agent` script a worker template writes (between its heredoc markers).
