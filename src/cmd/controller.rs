@@ -473,7 +473,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let state = ApiState {
         shared,
-        store,
+        store: store.clone(),
         token: token.into(),
         metrics,
         clock,
@@ -497,7 +497,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let hosts = match sim.filter(|_| args.local_agents) {
         Some(sim) => {
             let server = format!("{scheme}://{listener_addr}");
-            Some(local_hosts(&args, sim, server, &url).await?)
+            Some(local_hosts(&args, sim, store.clone(), server, &url).await?)
         }
         None => None,
     };
@@ -530,6 +530,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 async fn local_hosts(
     args: &Args,
     sim: Arc<SimCloud>,
+    store: Arc<Store>,
     server: String,
     url: &StoreUrl,
 ) -> anyhow::Result<tern::sim::hosts::RunningHosts> {
@@ -551,7 +552,7 @@ async fn local_hosts(
         root: root.clone(),
         owner: args.owner.clone(),
     };
-    let hosts = tern::sim::hosts::start(sim, config)
+    let hosts = tern::sim::hosts::start(sim, store, config)
         .await
         .with_context(|| format!("starting --local-agents' hosts in {}", root.display()))?;
     tracing::info!(

@@ -28,7 +28,7 @@ use tern_sim::SimCloud;
 use tokio::sync::watch;
 
 use crate::agent::tree;
-use crate::store::AGENT_TOKEN_TAG;
+use crate::store::{AGENT_TOKEN_TAG, Store};
 
 /// Marks every process of this controller's hosts: the hosts' folder.
 pub const HOSTS_MARK: &str = "TERN_LOCAL_HOSTS";
@@ -71,6 +71,8 @@ pub struct HostsConfig {
 struct Host {
     dir: PathBuf,
     job: String,
+    /// torchrun's `--nnodes` and `--rdzv-endpoint` for a job of more than one node.
+    rendezvous: Option<(String, String)>,
     agent: Option<Child>,
     /// A failed agent starts again at this time.
     restart_at: Option<Instant>,
@@ -96,7 +98,11 @@ impl RunningHosts {
 
 /// Start the hosts of `sim`'s instances: kill what an earlier controller's hosts left on the
 /// same folder, serve the instances' metadata, and follow the instances from now on.
-pub async fn start(sim: Arc<SimCloud>, config: HostsConfig) -> std::io::Result<RunningHosts> {
+pub async fn start(
+    sim: Arc<SimCloud>,
+    store: Arc<Store>,
+    config: HostsConfig,
+) -> std::io::Result<RunningHosts> {
     std::fs::create_dir_all(&config.root)?;
     let config = HostsConfig {
         root: config.root.canonicalize()?,
@@ -120,6 +126,8 @@ pub async fn start(sim: Arc<SimCloud>, config: HostsConfig) -> std::io::Result<R
     let (stop, stopped) = watch::channel(false);
     let hosts = Hosts {
         sim,
+        store,
+        ports: BTreeMap::new(),
         config,
         metadata: metadata.clone(),
         running: BTreeMap::new(),
@@ -189,6 +197,10 @@ async fn kill_marked(marks: &[String], root: Option<u32>, within: Duration) -> u
 
 struct Hosts {
     sim: Arc<SimCloud>,
+    /// Read only: a job's node range.
+    store: Arc<Store>,
+    /// Each multi-node job's rendezvous port.
+    ports: BTreeMap<String, u16>,
     config: HostsConfig,
     metadata: String,
     running: BTreeMap<InstanceId, Host>,
@@ -258,11 +270,39 @@ impl Hosts {
         let mut host = Host {
             dir,
             job: job.to_string(),
+            rendezvous: self.rendezvous(job),
             agent: None,
             restart_at: None,
         };
         self.start_agent(id, &mut host);
         self.running.insert(id.clone(), host);
+    }
+
+    /// A job of more than one node runs one torchrun per node, all on this machine: they
+    /// meet at a loopback port of the job's own, over the job's node range. `None` for a
+    /// one-node job (or one the store does not know).
+    fn rendezvous(&mut self, job: &str) -> Option<(String, String)> {
+        let range = self.store.job(job).ok().flatten()?.spec.workers;
+        if range.max <= 1 {
+            return None;
+        }
+        let nnodes = if range.is_elastic() {
+            format!("{}:{}", range.min, range.max)
+        } else {
+            range.max.to_string()
+        };
+        let port = match self.ports.get(job) {
+            Some(p) => *p,
+            None => {
+                let p = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .ok()?
+                    .port();
+                self.ports.insert(job.to_string(), p);
+                p
+            }
+        };
+        Some((nnodes, format!("127.0.0.1:{port}")))
     }
 
     fn start_agent(&self, id: &InstanceId, host: &mut Host) {
@@ -306,6 +346,9 @@ impl Hosts {
             .arg(format!("{}/{}", self.metadata, id.0));
         if let Some(ca) = &self.config.ca {
             cmd.arg("--ca").arg(ca);
+        }
+        if let Some((nnodes, endpoint)) = &host.rendezvous {
+            cmd.args(["--nnodes", nnodes, "--rdzv-endpoint", endpoint]);
         }
         cmd.env(HOSTS_MARK, &self.config.root)
             .env(HOST_MARK, &id.0)

@@ -292,3 +292,39 @@ fn the_local_agents_demo_trains_through_a_reclaim_and_leaves_nothing_running() {
     assert!(s["cost_usd"].as_f64() > Some(0.0), "{s}");
     assert_eq!(s["processes_left"], 0, "{s}");
 }
+
+#[test]
+fn a_two_node_job_on_local_agents_trains_as_one_world() {
+    let _one = serial();
+    let spec = |d: &Path| {
+        let command = format!(
+            "[{py:?}, \"{REPO}/tests/training/train_ddp.py\", \"--ckpt\", {ckpt:?}, \
+             \"--total-samples\", \"6000\", \"--batch\", \"32\", \"--step-sleep\", \"0.05\", \
+             \"--log-file\", {log:?}]",
+            py = python(),
+            ckpt = d.join("ckpt.pt"),
+            log = d.join("train.jsonl"),
+        );
+        let tail = format!(
+            "{obs}[run]\ncommand = {command}\nnproc_per_node = 1\n\
+             rdzv_conf = \"last_call_timeout=2\"\n[run.env]\nPYTHONPATH = \"{REPO}/python\"\n",
+            obs = observed(2.0, 2.1)
+        );
+        let top = "deadline = \"70m\"\ncapacity = \"spot-only\"\n";
+        write_spec(d, "local-pair", "2", top, 6000, &tail)
+    };
+    let mut c = Cluster::start_on("local-pair", roomy_trace, spec, &["--local-agents"]);
+    let _sweep = Sweep(c.dir.path().join("state.db.hosts"));
+    let referee = Referee::watch(&c);
+    wait_for_state(&c, "local-pair", "finished", Duration::from_secs(240));
+    referee.finish(&c, None);
+    // The two nodes' torchruns met at the job's rendezvous: one world of two ranks, not two
+    // trainings of one.
+    let ev = events(&c.dir.path().join("train.jsonl"));
+    let starts: Vec<_> = ev.iter().filter(|e| e["event"] == "start").collect();
+    assert_eq!(starts.len(), 2, "{ev:?}");
+    assert!(starts.iter().all(|e| e["world_size"] == 2), "{ev:?}");
+    assert!(ev.iter().any(|e| e["event"] == "done"), "{ev:?}");
+    assert!(stop_controller(&mut c, Duration::from_secs(40)).success());
+    assert_eq!(hosts_processes(&c), Vec::<i32>::new());
+}
