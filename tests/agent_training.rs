@@ -214,7 +214,9 @@ impl Cluster {
     }
 
     /// A cluster on the traces `traces` writes into its folder, and the job `spec` writes;
-    /// `flags` go to `tern controller`.
+    /// `flags` go to `tern controller`. Only agents move jobs (`--no-simulated-workers`),
+    /// except with `--local-agents`, which runs as users run it: its agents for the jobs
+    /// with a `[run]`, simulated workers for the rest.
     fn start_on(
         job: &str,
         traces: impl FnOnce(&Path) -> Vec<PathBuf>,
@@ -231,7 +233,10 @@ impl Cluster {
             .arg("--state")
             .arg(dir.path().join("state.db"))
             .args(["--listen", &addr, "--speed", "1", "--sim-boot-seconds", "1"])
-            .args(["--no-simulated-workers", "--period", "0.5"]);
+            .args(["--period", "0.5"]);
+        if !flags.contains(&"--local-agents") {
+            controller.arg("--no-simulated-workers");
+        }
         for t in &traces {
             controller.arg("--trace").arg(t);
         }

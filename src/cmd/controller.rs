@@ -551,6 +551,7 @@ async fn local_hosts(
         ca: args.tls_cert.clone(),
         root: root.clone(),
         owner: args.owner.clone(),
+        simulated_workers: !args.no_simulated_workers,
     };
     let hosts = tern::sim::hosts::start(sim, store, config)
         .await

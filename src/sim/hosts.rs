@@ -23,7 +23,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::routing::{get, put};
 use rustix::process::Signal;
-use tern_cloud::{InstanceId, InstanceState};
+use tern_cloud::{InstanceId, InstanceState, WorkerRange};
 use tern_sim::SimCloud;
 use tokio::sync::watch;
 
@@ -64,6 +64,8 @@ pub struct HostsConfig {
     pub root: PathBuf,
     /// The owner tag of the controller's instances; no other instance gets a host.
     pub owner: String,
+    /// Simulated workers run the jobs without a `[run]`: their instances get no agent.
+    pub simulated_workers: bool,
 }
 
 /// One instance's machine: its folder and its agent.
@@ -197,7 +199,7 @@ async fn kill_marked(marks: &[String], root: Option<u32>, within: Duration) -> u
 
 struct Hosts {
     sim: Arc<SimCloud>,
-    /// Read only: a job's node range.
+    /// Read only: a job's `[run]` and node range.
     store: Arc<Store>,
     /// Each multi-node job's rendezvous port.
     ports: BTreeMap<String, u16>,
@@ -257,7 +259,24 @@ impl Hosts {
     }
 
     /// A new instance's machine: a fresh folder, the job's agent token in a file, its agent.
+    /// A job without a `[run]` has none when the simulated workers run it.
     fn boot(&mut self, id: &InstanceId, job: &str, token: &str) {
+        let range = match self.store.job(job) {
+            Ok(Some(r)) if r.spec.run.is_some() || !self.config.simulated_workers => r.spec.workers,
+            Ok(_) => {
+                tracing::info!(
+                    instance = %id,
+                    job,
+                    "--local-agents: the job has no [run]: simulated workers run it"
+                );
+                self.ended.insert(id.clone());
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(instance = %id, "--local-agents: reading job {job}: {e}");
+                return;
+            }
+        };
         let dir = self.config.root.join(&id.0);
         // A folder of the same name is an earlier controller's instance: a new disk.
         let _ = std::fs::remove_dir_all(&dir);
@@ -270,7 +289,7 @@ impl Hosts {
         let mut host = Host {
             dir,
             job: job.to_string(),
-            rendezvous: self.rendezvous(job),
+            rendezvous: self.rendezvous(job, range),
             agent: None,
             restart_at: None,
         };
@@ -279,10 +298,9 @@ impl Hosts {
     }
 
     /// A job of more than one node runs one torchrun per node, all on this machine: they
-    /// meet at a loopback port of the job's own, over the job's node range. `None` for a
-    /// one-node job (or one the store does not know).
-    fn rendezvous(&mut self, job: &str) -> Option<(String, String)> {
-        let range = self.store.job(job).ok().flatten()?.spec.workers;
+    /// meet at a loopback port of the job's own, over the job's node range (`range`). `None`
+    /// for a one-node job.
+    fn rendezvous(&mut self, job: &str, range: WorkerRange) -> Option<(String, String)> {
         if range.max <= 1 {
             return None;
         }

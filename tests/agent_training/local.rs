@@ -217,8 +217,22 @@ fn jobs_on_local_agents_run_their_own_programs_and_stopping_the_controller_stops
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // A job that does not say what it runs is left to the simulated workers: no host.
+    let top = "deadline = \"70m\"\ncapacity = \"spot-only\"\n";
+    let plain = write_spec(&dir, "job-d", "1", top, 100, &observed(2.0, 2.1));
+    let out = c.tern(&["submit", plain.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_for_state(&c, "job-a", "finished", Duration::from_secs(60));
     wait_for_state(&c, "job-b", "finished", Duration::from_secs(60));
+    wait_for_state(&c, "job-d", "finished", Duration::from_secs(90));
+    let hosts = std::fs::read_dir(dir.join("state.db.hosts"))
+        .expect("hosts")
+        .count();
+    assert_eq!(hosts, 3, "a host for job-d, which has no [run]");
     let said = |who: &str| std::fs::read_to_string(dir.join(format!("{who}.txt")));
     assert_eq!(said("a").expect("job-a ran its program").trim(), "a");
     assert_eq!(said("b").expect("job-b ran its program").trim(), "b");
