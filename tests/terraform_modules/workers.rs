@@ -4,11 +4,13 @@
 //! scripts' machine paths are pointed at the test's (the metadata server's address, the
 //! token's file, where `tern` and the GCP helpers are); what they read and run is theirs.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::common::{
+    Reaper, controller_command, free_port, respond, submit, tern_json, wait_for_child,
+};
 use super::{Rendering, render_all};
 
 const TOKEN: &str = "terraform-workers-admin";
@@ -22,7 +24,7 @@ fn metadata_server(instance: &str, job: &str, agent_token: &str) -> String {
         job.to_string(),
         agent_token.to_string(),
     );
-    super::common::respond(move |r| {
+    respond(move |r| {
         let found = match r.path() {
             "/latest/api/token" => Some("session".to_string()),
             "/latest/meta-data/instance-id" => Some(instance.clone()),
@@ -117,16 +119,10 @@ fn spec(dir: &Path, who: &str) -> PathBuf {
     path
 }
 
+/// A controller on the simulated cloud at wall speed whose jobs only agents move.
 struct Controller {
-    child: Child,
+    _reaper: Reaper,
     server: String,
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Controller {
@@ -138,50 +134,28 @@ impl Controller {
             "data": vec![8; 500],
         });
         std::fs::write(&trace, body.to_string()).expect("trace");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-            .arg("controller")
-            .arg("--state")
-            .arg(dir.join("state.db"))
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = dir.join("controller.log");
+        let mut child = controller_command(&dir.join("state.db"), TOKEN)
             .arg("--trace")
             .arg(&trace)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--speed", "1"])
-            .args([
-                "--sim-boot-seconds",
-                "1",
-                "--no-simulated-workers",
-                "--period",
-                "0.5",
-            ])
-            .env("TERN_TOKEN", TOKEN)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("controller.log")).expect("log"))
+            .args(["--listen", &addr, "--speed", "1", "--sim-boot-seconds", "1"])
+            .args(["--no-simulated-workers", "--period", "0.5"])
+            .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
             .expect("controller");
-        let server = format!("http://127.0.0.1:{port}");
-        let c = Controller { child, server };
-        let until = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-            assert!(Instant::now() < until, "the controller did not come up");
-            std::thread::sleep(Duration::from_millis(100));
+        wait_for_child(&addr, &mut child, &log);
+        Controller {
+            _reaper: Reaper(vec![child]),
+            server: format!("http://{addr}"),
         }
-        c
     }
 
+    /// `tern ARGS --server …`: its last line, JSON.
     fn tern(&self, args: &[&str]) -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args(args)
-            .args(["--server", &self.server])
-            .env("TERN_TOKEN", TOKEN)
-            .output()
-            .expect("tern");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{args:?}: {text}");
-        serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or_default()
+        let mut all = args.to_vec();
+        all.extend(["--server", &self.server]);
+        tern_json(&all, TOKEN)
     }
 
     /// The job's first instance, once it has one.
@@ -239,7 +213,7 @@ fn the_rendered_worker_scripts_run_each_jobs_own_program() {
     let tern = env!("CARGO_BIN_EXE_tern");
     let (aws, gcp, common) = rendered(&c.server, d);
     for who in ["a", "b"] {
-        c.tern(&["submit", spec(d, who).to_str().expect("utf-8")]);
+        submit(&spec(d, who), &c.server, TOKEN);
     }
     // Each VM's metadata names its job and holds that job's agent token.
     let agent_token = |job: &str| {
