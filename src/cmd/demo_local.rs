@@ -204,10 +204,7 @@ fn stop(controller: &mut Child) -> anyhow::Result<()> {
 
 /// The demo's hosts' processes still alive.
 fn hosts_left(folder: &Path) -> usize {
-    let root = folder.join("controller.db.hosts");
-    let root = root.canonicalize().unwrap_or(root);
-    let mark = format!("{}={}", tern::sim::hosts::HOSTS_MARK, root.display());
-    tern::agent::tree::marked(&[mark], None).len()
+    tern::sim::hosts::processes_in(&folder.join("controller.db.hosts")).len()
 }
 
 /// The training's own events (`--log`), in order.

@@ -182,6 +182,13 @@ fn root_mark(root: &Path) -> String {
     format!("{HOSTS_MARK}={}", root.display())
 }
 
+/// The live processes of the hosts in folder `root` (`controller.db.hosts`): none once the
+/// controller that started them has stopped.
+pub fn processes_in(root: &Path) -> BTreeSet<i32> {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    tree::marked(&[root_mark(&root)], None)
+}
+
 /// SIGKILL every live process with all of `marks` (and the descendants of `root`) until none
 /// is left or `within` passed. How many there were.
 async fn kill_marked(marks: &[String], root: Option<u32>, within: Duration) -> usize {

@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tern::sim::hosts::HOSTS_MARK;
-
 use super::{Cluster, Referee, TOKEN, events, observed, python, serial, write_spec};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -52,21 +50,14 @@ fn train_spec(dir: &Path, name: &str) -> PathBuf {
 
 /// Every live process of the hosts in `c`'s state folder.
 fn hosts_processes(c: &Cluster) -> Vec<i32> {
-    let root = c.dir.path().join("state.db.hosts");
-    let root = root.canonicalize().unwrap_or(root);
-    let mark = format!("{HOSTS_MARK}={}", root.display());
-    tern::agent::tree::marked(&[mark], None)
+    tern::sim::hosts::processes_in(&c.dir.path().join("state.db.hosts"))
         .into_iter()
         .collect()
 }
 
 /// SIGTERM to the controller, and its exit within `within`.
 fn stop_controller(c: &mut Cluster, within: Duration) -> std::process::ExitStatus {
-    let ok = Command::new("kill")
-        .args(["-TERM", &c.controller.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(ok.success());
+    super::signal(c.controller.id(), "-TERM");
     let until = Instant::now() + within;
     loop {
         if let Some(s) = c.controller.try_wait().expect("wait") {
@@ -82,9 +73,7 @@ struct Sweep(PathBuf);
 
 impl Drop for Sweep {
     fn drop(&mut self) {
-        let root = self.0.canonicalize().unwrap_or(self.0.clone());
-        let mark = format!("{HOSTS_MARK}={}", root.display());
-        let left = tern::agent::tree::marked(&[mark], None);
+        let left = tern::sim::hosts::processes_in(&self.0);
         tern::agent::tree::signal_all(&left, rustix::process::Signal::KILL);
     }
 }
