@@ -91,7 +91,8 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     // Validate locally first: errors name the file, not "request body".
     let spec = tern_cloud::parse_job_spec(&text, &shown)?;
     check_new(&spec, chrono::Utc::now(), &shown)?;
-    if !spec.constraints.regions.is_empty() || spec.constraints.data.is_some() {
+    let c = &spec.constraints;
+    if !c.regions.is_empty() || c.data.is_some() || c.any_of.iter().any(|a| !a.regions.is_empty()) {
         let catalog = tern_pricing::bundled()?;
         let regions: std::collections::BTreeSet<&str> =
             catalog.offers.iter().map(|o| o.region.as_str()).collect();

@@ -506,8 +506,7 @@ impl Controller {
     ) -> Option<(PolicyInput, Frame<'_>)> {
         let job = self.policy_job(name, offer, nodes)?;
         let r = &self.fleet.jobs.get(name)?.record;
-        let shape = offer.instance_type.name.as_str();
-        let pools = self.allowed_pools(&r.spec.constraints, shape);
+        let pools = self.allowed_pools(&r.spec.constraints, offer);
         if pools.is_empty() {
             return None;
         }
@@ -524,7 +523,7 @@ impl Controller {
         let on_demand_price = self
             .cloud
             .on_demand
-            .get(shape)
+            .get(offer.instance_type.name.as_str())
             .and_then(|zones| zones.values().copied().min_by(f64::total_cmp))
             .or_else(|| self.on_demand_price(offer))
             .unwrap_or(offer.price_per_hour);
@@ -555,19 +554,20 @@ impl Controller {
         ))
     }
 
-    /// The spot pools of `shape` that a job's placement constraints allow.
-    fn allowed_pools(&self, allowed: &tern_cloud::Constraints, shape: &str) -> Vec<&PoolLog> {
+    /// The spot pools of `offer`'s shape that a job's placement constraints allow.
+    fn allowed_pools(&self, allowed: &tern_cloud::Constraints, offer: &Offer) -> Vec<&PoolLog> {
         self.pools
-            .of_type(shape)
+            .of_type(&offer.instance_type.name)
             .into_iter()
             .filter(|p| {
-                allowed.allows_pool(
-                    &p.region,
-                    p.zone.as_str(),
-                    shape,
-                    Capacity::Spot,
-                    p.spot_price,
-                )
+                allowed.allows_pool(&tern_cloud::Pool {
+                    cloud: offer.cloud,
+                    region: &p.region,
+                    zone: p.zone.as_str(),
+                    shape: &offer.instance_type,
+                    capacity: Capacity::Spot,
+                    price: p.spot_price,
+                })
             })
             .collect()
     }

@@ -95,6 +95,12 @@ pub fn check_regions<'a>(
                 .iter()
                 .map(|d| ("data.region".to_string(), &d.region)),
         )
+        .chain(c.any_of.iter().enumerate().flat_map(|(a, alt)| {
+            alt.regions
+                .iter()
+                .enumerate()
+                .map(move |(i, r)| (format!("any_of[{a}].regions[{i}]"), r))
+        }))
         .filter(|(_, r)| !r.contains(['*', '?']));
     for (field, name) in named {
         if !known

@@ -24,7 +24,7 @@ pub mod testkit;
 
 pub use accelerator::{Accelerator, AcceleratorKind};
 pub use billing::{BillingRule, Piece, PriceSteps};
-pub use constraints::{CapacityRule, Constraints, DataLocation, glob};
+pub use constraints::{Amount, CapacityRule, Constraints, DataLocation, Pool, glob};
 pub use error::ProviderError;
 pub use instance::{Instance, InstanceId, InstanceState, Interruption, InterruptionKind, Tags};
 pub use intent::{IdempotencyKey, Intent, IntentId, IntentKind, IntentState};

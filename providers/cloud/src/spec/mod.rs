@@ -22,6 +22,11 @@
 //! [probe]                      # max_duration, max_usd, enabled (a job nobody has measured)
 //! [profile]                    # path (relative to the spec file) or placements/scalability
 //!                              # (the CSV text inline, as `tern submit` sends it), accelerator[, node_type]
+//! instance_types = ["p3.*"]   # per-VM shape, all optional: instance type globs,
+//! cpus = "8+"                  # vCPUs ("8+" at least, 8 exactly), memory (GiB, likewise),
+//! gpus_per_node = 4            # accelerators per VM, exactly
+//! [[any_of]]                   # alternatives: clouds, regions, zones, exclude, capacity,
+//!                              # max_price_per_hour, the shape fields, accelerators (of the job's)
 //! [run]                        # command (array, or a string run by `sh -c`)[, setup, setup_timeout,
 //!                              # env, workdir, launcher, nproc_per_node, rdzv_conf, checkpoint_signal,
 //!                              # checkpoint_command, stop_grace, max_restarts, hang_timeout]
@@ -42,8 +47,8 @@ use crate::job::{
     Work, WorkerRange,
 };
 use crate::name::{NAME_RULE, check_label, check_name};
-use crate::{CapacityRule, Cloud, Constraints, DataLocation};
 
+mod placement;
 mod run;
 mod sections;
 pub use sections::parse_duration;
@@ -144,7 +149,7 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
     };
     let hint = parse_hint(&cx, top.table("hint")?)?;
     let probe = parse_probe(&cx, top.table("probe")?)?;
-    let constraints = parse_constraints(&cx, &mut top)?;
+    let constraints = placement::parse_constraints(&cx, &mut top, &accelerators)?;
     let run = run::parse_run(&cx, top.table("run")?)?;
     Ok(JobSpec {
         name,
@@ -190,6 +195,11 @@ const TOP_FIELDS: &[&str] = &[
     "data",
     "max_price_per_hour",
     "capacity",
+    "instance_types",
+    "cpus",
+    "memory",
+    "gpus_per_node",
+    "any_of",
     "run",
 ];
 

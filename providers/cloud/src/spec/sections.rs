@@ -1,6 +1,6 @@
 //! One parser per section of a job spec (`[work]`, `[checkpoint]`, `[hint]`, `[probe]`,
-//! `[budget]`, `[profile]`, `[[observation]]`, the placement constraints) and the typed field
-//! readers they share; `mod.rs` walks the top level and calls them.
+//! `[budget]`, `[profile]`, `[[observation]]`; the placement constraints are in `placement.rs`)
+//! and the typed field readers they share; `mod.rs` walks the top level and calls them.
 
 use super::*;
 
@@ -346,79 +346,6 @@ pub(super) fn parse_budget(cx: &Cx<'_>, t: Option<&toml::Table>) -> Result<Budge
         return Err(cx.missing("budget.total_usd", "`total_usd` and/or `per_hour_usd`"));
     }
     Ok(b)
-}
-
-/// `clouds`, `regions`, `zones`, `exclude`, `data`, `max_price_per_hour`, `capacity`. Region
-/// and zone names are checked against the catalog where one is known (admission, `tern
-/// plan`); here only their form.
-pub(super) fn parse_constraints(
-    cx: &Cx<'_>,
-    top: &mut Fields<'_, '_>,
-) -> Result<Constraints, SpecError> {
-    let mut c = Constraints::default();
-    if let Some((p, v)) = top.get("clouds") {
-        for (field, name) in string_list(cx, &p, v, "cloud names")? {
-            let cloud = match name.as_str() {
-                "aws" => Cloud::Aws,
-                "gcp" => Cloud::Gcp,
-                other => {
-                    let expected = "a cloud tern runs on: \"aws\" or \"gcp\"";
-                    return Err(cx.invalid(&field, expected, &format!("{other:?}")));
-                }
-            };
-            if !c.clouds.contains(&cloud) {
-                c.clouds.push(cloud);
-            }
-        }
-    }
-    for (key, out) in [
-        ("regions", &mut c.regions),
-        ("zones", &mut c.zones),
-        ("exclude", &mut c.exclude),
-    ] {
-        if let Some((p, v)) = top.get(key) {
-            for (field, g) in string_list(cx, &p, v, "name patterns")? {
-                let ok = !g.is_empty()
-                    && g.chars()
-                        .all(|ch| ch.is_ascii_alphanumeric() || "-._*?".contains(ch));
-                if !ok {
-                    return Err(cx.invalid(
-                        &field,
-                        "a name or glob of letters, digits, `-`, `.`, `_`, `*` and `?`",
-                        &format!("{g:?}"),
-                    ));
-                }
-                out.push(g);
-            }
-        }
-    }
-    if let Some(t) = top.table("data")? {
-        let mut f = Fields::new(cx, "data", t, &["region", "size_gb"])?;
-        let region = f
-            .label("region")?
-            .ok_or_else(|| cx.missing("data.region", "the region the data lives in"))?;
-        let size_gb = f
-            .number("size_gb")?
-            .ok_or_else(|| cx.missing("data.size_gb", "the data's size in GB"))?;
-        c.data = Some(DataLocation { region, size_gb });
-    }
-    c.max_price_per_hour = top.number("max_price_per_hour")?;
-    if c.max_price_per_hour == Some(0.0) {
-        return Err(cx.invalid("max_price_per_hour", "an amount > 0", "0"));
-    }
-    if let Some(rule) = top.string("capacity")? {
-        c.capacity = CapacityRule::ALL
-            .into_iter()
-            .find(|r| r.as_str() == rule)
-            .ok_or_else(|| {
-                cx.invalid(
-                    "capacity",
-                    "\"spot-only\", \"on-demand-only\" or \"any\"",
-                    &format!("{rule:?}"),
-                )
-            })?;
-    }
-    Ok(c)
 }
 
 /// A non-empty array of strings, each with its field path.

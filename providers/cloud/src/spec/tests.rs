@@ -1,4 +1,5 @@
 use super::*;
+use crate::{CapacityRule, Cloud};
 
 const GOOD: &str = r#"
 name = "bert-ft"
@@ -85,6 +86,76 @@ fn placement_constraints_parse_and_old_specs_have_none() {
         (
             "data = { region = \"us-east-1\" }",
             "missing field `data.size_gb`",
+        ),
+    ] {
+        let text = GOOD.replacen(
+            "local_batch = 32\n",
+            &format!("local_batch = 32\n{bad}\n"),
+            1,
+        );
+        let e = parse_job_spec(&text, "job.toml")
+            .expect_err(bad)
+            .to_string();
+        assert!(e.contains(message), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn shape_fields_and_alternatives_parse() {
+    let text = format!(
+        "{}{}",
+        GOOD.replacen(
+            "local_batch = 32\n",
+            "local_batch = 32\ninstance_types = [\"p4d.*\"]\ncpus = \"8+\"\nmemory = 64\n\
+             gpus_per_node = 8\n",
+            1,
+        ),
+        "[[any_of]]\nclouds = [\"aws\"]\ncapacity = \"spot-only\"\naccelerators = [\"A100\"]\n\
+         [[any_of]]\nclouds = [\"gcp\"]\nregions = [\"us-central1\"]\n",
+    );
+    let c = parse_job_spec(&text, "job.toml")
+        .expect("valid")
+        .constraints;
+    assert_eq!(c.instance_types, vec!["p4d.*"]);
+    assert_eq!(
+        c.cpus,
+        Some(crate::Amount {
+            value: 8.0,
+            at_least: true
+        })
+    );
+    assert_eq!(
+        c.memory_gib,
+        Some(crate::Amount {
+            value: 64.0,
+            at_least: false
+        })
+    );
+    assert_eq!(c.gpus_per_node, Some(8));
+    assert_eq!(c.any_of.len(), 2);
+    assert_eq!(c.any_of[0].clouds, vec![Cloud::Aws]);
+    assert_eq!(c.any_of[0].capacity, CapacityRule::SpotOnly);
+    assert_eq!(c.any_of[0].accelerators, vec!["A100"]);
+    assert_eq!(c.any_of[1].regions, vec!["us-central1"]);
+    for (bad, message) in [
+        ("cpus = \"many\"", "`cpus`: expected a number > 0"),
+        ("memory = -4", "`memory`: expected a number > 0"),
+        (
+            "gpus_per_node = 0",
+            "`gpus_per_node`: expected an integer ≥ 1",
+        ),
+        ("any_of = []", "`any_of`: expected a non-empty array"),
+        (
+            "any_of = [{ accelerators = [\"T4\"] }]",
+            "`any_of[0].accelerators[0]`: expected one of the job's accelerators (A100, H100)",
+        ),
+        (
+            "any_of = [{ data = { region = \"x\", size_gb = 1 } }]",
+            "unknown field `any_of[0].data`",
+        ),
+        (
+            "any_of = [{ capacity = \"spot\" }]",
+            "`any_of[0].capacity`: expected",
         ),
     ] {
         let text = GOOD.replacen(
