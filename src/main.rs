@@ -23,8 +23,11 @@ enum Command {
     Demo(cmd::demo::Args),
     /// The long-running controller: reconcile loop, HTTP API, /metrics (simulated cloud or AWS).
     Controller(Box<cmd::controller::Args>),
-    /// Submit a job spec to a running controller.
+    /// Submit a job spec (TOML) or a SkyPilot task (YAML) to a running controller.
     Submit(cmd::submit::SubmitArgs),
+    /// Read another tool's job file as a tern job spec (`skypilot TASK.yaml`).
+    #[command(subcommand)]
+    Convert(cmd::convert::Command),
     /// Show jobs of a running controller.
     Status(cmd::submit::StatusArgs),
     /// Cancel a job on a running controller.
@@ -74,6 +77,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Controller(args) => cmd::controller::run(*args),
         Command::Submit(args) => cmd::submit::submit(args),
+        Command::Convert(command) => cmd::convert::run(command),
         Command::Status(args) => cmd::submit::status(args),
         Command::Cancel(args) => cmd::submit::cancel(args),
         Command::Token(command) => cmd::tokens::run(command),

@@ -12,6 +12,7 @@ pub mod bench_simulate;
 pub mod bench_soak;
 pub mod catalog_source;
 pub mod controller;
+pub mod convert;
 pub mod cost_report;
 pub mod demo;
 pub mod demo_local;

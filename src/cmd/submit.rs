@@ -21,8 +21,11 @@ pub struct Server {
 
 #[derive(Debug, clap::Args)]
 pub struct SubmitArgs {
-    /// Job spec (TOML; see examples/jobs/).
+    /// Job spec (TOML; see examples/jobs/), or a SkyPilot task (`.yaml`/`.yml`, with the flags
+    /// below; `tern convert skypilot` shows the spec it becomes).
     job: PathBuf,
+    #[command(flatten)]
+    task: super::convert::TaskFlags,
     #[command(flatten)]
     server: Server,
 }
@@ -87,7 +90,19 @@ pub(super) fn call<T>(
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let shown = args.job.display().to_string();
-    let text = read_spec(&args.job)?;
+    let text = if super::convert::is_task(&args.job) {
+        let c = super::convert::convert(&args.job, &args.task)?;
+        for w in &c.warnings {
+            eprintln!("warning: {w}");
+        }
+        c.spec
+    } else if args.task.any() {
+        anyhow::bail!(
+            "--name, --deadline, --samples, --steps and --batch are for SkyPilot tasks (.yaml):              {shown} is a tern spec, which says them itself"
+        );
+    } else {
+        read_spec(&args.job)?
+    };
     // Validate locally first: errors name the file, not "request body".
     let spec = tern_cloud::parse_job_spec(&text, &shown)?;
     check_new(&spec, chrono::Utc::now(), &shown)?;

@@ -15,4 +15,5 @@ mod readers;
 mod readme_examples;
 mod report_browser;
 mod simulate_cli;
+mod skypilot;
 mod tokens_cli;

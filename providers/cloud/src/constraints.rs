@@ -143,7 +143,8 @@ impl Constraints {
     fn allows_one(&self, p: &Pool<'_>) -> bool {
         let any = |globs: &[String], text: &str| globs.iter().any(|g| glob(g, text));
         let shape = &p.shape.name;
-        (self.clouds.is_empty() || self.clouds.contains(&p.cloud))
+        // The simulated cloud stands in for both: a spec written for AWS runs on it too.
+        (self.clouds.is_empty() || self.clouds.contains(&p.cloud) || p.cloud == Cloud::Sim)
             && (self.regions.is_empty() || any(&self.regions, p.region))
             && (self.zones.is_empty() || any(&self.zones, p.zone))
             && !self
@@ -271,6 +272,7 @@ mod tests {
     fn shape_rules_and_alternatives_rule_offers_out() {
         let v100 = |count: u32, capacity| {
             crate::testkit::offer("p3.8xlarge", "use1-az1", capacity)
+                .cloud(Cloud::Aws)
                 .region("us-east-1")
                 .gpus("V100", count)
                 .build()

@@ -18,6 +18,7 @@ mod offer;
 mod provider;
 mod quota;
 pub mod run;
+pub mod skypilot;
 mod spec;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testkit;
@@ -39,7 +40,7 @@ pub use quota::{
     AWS_ACCELERATOR_BUCKETS, AwsBucket, CloudQuota, QuotaScope, aws_bucket, aws_instance_class,
     gcp_gpu_metric, quota_named,
 };
-pub use spec::{MAX_DEADLINE_S, SpecError, parse_duration, parse_job_spec};
+pub use spec::{Location, MAX_DEADLINE_S, SpecError, parse_duration, parse_job_spec};
 
 /// Tag keys tern puts on every instance it launches. The leak collector relies on them.
 pub mod tag {

@@ -12,9 +12,19 @@ pub struct RunSpec {
     /// The training's command line: the spec's array as written, or `["sh", "-c", TEXT]` for a
     /// string.
     pub command: Vec<String>,
-    /// Shell text run once per instance (`sh -c`) before the training first starts there.
+    /// Shell text run once per instance (`sh -c`, or [`RunSpec::shell`]) before the training
+    /// first starts there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    /// The shell that runs `setup` and a string `command` (default `sh`; SkyPilot tasks:
+    /// `bash`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// Node variables the agent exports besides tern's own: `skypilot` sets
+    /// `SKYPILOT_NODE_RANK`, `SKYPILOT_NODE_IPS`, `SKYPILOT_NUM_NODES` and
+    /// `SKYPILOT_NUM_GPUS_PER_NODE`, as SkyPilot tasks' scripts read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_env: Option<String>,
     /// Longest the setup may take, seconds (default [`DEFAULT_SETUP_TIMEOUT_S`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_timeout_s: Option<f64>,

@@ -59,7 +59,7 @@ use sections::*;
 pub const MAX_DEADLINE_S: u64 = 10 * 365 * 86_400;
 
 /// Where an error is: `file` or `file:line`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Location {
     pub file: String,
     pub line: Option<usize>,
@@ -97,6 +97,13 @@ pub enum SpecError {
         at: Location,
         field: String,
         allowed: String,
+    },
+    /// A field tern knows but cannot honour (a SkyPilot task's `ports`, `image_id: docker:…`).
+    #[error("{at}: `{field}` is not supported: {why}")]
+    Unsupported {
+        at: Location,
+        field: String,
+        why: String,
     },
 }
 

@@ -9,6 +9,8 @@ use crate::run::{RunSpec, check_env_name, check_signal};
 const RUN_FIELDS: &[&str] = &[
     "command",
     "setup",
+    "shell",
+    "node_env",
     "setup_timeout",
     "env",
     "workdir",
@@ -31,6 +33,24 @@ pub(super) fn parse_run(
         return Ok(None);
     };
     let mut f = Fields::new(cx, "run", t, RUN_FIELDS)?;
+    let shell = match f.string("shell")? {
+        None => None,
+        Some(s) if !s.is_empty() && !s.contains(char::is_whitespace) && !s.contains('\0') => {
+            Some(s)
+        }
+        Some(s) => {
+            return Err(cx.invalid(
+                "run.shell",
+                "a program name or path, like \"bash\"",
+                &format!("{s:?}"),
+            ));
+        }
+    };
+    let node_env = match f.string("node_env")? {
+        None => None,
+        Some(s) if s == "skypilot" => Some(s),
+        Some(s) => return Err(cx.invalid("run.node_env", "\"skypilot\"", &format!("{s:?}"))),
+    };
     let command = match f.get("command") {
         None => {
             return Err(cx.missing(
@@ -38,7 +58,7 @@ pub(super) fn parse_run(
                 "the training's command: an array of strings, or a string run by `sh -c`",
             ));
         }
-        Some((p, v)) => parse_command(cx, &p, v)?,
+        Some((p, v)) => parse_command(cx, &p, v, shell.as_deref().unwrap_or("sh"))?,
     };
     let text = |f: &mut Fields<'_, '_>, key: &str| -> Result<Option<String>, SpecError> {
         let s = f.text(key)?;
@@ -98,6 +118,8 @@ pub(super) fn parse_run(
     Ok(Some(RunSpec {
         command,
         setup,
+        shell,
+        node_env,
         setup_timeout_s: seconds(&mut f, "setup_timeout", "30m")?,
         env: parse_env(cx, f.table("env")?)?,
         workdir,
@@ -112,11 +134,11 @@ pub(super) fn parse_run(
     }))
 }
 
-/// `command`: a non-empty array of strings, or one string run by `sh -c`.
-fn parse_command(cx: &Cx<'_>, p: &str, v: &Value) -> Result<Vec<String>, SpecError> {
+/// `command`: a non-empty array of strings, or one string run by `shell -c`.
+fn parse_command(cx: &Cx<'_>, p: &str, v: &Value, shell: &str) -> Result<Vec<String>, SpecError> {
     let expected = "an array of strings (the command line), or a string run by `sh -c`";
     let argv: Vec<String> = match v {
-        Value::String(s) if !s.trim().is_empty() => vec!["sh".into(), "-c".into(), s.clone()],
+        Value::String(s) if !s.trim().is_empty() => vec![shell.into(), "-c".into(), s.clone()],
         Value::Array(items) if !items.is_empty() => items
             .iter()
             .enumerate()
