@@ -788,7 +788,7 @@ fn a_stale_incarnation_is_refused_and_its_workers_killed() {
     let (rt, api) = api(&c);
     // Another start on the same instance (an agent restarted beside a paused one): a new
     // incarnation opens, and incarnation 1 is stale from now on.
-    let started = rt.block_on(api.start("stale", &id)).expect("start");
+    let started = rt.block_on(api.start("stale", &id, None)).expect("start");
     assert_eq!(started.incarnation, 2);
     let stale = tern::api::wire::Progress {
         done_samples: 29_000.0,

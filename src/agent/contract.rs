@@ -61,7 +61,31 @@ pub(super) fn training_env(
     if let Some(g) = started.gpus_per_node {
         env.push(("TERN_GPUS_PER_NODE".into(), g.to_string()));
     }
+    if config.skypilot_env {
+        env.extend(skypilot_env(started));
+    }
     env
+}
+
+/// The node variables a SkyPilot task's scripts read. `SKYPILOT_NODE_IPS` lists the nodes
+/// started so far, one per line in rank order: every node sees rank 0's address first, the
+/// master address SkyPilot's multi-node examples take from it.
+fn skypilot_env(started: &StartReply) -> Vec<(String, String)> {
+    vec![
+        ("SKYPILOT_NODE_RANK".into(), started.node_rank.to_string()),
+        (
+            "SKYPILOT_NODE_IPS".into(),
+            started.node_addresses.join("\n"),
+        ),
+        (
+            "SKYPILOT_NUM_NODES".into(),
+            started.nodes.unwrap_or(1).to_string(),
+        ),
+        (
+            "SKYPILOT_NUM_GPUS_PER_NODE".into(),
+            started.gpus_per_node.unwrap_or(0).to_string(),
+        ),
+    ]
 }
 
 #[cfg(test)]
@@ -96,11 +120,16 @@ mod tests {
             ],
             workdir: None,
             setup: None,
+            skypilot_env: false,
+            address: None,
         };
         let started = StartReply {
             incarnation: 3,
             accelerator: Some("A100".into()),
             gpus_per_node: Some(8),
+            node_rank: 1,
+            nodes: Some(2),
+            node_addresses: vec!["10.0.0.7".into(), "10.0.0.9".into()],
         };
         let env: std::collections::BTreeMap<String, String> =
             training_env(&config, "i-0abc", &started)
@@ -117,6 +146,22 @@ mod tests {
         assert_eq!(get("TERN_STOP_FILE"), Some("/run/tern/progress.json.stop"));
         assert_eq!(get("TERN_ACCELERATOR"), Some("A100"));
         assert_eq!(get("TERN_GPUS_PER_NODE"), Some("8"));
+        assert_eq!(
+            get("SKYPILOT_NODE_RANK"),
+            None,
+            "only for node_env = \"skypilot\""
+        );
+        let sky = AgentConfig {
+            skypilot_env: true,
+            ..config
+        };
+        let env: std::collections::BTreeMap<String, String> =
+            training_env(&sky, "i-0abc", &started).into_iter().collect();
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("SKYPILOT_NODE_RANK"), Some("1"));
+        assert_eq!(get("SKYPILOT_NUM_NODES"), Some("2"));
+        assert_eq!(get("SKYPILOT_NUM_GPUS_PER_NODE"), Some("8"));
+        assert_eq!(get("SKYPILOT_NODE_IPS"), Some("10.0.0.7\n10.0.0.9"));
         // torchrun forwards SIGUSR1 too, and waits the whole grace before its SIGKILL.
         assert_eq!(
             get("PET_SIGNALS_TO_HANDLE"),

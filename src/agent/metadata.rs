@@ -104,6 +104,46 @@ impl NoticeSource {
     }
 }
 
+/// The body of a metadata answer, trimmed; `Err` names `what` was asked.
+async fn body(r: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<String, String> {
+    let r = r.map_err(|e| format!("{what}: {e}"))?;
+    if !r.status().is_success() {
+        return Err(format!("{what}: {}", r.status()));
+    }
+    r.text()
+        .await
+        .map(|t| t.trim().to_string())
+        .map_err(|e| format!("{what}: {e}"))
+}
+
+/// How long one metadata question may take.
+const ASK: Duration = Duration::from_secs(3);
+
+/// This VM's private address, as the other nodes of its job reach it: IMDSv2 `local-ipv4`,
+/// or the GCE metadata's first network interface's `ip`. Without a cloud (`--notice none`):
+/// the loopback address (every node on this machine).
+pub async fn address(
+    http: &reqwest::Client,
+    source: NoticeSource,
+    base: &str,
+) -> Result<String, String> {
+    let base = base.trim_end_matches('/');
+    match source {
+        NoticeSource::None => Ok("127.0.0.1".into()),
+        NoticeSource::Aws => {
+            body(
+                aws_get(http, base, "local-ipv4", ASK).await,
+                "meta-data/local-ipv4",
+            )
+            .await
+        }
+        NoticeSource::Gcp => {
+            let r = gce_get(http, base, "network-interfaces/0/ip", ASK).await;
+            body(r, "instance/network-interfaces/0/ip").await
+        }
+    }
+}
+
 /// This instance's id as the controller knows it: the AWS instance id (IMDSv2
 /// `instance-id`), or on GCE `ZONE/NAME` (the metadata's `instance/zone` and `instance/name`).
 pub async fn instance_id(
@@ -111,18 +151,8 @@ pub async fn instance_id(
     source: NoticeSource,
     base: &str,
 ) -> Result<String, String> {
-    const ASK: Duration = Duration::from_secs(3);
     let base = base.trim_end_matches('/');
-    let text = |r: Result<reqwest::Response, reqwest::Error>, what: &'static str| async move {
-        let r = r.map_err(|e| format!("{what}: {e}"))?;
-        if !r.status().is_success() {
-            return Err(format!("{what}: {}", r.status()));
-        }
-        r.text()
-            .await
-            .map(|t| t.trim().to_string())
-            .map_err(|e| format!("{what}: {e}"))
-    };
+    let text = body;
     match source {
         NoticeSource::None => Err("no cloud metadata with --notice none".into()),
         NoticeSource::Aws => {

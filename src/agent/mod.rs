@@ -75,6 +75,8 @@ pub enum AgentError {
         "cannot tell which instance this is ({0}); pass --instance-id (the simulated cloud, tests)"
     )]
     NoInstance(String),
+    #[error("cannot tell this VM's address for the job's other nodes ({0}); pass --address")]
+    NoAddress(String),
     #[error(transparent)]
     Report(#[from] ClientError),
 }
@@ -116,6 +118,11 @@ pub struct AgentConfig {
     pub workdir: Option<PathBuf>,
     /// `[run] setup`, run once per instance before the training first starts there.
     pub setup: Option<setup::Setup>,
+    /// `[run] node_env = "skypilot"`: export the `SKYPILOT_*` node variables, and give the
+    /// controller this node's address so the others learn it.
+    pub skypilot_env: bool,
+    /// This node's address (`--address`); `None`: from the cloud's metadata.
+    pub address: Option<String>,
 }
 
 /// Why the agent stops the training.
@@ -497,6 +504,23 @@ async fn resolve_instance(
         .map_err(AgentError::NoInstance)
 }
 
+/// This node's address, when the job's nodes must find each other.
+async fn resolve_address(
+    config: &AgentConfig,
+    http: &reqwest::Client,
+) -> Result<Option<String>, AgentError> {
+    if !config.skypilot_env {
+        return Ok(None);
+    }
+    if let Some(a) = &config.address {
+        return Ok(Some(a.clone()));
+    }
+    metadata::address(http, config.notice, &config.metadata_url)
+        .await
+        .map(Some)
+        .map_err(AgentError::NoAddress)
+}
+
 /// How long an agent keeps asking when the controller does not know its instance yet (it
 /// may not have listed a fresh launch).
 const UNKNOWN_FOR: Duration = Duration::from_secs(30);
@@ -507,14 +531,14 @@ async fn start(
     config: &AgentConfig,
     client: &Client,
     http: &reqwest::Client,
-    instance: &str,
+    (instance, address): (&str, Option<&str>),
     signals: &mut Signals,
     trained_here: bool,
 ) -> Result<Option<StartReply>, AgentError> {
     let asked = Instant::now();
     let mut said = String::new();
     loop {
-        let why = match client.start(&config.job, instance).await {
+        let why = match client.start(&config.job, instance, address).await {
             Ok(r) => return Ok(Some(r)),
             Err(e) if e.action() == Some(Action::Done) => {
                 eprintln!("tern agent: nothing to start here: {e}");
@@ -555,6 +579,7 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let mut signals = Signals::new().map_err(AgentError::Wait)?;
     let instance = resolve_instance(&config, &http).await?;
+    let address = resolve_address(&config, &http).await?;
     tree::outlast_predecessor(&config.job, &instance, config.stop_grace).await;
     let mut restarts = Restarts {
         max: config.max_restarts,
@@ -567,7 +592,7 @@ pub async fn run(
             &config,
             &client,
             &http,
-            &instance,
+            (&instance, address.as_deref()),
             &mut signals,
             trained_here,
         );

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 /// What to run and for how long at most.
 #[derive(Debug, Clone)]
 pub struct Setup {
+    /// The program that runs the script with `-c` (`sh`, or `[run] shell`).
+    pub shell: String,
     pub script: String,
     pub timeout: Duration,
 }
@@ -60,7 +62,7 @@ pub(super) async fn before_start(
     }
 }
 
-/// Run the setup (`sh -c`) in `dir` with `env` added; `Err` says why it failed, with the
+/// Run the setup (`SHELL -c`) in `dir` with `env` added; `Err` says why it failed, with the
 /// last lines it wrote to stderr (never its environment).
 pub async fn run(
     setup: &Setup,
@@ -81,7 +83,7 @@ fn run_blocking(
     env: &[(String, String)],
     progress: &Path,
 ) -> Result<(), String> {
-    let mut cmd = Command::new("sh");
+    let mut cmd = Command::new(&setup.shell);
     cmd.args(["-c", &setup.script])
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
@@ -141,6 +143,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let progress = dir.path().join("progress.json");
         let ok = Setup {
+            shell: "sh".into(),
             script: "echo \"$GREETING\" > here.txt".into(),
             timeout: Duration::from_secs(10),
         };
@@ -159,6 +162,7 @@ mod tests {
         assert!(!done(&changed, &progress), "a changed setup runs anew");
 
         let bad = Setup {
+            shell: "sh".into(),
             script: "echo first >&2; echo 'no such package: torchh' >&2; exit 3".into(),
             timeout: Duration::from_secs(10),
         };
@@ -170,6 +174,7 @@ mod tests {
             "{e}"
         );
         let slow = Setup {
+            shell: "sh".into(),
             script: "sleep 30".into(),
             timeout: Duration::from_millis(300),
         };

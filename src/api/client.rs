@@ -194,11 +194,18 @@ impl Client {
         self.send(self.http.post(&url).json(progress), url).await
     }
 
-    /// Ask to start the job's workers on `instance`: the incarnation they run as.
-    pub async fn start(&self, name: &str, instance: &str) -> Result<StartReply, ClientError> {
+    /// Ask to start the job's workers on `instance` (at `address`, when the job's nodes must
+    /// find each other): the incarnation they run as, and the node's rank.
+    pub async fn start(
+        &self,
+        name: &str,
+        instance: &str,
+        address: Option<&str>,
+    ) -> Result<StartReply, ClientError> {
         let url = self.url(&format!("/v1/jobs/{}/start", path_segment(name)));
         let body = StartRequest {
             instance: instance.to_string(),
+            address: address.map(str::to_string),
         };
         self.send(self.http.post(&url).json(&body), url).await
     }

@@ -235,7 +235,7 @@ async fn reports_from_ended_foreign_or_unnamed_instances_are_refused_and_move_no
         .find(|i| **i != a1)
         .expect("a2")
         .clone();
-    let k2 = c.start("a", &a2).await.expect("start a2").incarnation;
+    let k2 = c.start("a", &a2, None).await.expect("start a2").incarnation;
     assert!(k2 > ka, "a new incarnation: {ka} → {k2}");
     c.progress("a", &report(1_500.0, 1_000.0, None, (a2.as_str(), k2)))
         .await

@@ -204,7 +204,7 @@ pub(super) async fn started(c: &client::Client, job: &str) -> (String, u64) {
     loop {
         let ids = c.job(job).await.expect("status").instance_ids;
         if let Some(id) = ids.first() {
-            let r = c.start(job, id).await.expect("start");
+            let r = c.start(job, id, None).await.expect("start");
             return (id.clone(), r.incarnation);
         }
         assert!(
@@ -594,7 +594,7 @@ async fn a_launch_carries_its_jobs_agent_token_and_only_that_job_accepts_it() {
     assert_eq!(agent.job("a").await.expect("its status").name, "a");
     let refused = [
         agent.progress("b", &p).await.expect_err("another job"),
-        agent.start("b", &id).await.expect_err("another job"),
+        agent.start("b", &id, None).await.expect_err("another job"),
         agent.cancel("a").await.expect_err("not an agent's call"),
     ];
     for e in &refused {
@@ -651,3 +651,56 @@ async fn a_quota_file_replaces_the_one_in_force_only_when_it_checks() {
 
 #[path = "route_tests.rs"]
 mod routes;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_learn_their_rank_and_the_addresses_of_the_nodes_started_before_them() {
+    let (c, store, running) = serve(idle_sim()).await;
+    let text = tern_cloud::testkit::spec("g")
+        .workers("2")
+        .gang(true)
+        .deadline(None)
+        .text();
+    c.submit(&text).await.expect("submit");
+    let until = Instant::now() + Duration::from_secs(20);
+    let ids = loop {
+        let ids = c.job("g").await.expect("status").instance_ids;
+        if ids.len() == 2 {
+            break ids;
+        }
+        assert!(
+            Instant::now() < until,
+            "two instances: {ids:?} {:?}",
+            c.events(0, Some("g")).await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let first = c
+        .start("g", &ids[1], Some("10.0.0.2"))
+        .await
+        .expect("first");
+    assert_eq!(first.node_rank, 0);
+    assert_eq!(first.nodes, Some(2));
+    assert_eq!(first.node_addresses, ["10.0.0.2"]);
+    let second = c
+        .start("g", &ids[0], Some("10.0.0.1"))
+        .await
+        .expect("second");
+    assert_eq!(
+        second.incarnation, first.incarnation,
+        "one training, two nodes"
+    );
+    assert_eq!(second.node_rank, 1);
+    assert_eq!(
+        second.node_addresses,
+        ["10.0.0.2", "10.0.0.1"],
+        "rank 0's address first"
+    );
+    let bad = c.start("g", &ids[0], Some("10.0.0.1\nx")).await;
+    assert_eq!(bad.expect_err("control characters").status(), Some(400));
+    let stored = store.incarnation("g").expect("incarnation");
+    assert!(stored.workers.iter().all(|w| w.address.is_some()));
+    tokio::task::spawn_blocking(move || running.stop())
+        .await
+        .expect("join")
+        .expect("stop");
+}

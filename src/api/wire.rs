@@ -108,6 +108,10 @@ pub struct Progress {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StartRequest {
     pub instance: String,
+    /// The node's address (its private IP), for jobs whose nodes must find each other
+    /// (`[run] node_env = "skypilot"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// The incarnation the agent's workers run as, and the shape they run on.
@@ -117,6 +121,16 @@ pub struct StartReply {
     /// The instance's accelerator and how many it has, as the controller launched it.
     pub accelerator: Option<String>,
     pub gpus_per_node: Option<u32>,
+    /// This node's rank in its incarnation: 0 for the node that opened it, then in the order
+    /// the nodes started.
+    #[serde(default)]
+    pub node_rank: u32,
+    /// How many nodes the job runs on (its workers over the instance's accelerators).
+    #[serde(default)]
+    pub nodes: Option<u32>,
+    /// The addresses the incarnation's nodes gave, from rank 0 to this node's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_addresses: Vec<String>,
 }
 
 /// What an agent must do with its workers when the controller refuses a start or a report

@@ -50,21 +50,54 @@ pub(super) async fn start(
             "instance: expected a non-empty instance id without control characters",
         );
     }
+    if req
+        .address
+        .as_deref()
+        .is_some_and(|a| a.is_empty() || a.len() > 255 || tern_cloud::name::check_label(a).is_err())
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "address: expected a host address without control characters, at most 255 bytes",
+        );
+    }
     let fleet = fleet_of(&state, &name);
     let (accelerator, gpus_per_node) = shape_of(&fleet.live, &req.instance);
     let now = state.clock.last();
     let (store, shared) = (state.store.clone(), state.shared.clone());
-    let instance = req.instance.clone();
-    let decided =
-        blocking(move || protocol::start(&store, &*shared, &name, &instance, &fleet, now)).await;
+    let (instance, address) = (req.instance.clone(), req.address.clone());
+    let decided = blocking(move || {
+        let answer = protocol::start(
+            &store,
+            &*shared,
+            &name,
+            &instance,
+            address.as_deref(),
+            &fleet,
+            now,
+        )?;
+        let Answer::Done((incarnation, _)) = answer else {
+            return Ok(Err(answer));
+        };
+        let ranks = protocol::ranks(&store, &name, &instance)?;
+        let workers = store.job(&name)?.map(|r| r.spec.workers);
+        let nodes = workers
+            .zip(gpus_per_node)
+            .map(|(w, g)| crate::controller::fencing::max_nodes(w, g));
+        Ok(Ok((incarnation, ranks, nodes)))
+    })
+    .await;
     match decided {
-        Ok(Answer::Done((incarnation, _))) => axum::Json(StartReply {
+        Ok(Ok((incarnation, ranks, nodes))) => axum::Json(StartReply {
             incarnation,
             accelerator,
             gpus_per_node,
+            node_rank: ranks.rank,
+            nodes,
+            node_addresses: ranks.addresses,
         })
         .into_response(),
-        Ok(Answer::Refused(action, why)) => fenced(action, why),
+        Ok(Err(Answer::Refused(action, why))) => fenced(action, why),
+        Ok(Err(Answer::Done(_))) => unreachable!("a start that was done is answered above"),
         Err(r) => r,
     }
 }

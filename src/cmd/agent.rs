@@ -72,6 +72,10 @@ pub struct Args {
     /// Extra torchrun `--rdzv-conf` settings, e.g. `last_call_timeout=5`.
     #[arg(long)]
     rdzv_conf: Option<String>,
+    /// This VM's address as the job's other nodes reach it, for `[run] node_env = "skypilot"`
+    /// jobs (default: the cloud's metadata: its private IP; 127.0.0.1 with --notice none).
+    #[arg(long, env = "TERN_NODE_ADDRESS")]
+    address: Option<String>,
     /// Worker processes per node (usually the node's GPUs; default: the job's `[run]`, else 1).
     #[arg(long)]
     nproc_per_node: Option<u32>,
@@ -214,7 +218,10 @@ fn config_of(args: Args, r: tern_cloud::run::RunSpec) -> anyhow::Result<AgentCon
         watchdog_exe: std::env::current_exe().ok(),
         env: r.env.into_iter().collect(),
         workdir,
+        skypilot_env: r.node_env.as_deref() == Some("skypilot"),
+        address: args.address,
         setup: r.setup.map(|script| tern::agent::setup::Setup {
+            shell: r.shell.clone().unwrap_or_else(|| "sh".into()),
             script,
             timeout: Duration::from_secs_f64(
                 r.setup_timeout_s

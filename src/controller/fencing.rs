@@ -279,6 +279,8 @@ mod tests {
             started_at: Utc.timestamp_opt(1_800_000_000, 0).single().expect("t"),
             stopped_at: None,
             failure: None,
+            address: None,
+            rank: 0,
         }
     }
 

@@ -83,7 +83,7 @@ async fn until_running(ctl: &mut Controller, sim: &tern_sim::SimCloud, n: usize)
 
 fn start(ctl: &mut Controller, inbox: &Inbox, instance: &str, now: DateTime<Utc>) -> Answer<u64> {
     let fleet = service::fleet_of(ctl, "j");
-    let a = protocol::start(ctl.store(), inbox, "j", instance, &fleet, now).expect("start");
+    let a = protocol::start(ctl.store(), inbox, "j", instance, None, &fleet, now).expect("start");
     inbox.take_into(ctl);
     match a {
         Answer::Done((k, _)) => Answer::Done(k),

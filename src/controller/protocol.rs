@@ -50,13 +50,14 @@ pub struct Verdict {
     pub clamped: Vec<String>,
 }
 
-/// An agent on `instance` asks to start `job`'s workers: the incarnation they start as, and
-/// whether it opened a new one.
+/// An agent on `instance` (at `address`, when it gave one) asks to start `job`'s workers: the
+/// incarnation they start as, and whether it opened a new one.
 pub fn start(
     store: &Store,
     sink: &dyn Sink,
     job: &str,
     instance: &str,
+    address: Option<&str>,
     fleet: &Fleet,
     now: DateTime<Utc>,
 ) -> Result<Answer<(u64, bool)>, ControllerError> {
@@ -92,7 +93,7 @@ pub fn start(
         Start::Done(why) => return Ok(Answer::Refused(Action::Done, why)),
         Start::Refuse(why) => return Ok(Answer::Refused(Action::Exit, why)),
     };
-    store.start_workers(job, number, instance, now)?;
+    store.start_workers(job, number, instance, address, now)?;
     sink.send(
         Change::Started {
             job: job.to_string(),
@@ -104,6 +105,32 @@ pub fn start(
         false,
     );
     Ok(Answer::Done((number, opened)))
+}
+
+/// Where a started node stands among its incarnation's: its rank (0 for the node that opened
+/// it, then in the order they started) and the addresses of the nodes started so far, in rank
+/// order, so the first is rank 0's (the address SkyPilot's scripts take as the master).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranks {
+    pub rank: u32,
+    pub addresses: Vec<String>,
+}
+
+pub fn ranks(store: &Store, job: &str, instance: &str) -> Result<Ranks, ControllerError> {
+    let mut workers = store.incarnation(job)?.workers;
+    workers.sort_by_key(|w| w.rank);
+    let rank = workers
+        .iter()
+        .find(|w| w.instance == instance)
+        .map_or(0, |w| w.rank);
+    Ok(Ranks {
+        rank,
+        addresses: workers
+            .iter()
+            .take_while(|w| w.rank <= rank)
+            .filter_map(|w| w.address.clone())
+            .collect(),
+    })
 }
 
 /// A measured step is filed under the accelerator of the instance that reported it, as the

@@ -407,8 +407,15 @@ impl Workload {
             .map(|(id, _)| id.clone())
             .collect();
         for id in asking {
-            let answer =
-                protocol::start(&store, &self.queue, s.job.name(), &id.0, &s.fleet, s.now)?;
+            let answer = protocol::start(
+                &store,
+                &self.queue,
+                s.job.name(),
+                &id.0,
+                None,
+                &s.fleet,
+                s.now,
+            )?;
             self.queue.take_into(ctl)?;
             let (next, said) = match answer {
                 Answer::Done((k, _)) => (Agent::Running(k), format!("start: incarnation {k}")),

@@ -144,7 +144,8 @@ pub async fn start(
 }
 
 /// The instances' metadata, per instance under `/{id}`: enough of AWS's IMDSv2 for the agent
-/// (a session token, `instance-id`, `spot/instance-action` once the notice is out).
+/// (a session token, `instance-id`, `local-ipv4`: every host is this machine,
+/// `spot/instance-action` once the notice is out).
 fn metadata_routes(sim: Arc<SimCloud>) -> Router {
     async fn token() -> &'static str {
         "local-imds-session"
@@ -155,6 +156,13 @@ fn metadata_routes(sim: Arc<SimCloud>) -> Router {
     ) -> Result<String, StatusCode> {
         let known = sim.machines().iter().any(|i| i.id.0 == id);
         known.then_some(id).ok_or(StatusCode::NOT_FOUND)
+    }
+    async fn local_ipv4(
+        State(sim): State<Arc<SimCloud>>,
+        UrlPath(id): UrlPath<String>,
+    ) -> Result<&'static str, StatusCode> {
+        let known = sim.machines().iter().any(|i| i.id.0 == id);
+        known.then_some("127.0.0.1").ok_or(StatusCode::NOT_FOUND)
     }
     async fn instance_action(
         State(sim): State<Arc<SimCloud>>,
@@ -171,6 +179,7 @@ fn metadata_routes(sim: Arc<SimCloud>) -> Router {
     Router::new()
         .route("/{id}/latest/api/token", put(token))
         .route("/{id}/latest/meta-data/instance-id", get(instance_id))
+        .route("/{id}/latest/meta-data/local-ipv4", get(local_ipv4))
         .route(
             "/{id}/latest/meta-data/spot/instance-action",
             get(instance_action),

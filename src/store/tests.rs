@@ -450,8 +450,12 @@ fn workers_failed_alone_in_a_row(store: &Store) {
     ];
     for (k, (node, other)) in ends.into_iter().enumerate() {
         let k = k as u64 + 1;
-        store.start_workers("j", k, "node", t0).expect("start");
-        store.start_workers("j", k, "other", t0).expect("start");
+        store
+            .start_workers("j", k, "node", None, t0)
+            .expect("start");
+        store
+            .start_workers("j", k, "other", None, t0)
+            .expect("start");
         store
             .stop_workers("j", k, "node", None, node, t0)
             .expect("stop");
@@ -472,13 +476,17 @@ fn workers_failed_alone_in_a_row(store: &Store) {
         0
     );
     // Workers started again in the latest incarnation run: only the ended ones count.
-    store.start_workers("j", 5, "node", t0).expect("restart");
+    store
+        .start_workers("j", 5, "node", None, t0)
+        .expect("restart");
     assert_eq!(
         store.failed_alone_in_a_row("j", "node", 5).expect("count"),
         1
     );
     // A node alone in its incarnation has nobody to be compared with.
-    store.start_workers("j", 6, "node", t0).expect("start");
+    store
+        .start_workers("j", 6, "node", None, t0)
+        .expect("start");
     store
         .stop_workers("j", 6, "node", None, Some(Ended::Crashed), t0)
         .expect("stop");

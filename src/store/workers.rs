@@ -33,6 +33,10 @@ pub struct Worker {
     pub stopped_at: Option<DateTime<Utc>>,
     /// How they ended when they failed for good.
     pub failure: Option<String>,
+    /// The node's address, as its agent gave it when they started.
+    pub address: Option<String>,
+    /// Its rank in the incarnation: how many nodes had started in it before it first did.
+    pub rank: u32,
 }
 
 /// A job's current incarnation: its number (0 before any start) and its workers.
@@ -55,6 +59,11 @@ fn worker_from_row(r: &Row) -> Result<Worker> {
         started_at: time(r.int(2)?),
         stopped_at: r.opt_int(3)?.map(time),
         failure: r.opt_text(4)?,
+        address: r.opt_text(6)?,
+        rank: r
+            .opt_int(7)?
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
     })
 }
 
@@ -62,7 +71,9 @@ impl Store {
     /// The job's current (highest) incarnation and its workers.
     pub fn incarnation(&self, job: &str) -> Result<Incarnation> {
         let rows = self.query(
-            "SELECT instance, running, started_at, stopped_at, failure, incarnation FROM workers
+            "SELECT instance, running, started_at, stopped_at, failure, incarnation, address,
+                 node_rank
+             FROM workers
              WHERE job = ?1 AND incarnation = (SELECT MAX(incarnation) FROM workers WHERE job = ?1)
              ORDER BY instance",
             params![job],
@@ -77,23 +88,27 @@ impl Store {
         })
     }
 
-    /// `instance`'s workers start in `incarnation` (joining it or opening it); a row left
-    /// from an earlier start in the same incarnation is reset to running.
+    /// `instance`'s workers start in `incarnation` (joining it or opening it), at `address`
+    /// when the agent gave one; a row left from an earlier start in the same incarnation is
+    /// reset to running.
     pub fn start_workers(
         &self,
         job: &str,
         incarnation: u64,
         instance: &str,
+        address: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<()> {
         let n = i64::try_from(incarnation).unwrap_or(i64::MAX);
         self.exec(
-            "INSERT INTO workers (job, incarnation, instance, running, started_at)
-             VALUES (?1, ?2, ?3, 1, ?4)
+            "INSERT INTO workers (job, incarnation, instance, running, started_at, address,
+                 node_rank)
+             VALUES (?1, ?2, ?3, 1, ?4, ?5,
+                 (SELECT COUNT(*) FROM workers WHERE job = ?1 AND incarnation = ?2))
              ON CONFLICT (job, incarnation, instance)
              DO UPDATE SET running = 1, started_at = ?4, stopped_at = NULL, failure = NULL,
-                 ended = NULL",
-            params![job, n, instance, ms(now)],
+                 ended = NULL, address = ?5",
+            params![job, n, instance, ms(now), address],
         )?;
         Ok(())
     }

@@ -331,3 +331,73 @@ fn a_two_node_job_on_local_agents_trains_as_one_world() {
     assert!(stop_controller(&mut c, Duration::from_secs(40)).success());
     assert_eq!(hosts_processes(&c), Vec::<i32>::new());
 }
+
+#[test]
+fn a_skypilot_task_on_local_agents_runs_its_bash_setup_and_its_nodes_learn_each_other() {
+    let _one = serial();
+    // The run script records what SkyPilot's variables say on each node, then waits for the
+    // other node's record, as a rendezvous would, and reports the work done.
+    let spec = |d: &Path| {
+        let task = format!(
+            "name: sky-pair\nnum_nodes: 2\nresources:\n  accelerators: V100:1\n  \
+             infra: aws/us-west-2\nenvs:\n  OUT: {out}\nsecrets:\n  GREETING: hello\n\
+             setup: |\n  [[ -n \"$GREETING\" ]] && echo \"$GREETING from bash\" > \"$OUT/setup-$$.txt\"\n\
+             run: |\n  printf 'rank=%s nodes=%s gpus=%s ips=%s\\n' \"$SKYPILOT_NODE_RANK\" \
+             \"$SKYPILOT_NUM_NODES\" \"$SKYPILOT_NUM_GPUS_PER_NODE\" \
+             \"$(echo \"$SKYPILOT_NODE_IPS\" | paste -sd,)\" > \"$OUT/node-$SKYPILOT_NODE_RANK.txt\"\n  \
+             for i in $(seq 1 600); do\n    \
+             [ -e \"$OUT/node-0.txt\" ] && [ -e \"$OUT/node-1.txt\" ] && break\n    sleep 0.1\n  done\n  \
+             printf '{{\"samples\": 100, \"checkpoint_samples\": 100}}' > \"$TERN_PROGRESS_FILE\"\n",
+            out = d.display()
+        );
+        let yaml = d.join("sky-pair.yaml");
+        std::fs::write(&yaml, task).expect("task");
+        let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["convert", "skypilot"])
+            .arg(&yaml)
+            .args(["--samples", "100", "--deadline", "70m", "--team", "ml"])
+            .output()
+            .expect("tern convert");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Measured beforehand, so the planner places it without a probe.
+        let toml = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            observed(2.0, 2.1)
+        );
+        let path = d.join("sky-pair.toml");
+        std::fs::write(&path, toml).expect("spec");
+        path
+    };
+    let mut c = Cluster::start_on("sky-pair", roomy_trace, spec, &["--local-agents"]);
+    let _sweep = Sweep(c.dir.path().join("state.db.hosts"));
+    wait_for_state(&c, "sky-pair", "finished", Duration::from_secs(120));
+    let dir = c.dir.path();
+    let node = |rank: u32| {
+        std::fs::read_to_string(dir.join(format!("node-{rank}.txt")))
+            .unwrap_or_else(|e| panic!("node {rank} never ran: {e}"))
+    };
+    assert_eq!(node(0).trim(), "rank=0 nodes=2 gpus=1 ips=127.0.0.1");
+    assert_eq!(
+        node(1).trim(),
+        "rank=1 nodes=2 gpus=1 ips=127.0.0.1,127.0.0.1"
+    );
+    // The setup ran under bash (`[[` is not sh's), once per node, with the task's secret.
+    let setups: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("setup-"))
+        .map(|e| std::fs::read_to_string(e.path()).expect("setup file"))
+        .collect();
+    assert_eq!(setups.len(), 2, "{setups:?}");
+    assert!(
+        setups.iter().all(|s| s.trim() == "hello from bash"),
+        "{setups:?}"
+    );
+    assert!(stop_controller(&mut c, Duration::from_secs(40)).success());
+    assert_eq!(hosts_processes(&c), Vec::<i32>::new());
+}
