@@ -1,0 +1,160 @@
+//! Promises the repository makes about itself, as checks: no source file over 800 lines but
+//! the few named here with their reason, and every function, type and test name that
+//! ARCHITECTURE.md puts in backticks still exists in the tree.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+const LIMIT: usize = 800;
+
+/// Files allowed past the limit, and why. Each must still be past it: a file split below the
+/// limit is taken off this list.
+const LONG_FILES: &[(&str, &str)] = &[
+    (
+        "src/controller/tests.rs",
+        "the controller's scenario tests, to be split by scenario (issue 50)",
+    ),
+    (
+        "tests/agent_training.rs",
+        "the real-PyTorch harness and its stop-path tests, to be split",
+    ),
+    (
+        "tests/terraform_modules.rs",
+        "terraform apply of each module with its assertions, to be split",
+    ),
+    (
+        "policies/plan/src/plan/tests.rs",
+        "the planner against brute force, one case table",
+    ),
+];
+
+/// Every file under the source roots whose name ends with one of `exts`.
+fn files(exts: &[&str]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') && name != "node_modules" {
+                    walk(&path, exts, out);
+                }
+            } else if exts.iter().any(|x| name.ends_with(x)) {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for root in [
+        "src",
+        "providers",
+        "policies",
+        "pricing",
+        "tests",
+        "terraform",
+        "python",
+        "scripts",
+        "examples",
+    ] {
+        walk(&Path::new(REPO).join(root), exts, &mut out);
+    }
+    out
+}
+
+fn relative(p: &Path) -> String {
+    p.strip_prefix(REPO)
+        .expect("under the repo")
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+#[test]
+fn no_rust_file_is_over_800_lines_but_the_named_exceptions() {
+    let mut over = Vec::new();
+    let mut long = BTreeSet::new();
+    for path in files(&[".rs"]) {
+        let rel = relative(&path);
+        let lines = std::fs::read_to_string(&path)
+            .expect("read")
+            .lines()
+            .count();
+        if lines > LIMIT {
+            long.insert(rel.clone());
+            if !LONG_FILES.iter().any(|(f, _)| *f == rel) {
+                over.push(format!("{rel}: {lines} lines"));
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "files over {LIMIT} lines (split them by concept, or name them in LONG_FILES with a reason): {over:?}"
+    );
+    let stale: Vec<&str> = LONG_FILES
+        .iter()
+        .map(|(f, _)| *f)
+        .filter(|f| !long.contains(*f))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "LONG_FILES names files that are no longer over {LIMIT} lines: {stale:?}"
+    );
+}
+
+/// The identifiers ARCHITECTURE.md puts in backticks that name code: a path (`a::b`), a
+/// snake_case name of three words or more (functions, tests, fields), or a CamelCase type.
+fn named_in_architecture() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(Path::new(REPO).join("ARCHITECTURE.md")).expect("read");
+    let ident = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut out = BTreeSet::new();
+    for (i, piece) in text.split('`').enumerate() {
+        if i % 2 == 0 {
+            continue;
+        }
+        let t = piece.trim().trim_end_matches("()");
+        let parts: Vec<&str> = t.split("::").collect();
+        if !parts.iter().all(|p| ident(p)) {
+            continue;
+        }
+        let last = parts.last().expect("one part");
+        let snake = last.matches('_').count() >= 2 && !last.contains(char::is_uppercase);
+        let camel = last.starts_with(|c: char| c.is_ascii_uppercase())
+            && last.chars().any(|c| c.is_ascii_lowercase())
+            && last[1..].contains(|c: char| c.is_ascii_uppercase());
+        if parts.len() > 1 || snake || camel {
+            out.insert(last.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_function_type_and_test_architecture_names_exists() {
+    let named = named_in_architecture();
+    assert!(
+        named.len() > 100,
+        "the reader found too few names: {}",
+        named.len()
+    );
+    let mut words = BTreeSet::new();
+    let exts = [".rs", ".py", ".toml", ".sql", ".sh", ".tf", ".tftpl"];
+    for path in files(&exts) {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        words.extend(
+            text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .map(str::to_string),
+        );
+    }
+    let missing: Vec<&String> = named.iter().filter(|n| !words.contains(*n)).collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names what the tree no longer has (renamed or removed?): {missing:?}"
+    );
+}
