@@ -2,7 +2,6 @@
 //! from its store, and from its API, bills what the simulated cloud billed; bad input gets a
 //! clear error; SQLite and PostgreSQL stores holding the same history give the same report.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -30,18 +29,9 @@ fn spec(name: &str, team: &str, workers: &str, samples: u64) -> String {
         .text()
 }
 
-/// `tern ARGS`: (success, stdout, stderr).
+/// `tern ARGS` with this file's token: (success, stdout, stderr).
 fn tern(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("tern");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::run::tern_as(TOKEN, None, args)
 }
 
 #[test]

@@ -10,18 +10,9 @@ use common::{Reaper, free_port, sim_controller, start_sim, submit, tern_json, wa
 
 const TOKEN: &str = "explain-token";
 
-/// `tern ARGS`: (success, stdout, stderr).
+/// `tern ARGS` with this file's token: (success, stdout, stderr).
 fn tern(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("tern");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::run::tern_as(TOKEN, None, args)
 }
 
 fn json(args: &[&str]) -> serde_json::Value {

@@ -3,7 +3,6 @@
 //! another schema without migrating it, and create no store where there is none.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tern::store::Store;
@@ -12,19 +11,9 @@ use crate::common::{start_sim, tern_json};
 
 const TOKEN: &str = "readers-token";
 
-/// `tern ARGS`: (success, stdout, stderr).
+/// `tern ARGS` with this file's token: (success, stdout, stderr).
 fn tern(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .env("TERN_TOKEN", TOKEN)
-        .env_remove("TERN_STATE")
-        .output()
-        .expect("tern");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::run::tern_as(TOKEN, None, args)
 }
 
 fn sha256(path: &Path) -> String {

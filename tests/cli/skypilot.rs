@@ -185,21 +185,6 @@ fn warnings_name_what_is_not_applied() {
     assert!(spec.contains("gang = true"), "{spec}");
 }
 
-/// `tern ARGS` in `dir`: (success, stdout, stderr).
-fn tern_in(dir: &Path, args: &[&str], token: &str) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .current_dir(dir)
-        .env("TERN_TOKEN", token)
-        .output()
-        .expect("tern");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn a_task_is_submitted_as_its_spec_and_bad_tasks_are_refused_before_anything_is_sent() {
     let dir = tempfile::tempdir().expect("dir");
@@ -215,7 +200,7 @@ fn a_task_is_submitted_as_its_spec_and_bad_tasks_are_refused_before_anything_is_
     let submit = |task: &Path, extra: &[&str]| {
         let mut args = vec!["submit", task.to_str().expect("path"), "--server", url];
         args.extend_from_slice(extra);
-        tern_in(Path::new(TASKS), &args, "skypilot-token")
+        crate::run::tern_as("skypilot-token", Some(Path::new(TASKS)), &args)
     };
     let one = Path::new(TASKS).join("one_gpu.yaml");
     let (ok, out, err) = submit(

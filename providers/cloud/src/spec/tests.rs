@@ -44,6 +44,19 @@ fn parses_a_full_spec() {
     assert_eq!(s.budget.total_usd, Some(900.0));
 }
 
+/// GOOD with `bad` added at the top level is refused with an error that contains `message`.
+fn refused_with(bad: &str, message: &str) {
+    let text = GOOD.replacen(
+        "local_batch = 32\n",
+        &format!("local_batch = 32\n{bad}\n"),
+        1,
+    );
+    let e = parse_job_spec(&text, "job.toml")
+        .expect_err(bad)
+        .to_string();
+    assert!(e.contains(message), "{bad}: {e}");
+}
+
 #[test]
 fn placement_constraints_parse_and_old_specs_have_none() {
     assert!(
@@ -88,15 +101,7 @@ fn placement_constraints_parse_and_old_specs_have_none() {
             "missing field `data.size_gb`",
         ),
     ] {
-        let text = GOOD.replacen(
-            "local_batch = 32\n",
-            &format!("local_batch = 32\n{bad}\n"),
-            1,
-        );
-        let e = parse_job_spec(&text, "job.toml")
-            .expect_err(bad)
-            .to_string();
-        assert!(e.contains(message), "{bad}: {e}");
+        refused_with(bad, message);
     }
 }
 
@@ -158,15 +163,7 @@ fn shape_fields_and_alternatives_parse() {
             "`any_of[0].capacity`: expected",
         ),
     ] {
-        let text = GOOD.replacen(
-            "local_batch = 32\n",
-            &format!("local_batch = 32\n{bad}\n"),
-            1,
-        );
-        let e = parse_job_spec(&text, "job.toml")
-            .expect_err(bad)
-            .to_string();
-        assert!(e.contains(message), "{bad}: {e}");
+        refused_with(bad, message);
     }
 }
 
