@@ -31,7 +31,7 @@ pub struct TaskFlags {
     /// The job's team (default: TERN_TEAM, else `default`).
     #[arg(long, env = "TERN_TEAM")]
     pub team: Option<String>,
-    /// The job's name (default: the task's `name`).
+    /// The job's name (default: the task's `name`, else the file's name without `.yaml`).
     #[arg(long)]
     pub name: Option<String>,
     /// When the job must be done: a duration after submission (`3d 4h`) or an RFC 3339 time.
