@@ -502,6 +502,7 @@ fn profile_job(
         probe: Default::default(),
         constraints: Default::default(),
         run: None,
+        disk_gb: None,
     };
     Ok(LoadedJob::from_spec(
         spec,

@@ -390,11 +390,9 @@ impl Controller {
         close: bool,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let gang = self
-            .fleet
-            .jobs
-            .get(&intent.job)
-            .is_some_and(|e| e.record.spec.gang);
+        let spec = self.fleet.jobs.get(&intent.job).map(|e| &e.record.spec);
+        let gang = spec.is_some_and(|s| s.gang);
+        let disk_gb = spec.and_then(|s| s.disk_gb);
         let request = LaunchRequest {
             key: intent.idempotency_key(),
             intent: intent.id,
@@ -405,6 +403,7 @@ impl Controller {
             single_zone: gang,
             tags: self.tags(intent.id, &intent.job),
             template: None,
+            disk_gb,
         };
         let outcome = match self.provider.launch(&request).await {
             Ok(o) => o,

@@ -221,6 +221,7 @@ async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
         single_zone: false,
         tags,
         template: None,
+        disk_gb: None,
     })
     .await
     .expect("launch");

@@ -161,6 +161,11 @@ fn tern_reads_every_task_as_skypilot_does() {
             }
         }
         assert_eq!(run.env, env, "{name}: envs and secrets");
+        assert_eq!(
+            spec.disk_gb.map(u64::from),
+            sky["disk_size"].as_u64(),
+            "{name}: disk_size"
+        );
         assert_eq!(spec.team, "ml");
     }
 }
@@ -174,7 +179,7 @@ fn warnings_name_what_is_not_applied() {
         .iter()
         .map(|w| w["field"].as_str().expect("field"))
         .collect();
-    for f in ["resources.disk_size", "resources.job_recovery", "workdir"] {
+    for f in ["resources.job_recovery", "workdir"] {
         assert!(fields.contains(&f), "{f} in {fields:?}");
     }
     let ours = tern_reading(&Path::new(TASKS).join("set_spot_fallback.yaml"));

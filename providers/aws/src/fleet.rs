@@ -17,6 +17,7 @@ use aws_sdk_ec2::types::{
 use chrono::{DateTime, Utc};
 use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, Offer, ProviderError, Tags};
 
+use crate::disk::RootDisk;
 use crate::errors::classify;
 use crate::offers::ZoneMap;
 
@@ -46,6 +47,8 @@ pub struct FleetCall<'a> {
     pub single_zone: bool,
     pub tags: Tags,
     pub template: Template,
+    /// The job's root volume size, on the device the template's image boots from.
+    pub root_disk: Option<RootDisk>,
     /// AZ id → subnet id, for accounts without default subnets.
     pub subnets: &'a BTreeMap<String, String>,
 }
@@ -145,6 +148,9 @@ impl FleetCall<'_> {
                 Some(subnet) => o.subnet_id(subnet),
                 None => o.availability_zone(zone),
             };
+            if let Some(disk) = &self.root_disk {
+                o = o.block_device_mappings(disk.mapping());
+            }
             if !spot {
                 // On-demand follows the plan's ranking; spot lets AWS weigh price and depth.
                 o = o.priority(rank as f64);

@@ -5,7 +5,8 @@
 //!   AWS Pricing API ([`pricing_api`]) when it answers. Cached with TTLs; the last good data is
 //!   kept when a refresh fails.
 //! - Launch: CreateFleet `type=instant` with the intent's ClientToken, one override per
-//!   offer, tags on instances and volumes.
+//!   offer, tags on instances and volumes; a job's `disk_gb` resizes the root volume of the
+//!   template's image ([`disk`]: DescribeLaunchTemplateVersions, DescribeImages).
 //! - Quotas: the EC2 accelerator vCPU quotas from Service Quotas (`GetServiceQuota`, else
 //!   `ListAWSDefaultServiceQuotas`), in `quotas`.
 //! - Interruptions: EventBridge events delivered to an SQS queue, of the shapes in
@@ -16,6 +17,7 @@
 //! Error codes are classified in one place, [`errors`].
 
 mod config;
+mod disk;
 pub mod errors;
 pub mod events;
 mod fleet;

@@ -21,6 +21,14 @@ pub const ACTIONS: &[(&str, &str)] = &[
         "ec2:DescribeInstances",
         "get, list by owner tag, the crash-safe launch check",
     ),
+    (
+        "ec2:DescribeLaunchTemplateVersions",
+        "the template's image, for a job's disk_gb (only jobs that set it)",
+    ),
+    (
+        "ec2:DescribeImages",
+        "that image's root device name, for a job's disk_gb",
+    ),
     ("ec2:CreateFleet", "launch (CreateFleet type=instant)"),
     (
         "ec2:RunInstances",
@@ -82,6 +90,11 @@ pub const SDK_CALLS: &[(&str, &[&str])] = &[
         &["ec2:DescribeSpotPriceHistory"],
     ),
     ("describe_instances", &["ec2:DescribeInstances"]),
+    (
+        "describe_launch_template_versions",
+        &["ec2:DescribeLaunchTemplateVersions"],
+    ),
+    ("describe_images", &["ec2:DescribeImages"]),
     (
         "create_fleet",
         &[

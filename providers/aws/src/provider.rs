@@ -16,6 +16,7 @@ use tern_pricing::{Catalog, PriceHistory};
 use tracing::{debug, info, warn};
 
 use crate::config::AwsConfig;
+use crate::disk::{self, RootDisk};
 use crate::errors::{code_of, from_sdk};
 use crate::events;
 use crate::fleet::{FleetCall, LAUNCH_TAG, Template};
@@ -614,6 +615,13 @@ impl Provider for AwsProvider {
             });
         }
 
+        let root_disk = match request.disk_gb {
+            Some(gb) => Some(RootDisk {
+                device: disk::root_device(&client, &template).await?,
+                gb,
+            }),
+            None => None,
+        };
         let zones = self.zones(region).await?;
         let groups = by_capacity(&request.offers);
         let mut outcome = LaunchOutcome::default();
@@ -637,6 +645,7 @@ impl Provider for AwsProvider {
                 single_zone: request.single_zone,
                 tags: request.tags.clone(),
                 template: template.clone(),
+                root_disk: root_disk.clone(),
                 subnets: &self.config.subnets,
             };
             let builder = call.request(&client, &zones)?;

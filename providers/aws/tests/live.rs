@@ -84,6 +84,7 @@ async fn live_launch_is_idempotent_and_terminates() {
         ]
         .into(),
         template: None,
+        disk_gb: None,
     };
     let first = aws.launch(&request).await.unwrap();
     println!("launched: {first:?}");

@@ -11,11 +11,13 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::operation::create_fleet::{CreateFleetInput, CreateFleetOutput};
 use aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput;
+use aws_sdk_ec2::operation::describe_launch_template_versions::DescribeLaunchTemplateVersionsOutput;
 use aws_sdk_ec2::types::{
     CreateFleetError, CreateFleetInstance, DefaultTargetCapacityType, FleetLaunchTemplateOverrides,
     FleetType, Instance as Ec2Instance, InstanceLifecycle, InstanceState as Ec2State,
-    InstanceStateName, InstanceType as Ec2Type, LaunchTemplateAndOverridesResponse, Placement,
-    Reservation, ResourceType, SpotAllocationStrategy, Tag,
+    InstanceStateName, InstanceType as Ec2Type, LaunchTemplateAndOverridesResponse,
+    LaunchTemplateVersion, Placement, Reservation, ResourceType, ResponseLaunchTemplateData,
+    SpotAllocationStrategy, Tag,
 };
 use aws_sdk_servicequotas::Client as Quotas;
 use aws_sdk_servicequotas::operation::get_service_quota::{
@@ -77,6 +79,7 @@ fn request(offers: Vec<Offer>, count: u32, single_zone: bool) -> LaunchRequest {
         ]
         .into(),
         template: Some("tern-workers".into()),
+        disk_gb: None,
     }
 }
 
@@ -209,6 +212,48 @@ async fn partial_fulfilment_reports_launched_instances_and_per_override_capacity
         let owner = spec.tags().iter().find(|t| t.key() == Some(tag::OWNER));
         assert_eq!(owner.and_then(|t| t.value()), Some("me"));
     }
+}
+
+#[tokio::test]
+async fn a_disk_size_with_a_template_that_names_no_image_is_refused_before_any_fleet() {
+    let versions = mock!(Client::describe_launch_template_versions).then_output(|| {
+        DescribeLaunchTemplateVersionsOutput::builder()
+            .launch_template_versions(
+                LaunchTemplateVersion::builder()
+                    .launch_template_name("tern-workers")
+                    .version_number(3)
+                    .launch_template_data(ResponseLaunchTemplateData::builder().build())
+                    .build(),
+            )
+            .build()
+    });
+    let fleet = mock!(Client::create_fleet).then_output(|| CreateFleetOutput::builder().build());
+    let ec2 = mock_client!(
+        aws_sdk_ec2,
+        RuleMode::MatchAny,
+        [
+            &mocked::zones_rule(),
+            &nothing_launched_rule(),
+            &versions,
+            &fleet
+        ]
+    );
+    let aws = provider(ec2);
+    let mut req = request(
+        vec![offer("g4dn.xlarge", "use1-az4", Capacity::Spot)],
+        1,
+        false,
+    );
+    req.disk_gb = Some(400);
+    let e = aws.launch(&req).await.unwrap_err();
+    assert!(matches!(e, ProviderError::InvalidRequest { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("launch template tern-workers version $Default names no ImageId"),
+        "{e}"
+    );
+    assert_eq!(versions.num_calls(), 1);
+    assert_eq!(fleet.num_calls(), 0, "nothing launched");
 }
 
 #[tokio::test]

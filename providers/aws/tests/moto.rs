@@ -160,6 +160,66 @@ async fn a_repeated_launch_token_makes_no_second_fleet() {
 }
 
 #[tokio::test]
+async fn a_jobs_disk_size_resizes_the_root_device_of_the_templates_image() {
+    let moto = Moto::start();
+    let ec2 = ec2_client(&moto.url);
+    create_template(&ec2).await;
+    let aws = provider(&moto, config());
+    let offers = aws.offers(&region()).await.unwrap();
+    let mut request = request(pick(&offers, "p4d.24xlarge", Capacity::Spot), 1, 7);
+    request.disk_gb = Some(750);
+    let out = aws.launch(&request).await.unwrap();
+    assert_eq!(out.instances.len(), 1, "{:?}", out.errors);
+
+    // The device is the one the template's image boots from, as EC2 describes that image.
+    let template = ec2
+        .describe_launch_template_versions()
+        .launch_template_name(TEMPLATE)
+        .versions("$Default")
+        .send()
+        .await
+        .unwrap();
+    let image = template.launch_template_versions()[0]
+        .launch_template_data()
+        .and_then(|d| d.image_id())
+        .unwrap()
+        .to_owned();
+    let images = ec2
+        .describe_images()
+        .image_ids(&image)
+        .send()
+        .await
+        .unwrap();
+    let root = images.images()[0].root_device_name().unwrap().to_owned();
+    let fleets = ec2.describe_fleets().send().await.unwrap();
+    let config = &fleets.fleets()[0].launch_template_configs()[0];
+    assert!(!config.overrides().is_empty(), "{config:?}");
+    for o in config.overrides() {
+        let mappings: Vec<_> = o
+            .block_device_mappings()
+            .iter()
+            .map(|m| (m.device_name(), m.ebs().and_then(|e| e.volume_size())))
+            .collect();
+        assert_eq!(mappings, [(Some(root.as_str()), Some(750))]);
+    }
+
+    // Without disk_gb the template's disk holds: no mapping is sent.
+    let mut plain = request.clone();
+    plain.key = tern_cloud::IdempotencyKey::derive(request.intent, 1);
+    plain.disk_gb = None;
+    aws.launch(&plain).await.unwrap();
+    let fleets = ec2.describe_fleets().send().await.unwrap();
+    let unmapped = fleets
+        .fleets()
+        .iter()
+        .flat_map(|f| f.launch_template_configs())
+        .flat_map(|c| c.overrides())
+        .filter(|o| o.block_device_mappings().is_empty())
+        .count();
+    assert!(unmapped > 0, "{fleets:?}");
+}
+
+#[tokio::test]
 async fn launched_instances_carry_owner_intent_and_job_tags() {
     let moto = Moto::start();
     let ec2 = ec2_client(&moto.url);

@@ -202,6 +202,9 @@ pub struct JobSpec {
     /// What its workers run (`[run]`); `None`: the agents bring their own command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<crate::run::RunSpec>,
+    /// Boot disk of each VM, in GB (`disk_gb`); `None`: the launch or instance template's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gb: Option<u32>,
 }
 
 /// One measured training step, reported by the worker agent.

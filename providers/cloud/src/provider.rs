@@ -32,6 +32,8 @@ pub struct LaunchRequest {
     pub tags: Tags,
     /// AWS launch template name, GCE instance template, or image: the VM's boot configuration.
     pub template: Option<String>,
+    /// Boot disk size in GB (the job's `disk_gb`), overriding the template's; `None` keeps it.
+    pub disk_gb: Option<u32>,
 }
 
 /// What a launch produced. Partial success is normal: some offers fail, others fill.

@@ -71,6 +71,7 @@ async fn live_launch_is_idempotent_labelled_and_deleted() {
         single_zone: true,
         tags,
         template: None,
+        disk_gb: None,
     };
     let first = gcp.launch(&request).await.unwrap();
     let again = gcp.launch(&request).await.unwrap();

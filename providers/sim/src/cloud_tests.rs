@@ -38,6 +38,7 @@ fn request(
         single_zone: false,
         tags,
         template: None,
+        disk_gb: None,
     }
 }
 

@@ -27,6 +27,8 @@ data "aws_iam_policy_document" "tern_aws" {
       "ec2:DescribeInstanceTypeOfferings",
       "ec2:DescribeSpotPriceHistory",
       "ec2:DescribeInstances",
+      "ec2:DescribeLaunchTemplateVersions",
+      "ec2:DescribeImages",
       "pricing:GetProducts",
       "servicequotas:GetServiceQuota",
       "servicequotas:ListAWSDefaultServiceQuotas",

@@ -1,7 +1,7 @@
 """Prints SkyPilot's own reading of task files as JSON, for tern's comparison test.
 
 For each task path given: its candidate resources (after SkyPilot expands accelerator sets and
-lists, `any_of` and `ordered`), its node count, run and setup text, and its envs and secrets.
+lists, `any_of` and `ordered`), its node count, run and setup text, its envs and secrets, and its disk size.
 Runs offline: the caller points HOME at a folder whose ~/.sky/catalogs holds the catalogs.
 """
 import json
@@ -47,5 +47,8 @@ for path in sys.argv[1:]:
         'setup': t.setup,
         'envs': dict(t.envs),
         'secrets': {k: secret(v) for k, v in (t.secrets or {}).items()},
+        # The largest disk any candidate asks for; None where none says.
+        'disk_size': max((r.disk_size for r in t.resources if r.disk_size_specified),
+                         default=None),
     }
 print(json.dumps(out))

@@ -153,6 +153,7 @@ pub fn request(offers: Vec<Offer>, count: u32, intent: u128) -> LaunchRequest {
         single_zone: false,
         tags: owner_tags(intent, "job-1"),
         template: None,
+        disk_gb: None,
     }
 }
 

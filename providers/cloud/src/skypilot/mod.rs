@@ -125,6 +125,7 @@ pub fn convert_task(
         catalog: opts.catalog,
         warnings: Vec::new(),
         recovery: None,
+        disk_gb: None,
     };
     let root = yaml::load(text)
         .map_err(|(line, msg)| SpecError::Syntax {
@@ -142,6 +143,7 @@ pub fn convert_task(
         &task,
         &candidates,
         r.recovery.map(|x| x.max_restarts),
+        r.disk_gb,
         opts,
         path,
     )?;
@@ -170,6 +172,8 @@ struct Reader<'a> {
     catalog: &'a [Offer],
     warnings: Vec<Warning>,
     recovery: Option<Recovery>,
+    /// `disk_size`, the largest any candidate asks for.
+    disk_gb: Option<u32>,
 }
 
 impl Reader<'_> {

@@ -4,7 +4,7 @@
 
 use super::yaml::{Node, Yaml};
 use super::{Candidate, Reader, Recovery};
-use crate::spec::SpecError;
+use crate::spec::{MAX_DISK_GB, SpecError};
 use crate::{Amount, Offer};
 
 /// Every field of one SkyPilot `resources` mapping, and what tern does with it.
@@ -21,11 +21,7 @@ fn field(key: &str) -> Option<Field> {
     use Field::*;
     Some(match key {
         "cloud" | "region" | "zone" | "infra" | "cpus" | "memory" | "accelerators"
-        | "instance_type" | "use_spot" | "job_recovery" | "max_hourly_cost" => Read,
-        "disk_size" => Warn(
-            "not applied: tern boots VMs from the deployment's launch or instance template, \
-             whose disk size holds",
-        ),
+        | "instance_type" | "use_spot" | "job_recovery" | "max_hourly_cost" | "disk_size" => Read,
         "disk_tier" | "network_tier" | "local_disk" => {
             Warn("not applied: the deployment's launch or instance template decides it")
         }
@@ -201,6 +197,7 @@ impl Reader<'_> {
                 "use_spot" => c.use_spot = self.boolean(v, path)?,
                 "job_recovery" => self.recovery(v, path)?,
                 "max_hourly_cost" => c.max_price = Some(self.price(v, path)?),
+                "disk_size" => self.disk_size(v, path)?,
                 _ => {}
             }
         }
@@ -453,6 +450,39 @@ impl Reader<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// `disk_size`: GB, or a size like `"1TB"` (whole GB, cut down as SkyPilot does). The disk is the job's:
+    /// where candidates differ, the largest holds for all, and that is warned about.
+    fn disk_size(&mut self, v: &Node, path: &str) -> Result<(), SpecError> {
+        let expected = format!("a size in GB from 1 to {MAX_DISK_GB}, or a string like \"1TB\"");
+        let gb = match &v.value {
+            Yaml::Int(i) => Some(*i as f64),
+            Yaml::Str(s) if !s.trim_end().ends_with('+') => parse_size(s).map(|a| a.value),
+            _ => None,
+        }
+        .map(f64::floor)
+        .filter(|g| (1.0..=f64::from(MAX_DISK_GB)).contains(g));
+        let Some(gb) = gb else {
+            return Err(self.invalid(v, path, &expected, &describe(v)));
+        };
+        let gb = gb as u32;
+        match self.disk_gb {
+            Some(seen) if seen != gb => {
+                let larger = seen.max(gb);
+                self.warn(
+                    v,
+                    path,
+                    &format!(
+                        "candidates ask for {seen} GB and {gb} GB of disk: a tern job has one \
+                         disk size, so every VM gets {larger} GB"
+                    ),
+                );
+                self.disk_gb = Some(larger);
+            }
+            _ => self.disk_gb = Some(gb),
+        }
+        Ok(())
     }
 
     /// `cpus`/`memory`: `8`, `"8+"`, memory also `"32GB"`/`"32GB+"` (GiB: SkyPilot's units

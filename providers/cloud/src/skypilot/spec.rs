@@ -74,6 +74,7 @@ pub(super) fn render(
     task: &Task,
     candidates: &[Candidate],
     max_restarts: Option<u32>,
+    disk_gb: Option<u32>,
     opts: &TaskOptions<'_>,
     path: &str,
 ) -> Result<String, SpecError> {
@@ -118,6 +119,9 @@ pub(super) fn render(
     let _ = writeln!(out, "gpus_per_node = {per_node}");
     if task.num_nodes > 1 {
         let _ = writeln!(out, "gang = true");
+    }
+    if let Some(gb) = disk_gb {
+        let _ = writeln!(out, "disk_gb = {gb}");
     }
     if let Some(d) = &opts.deadline {
         let _ = writeln!(out, "deadline = {}", quote(d));

@@ -146,3 +146,38 @@ fn multi_line_scripts_survive_the_round_trip() {
     let spec = crate::parse_job_spec(&c.spec, "x").expect("spec");
     assert_eq!(spec.run.expect("run").command, ["bash", "-c", run]);
 }
+
+#[test]
+fn disk_size_becomes_the_jobs_disk_and_the_largest_of_its_candidates_holds() {
+    let c = convert("resources:\n  accelerators: A100:1\n  disk_size: 512\nrun: x\n").expect("int");
+    assert!(c.spec.contains("disk_gb = 512"), "{}", c.spec);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let c = convert(
+        "resources:\n  accelerators: A100:1\n  disk_size: 256GB\n  any_of:\n    - infra: aws\n    \
+         - infra: gcp\n      disk_size: 1TB\nrun: x\n",
+    )
+    .expect("units");
+    let spec = crate::parse_job_spec(&c.spec, "x").expect("spec");
+    assert_eq!(spec.disk_gb, Some(1024));
+    let w = c
+        .warnings
+        .iter()
+        .find(|w| w.field == "resources.any_of[1].disk_size")
+        .unwrap_or_else(|| panic!("{:?}", c.warnings));
+    assert_eq!(w.at.line, Some(7));
+    assert!(w.message.contains("1024 GB"), "{}", w.message);
+    // No disk_size: the template's disk, so no `disk_gb`.
+    let c = convert("resources:\n  accelerators: A100:1\nrun: x\n").expect("none");
+    assert!(!c.spec.contains("disk_gb"), "{}", c.spec);
+    for bad in ["0", "-5", "big", "100+", "99999999"] {
+        let e = convert(&format!(
+            "resources:\n  accelerators: A100:1\n  disk_size: {bad}\nrun: x\n"
+        ))
+        .expect_err(bad);
+        assert!(
+            e.to_string()
+                .contains("train.yaml:3: `resources.disk_size`: expected a size in GB"),
+            "{bad}: {e}"
+        );
+    }
+}

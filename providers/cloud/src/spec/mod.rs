@@ -158,6 +158,14 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
     let probe = parse_probe(&cx, top.table("probe")?)?;
     let constraints = placement::parse_constraints(&cx, &mut top, &accelerators)?;
     let run = run::parse_run(&cx, top.table("run")?)?;
+    let disk_gb = match top.integer("disk_gb")? {
+        None => None,
+        Some(d) if (1..=i64::from(MAX_DISK_GB)).contains(&d) => Some(d as u32),
+        Some(d) => {
+            let expected = format!("an integer from 1 to {MAX_DISK_GB} (GB)");
+            return Err(cx.invalid("disk_gb", &expected, &d.to_string()));
+        }
+    };
     Ok(JobSpec {
         name,
         team,
@@ -176,8 +184,13 @@ pub fn parse_job_spec(text: &str, path: &str) -> Result<JobSpec, SpecError> {
         probe,
         constraints,
         run,
+        disk_gb,
     })
 }
+
+/// The largest boot disk either cloud makes (GCE's persistent disks; EBS stops at 16 TiB and
+/// refuses more at launch).
+pub const MAX_DISK_GB: u32 = 65_536;
 
 const TOP_FIELDS: &[&str] = &[
     "name",
@@ -208,6 +221,7 @@ const TOP_FIELDS: &[&str] = &[
     "gpus_per_node",
     "any_of",
     "run",
+    "disk_gb",
 ];
 
 /// File name and the line of every key path, for messages.

@@ -168,6 +168,34 @@ fn shape_fields_and_alternatives_parse() {
 }
 
 #[test]
+fn a_boot_disk_size_is_whole_gb_within_what_clouds_make() {
+    assert_eq!(
+        parse_job_spec(GOOD, "job.toml").expect("spec").disk_gb,
+        None
+    );
+    let text = GOOD.replacen("local_batch = 32\n", "local_batch = 32\ndisk_gb = 500\n", 1);
+    let spec = parse_job_spec(&text, "job.toml").expect("spec");
+    assert_eq!(spec.disk_gb, Some(500));
+    // Stored and read back as it was written.
+    let json = serde_json::to_string(&spec).expect("json");
+    assert_eq!(serde_json::from_str::<JobSpec>(&json).expect("back"), spec);
+    for (bad, message) in [
+        (
+            "disk_gb = 0",
+            "`disk_gb`: expected an integer from 1 to 65536 (GB), found 0",
+        ),
+        (
+            "disk_gb = 70000",
+            "`disk_gb`: expected an integer from 1 to 65536 (GB)",
+        ),
+        ("disk_gb = \"500GB\"", "`disk_gb`: expected"),
+        ("disk_gb = 1.5", "`disk_gb`: expected"),
+    ] {
+        refused_with(bad, message);
+    }
+}
+
+#[test]
 fn deadline_forms() {
     let at = parse_job_spec(
         &GOOD.replace("\"3d 4h\"", "\"2026-12-01T00:00:00Z\""),

@@ -44,5 +44,6 @@ pub fn request(
         single_zone: count > 1,
         tags,
         template: None,
+        disk_gb: None,
     }
 }
