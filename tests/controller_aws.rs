@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    Reaper, free_port, submit_t4_small, tern_json, train_with_agent, wait_finished_and_released,
-    wait_for,
+    Reaper, free_port, submit_t4_small_with, tern_json, train_with_agent,
+    wait_finished_and_released, wait_for,
 };
 
 const TOKEN: &str = "aws-scenario-token";
@@ -116,7 +116,7 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut reaper = Reaper(Vec::new());
     let (moto, server) = moto_and_controller(dir.path(), &mut reaper);
-    submit_t4_small(dir.path(), &server, TOKEN);
+    submit_t4_small_with(dir.path(), &server, TOKEN, "disk_gb = 200\n");
 
     // The controller plans on moto's offers and launches through CreateFleet.
     let t0 = Instant::now();
@@ -131,6 +131,19 @@ fn a_job_runs_from_submit_to_finish_on_aws_via_moto() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+
+    // The job's disk_gb reached every override as the root device of the template's image.
+    let mappings = boto(
+        &moto,
+        "lt = ec2.describe_launch_template_versions(LaunchTemplateName='tern-workers')\n\
+         image = lt['LaunchTemplateVersions'][0]['LaunchTemplateData']['ImageId']\n\
+         root = ec2.describe_images(ImageIds=[image])['Images'][0]['RootDeviceName']\n\
+         got = {(m['DeviceName'] == root, m['Ebs']['VolumeSize']) \
+                for f in ec2.describe_fleets()['Fleets'] for c in f['LaunchTemplateConfigs'] \
+                for o in c['Overrides'] for m in o.get('BlockDeviceMappings', [])}\n\
+         print(sorted(got))",
+    );
+    assert_eq!(mappings, "[(True, 200)]");
 
     // The test agent: `tern agent` runs the "training script" under a stand-in torchrun.
     train_with_agent(dir.path(), "t4-small", 100_000, &server, TOKEN);

@@ -345,17 +345,23 @@ fn agent_running(dir: &Path, job: &str, script: &str, server: &str, token: &str)
 /// Write and submit "t4-small": one T4 worker, 100,000 samples at 0.25 s a step, due in 12 h;
 /// the job the cloud-provider scenario tests run.
 pub fn submit_t4_small(dir: &Path, server: &str, token: &str) {
+    submit_t4_small_with(dir, server, token, "");
+}
+
+/// [`submit_t4_small`] with `top` (top-level TOML lines) at the start of the spec.
+pub fn submit_t4_small_with(dir: &Path, server: &str, token: &str, top: &str) {
     let spec = dir.join("t4.toml");
     std::fs::write(
         &spec,
-        tern_cloud::testkit::spec("t4-small")
-            .team("ml")
-            .accelerators(&["T4"])
-            .deadline(Some("12h"))
-            .local_batch(Some(32))
-            .samples(100_000)
-            .measured("T4", 1, 0.25)
-            .text(),
+        top.to_owned()
+            + &tern_cloud::testkit::spec("t4-small")
+                .team("ml")
+                .accelerators(&["T4"])
+                .deadline(Some("12h"))
+                .local_batch(Some(32))
+                .samples(100_000)
+                .measured("T4", 1, 0.25)
+                .text(),
     )
     .expect("spec");
     submit(&spec, server, token);

@@ -3,10 +3,11 @@
 //! them through [`crate::errors`] with the offer they belong to.
 
 use google_cloud_compute_v1::client::{
-    AcceleratorTypes, Instances, MachineTypes, Regions, ZoneOperations, Zones,
+    AcceleratorTypes, InstanceTemplates, Instances, MachineTypes, RegionInstanceTemplates, Regions,
+    ZoneOperations, Zones,
 };
 use google_cloud_compute_v1::model::{
-    BulkInsertInstanceResource, Instance, MachineType, Operation, Quota,
+    BulkInsertInstanceResource, Instance, InstanceTemplate, MachineType, Operation, Quota,
 };
 use google_cloud_lro::Poller;
 use tern_cloud::ProviderError;
@@ -25,6 +26,8 @@ pub struct Compute {
     accelerator_types: AcceleratorTypes,
     zones: Zones,
     regions: Regions,
+    templates: InstanceTemplates,
+    region_templates: RegionInstanceTemplates,
 }
 
 pub(crate) fn invalid(message: String) -> ProviderError {
@@ -43,6 +46,8 @@ impl Compute {
             accelerator_types: client!(AcceleratorTypes, config, &config.endpoint),
             zones: client!(Zones, config, &config.endpoint),
             regions: client!(Regions, config, &config.endpoint),
+            templates: client!(InstanceTemplates, config, &config.endpoint),
+            region_templates: client!(RegionInstanceTemplates, config, &config.endpoint),
         })
     }
 
@@ -142,6 +147,35 @@ impl Compute {
                 .set_filter(filter),
             items
         ))
+    }
+
+    /// An instance template: global, or of `region` when given; in `project` when given.
+    pub async fn template(
+        &self,
+        project: Option<&str>,
+        region: Option<&str>,
+        name: &str,
+    ) -> Result<InstanceTemplate> {
+        let project = project.unwrap_or(&self.project);
+        match region {
+            None => {
+                self.templates
+                    .get()
+                    .set_project(project)
+                    .set_instance_template(name)
+                    .send()
+                    .await
+            }
+            Some(region) => {
+                self.region_templates
+                    .get()
+                    .set_project(project)
+                    .set_region(region)
+                    .set_instance_template(name)
+                    .send()
+                    .await
+            }
+        }
     }
 
     pub async fn get(&self, zone: &str, name: &str) -> Result<Instance> {

@@ -48,6 +48,10 @@ pub const PERMISSIONS: &[(&str, &str)] = &[
         "compute.instanceTemplates.useReadOnly",
         "instances from the workers' template",
     ),
+    (
+        "compute.instanceTemplates.get",
+        "instanceTemplates.get: the template's disks, for a job's disk_gb",
+    ),
     ("compute.images.useReadOnly", "the boot image"),
     (
         "compute.zoneOperations.get",

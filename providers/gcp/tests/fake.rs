@@ -588,3 +588,105 @@ async fn a_project_without_the_tpu_api_still_lists_and_launches_vms() {
     assert_eq!(provider.list(OWNER).await.expect("list").len(), 1);
     assert!(provider.interruptions().await.expect("poll").is_empty());
 }
+
+/// A worker template as Terraform's module makes one: a boot disk from an image, a scratch
+/// disk, the network and a startup script.
+fn worker_template() -> serde_json::Value {
+    serde_json::json!({
+        "machineType": "n1-highmem-8",
+        "disks": [
+            {"boot": true, "autoDelete": true,
+             "initializeParams": {"sourceImage": "projects/deeplearning/global/images/cu128", "diskSizeGb": "100"}},
+            {"boot": false, "autoDelete": true, "initializeParams": {"diskSizeGb": "50"}}
+        ],
+        "networkInterfaces": [{"network": "global/networks/workers"}],
+        "metadata": {"items": [{"key": "startup-script", "value": "tern agent"}]}
+    })
+}
+
+/// (boot?, image, size GB) of each disk of a VM, as the fake made it.
+fn disks_of(fake: &FakeCompute, id: &tern_cloud::InstanceId) -> Vec<(bool, String, String)> {
+    let (zone, name) = id.0.split_once('/').expect("zone/name");
+    let vm = fake.instance(zone, name).expect("in the fake");
+    vm["disks"]
+        .as_array()
+        .expect("disks")
+        .iter()
+        .map(|d| {
+            let init = &d["initializeParams"];
+            (
+                d["boot"].as_bool().unwrap_or(false),
+                init["sourceImage"].as_str().unwrap_or("").to_owned(),
+                init["diskSizeGb"].to_string().trim_matches('"').to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_jobs_disk_size_resizes_the_templates_boot_disk_and_keeps_the_rest() {
+    let fake = FakeCompute::start(PROJECT, zones()).await.expect("fake");
+    fake.put_template(None, "tern-workers", worker_template());
+    let provider = GcpProvider::connect(GcpConfig {
+        instance_template: Some("global/instanceTemplates/tern-workers".into()),
+        ..config(&fake)
+    })
+    .await
+    .expect("provider");
+    let offers = provider.offers(&Region::new(REGION)).await.expect("offers");
+    let t4 = find(&offers, "us-central1-b", "T4", 1, Capacity::Spot).clone();
+    let image = "projects/deeplearning/global/images/cu128".to_owned();
+
+    // One VM (insert) and a gang of two (bulkInsert), each with a 300 GB boot disk.
+    for count in [1, 2] {
+        let mut req = request(vec![t4.clone()], count, count);
+        req.disk_gb = Some(300);
+        let out = provider.launch(&req).await.expect("launch");
+        assert_eq!(out.instances.len(), count as usize, "{:?}", out.errors);
+        for i in &out.instances {
+            assert_eq!(
+                disks_of(&fake, &i.id),
+                [
+                    (true, image.clone(), "300".to_owned()),
+                    (false, String::new(), "50".to_owned())
+                ],
+                "{count} VMs"
+            );
+            let (zone, name) = i.id.0.split_once('/').expect("zone/name");
+            let vm = fake.instance(zone, name).expect("vm");
+            assert_eq!(
+                vm["networkInterfaces"][0]["network"],
+                "global/networks/workers"
+            );
+        }
+    }
+    // Without disk_gb the template's disks are left alone.
+    let out = provider
+        .launch(&request(vec![t4.clone()], 1, 1))
+        .await
+        .expect("launch");
+    assert_eq!(disks_of(&fake, &out.instances[0].id)[0].2, "100");
+
+    // No template: the provider's own boot disk takes the size.
+    let plain = GcpProvider::connect(config(&fake)).await.expect("provider");
+    let mut req = request(vec![t4.clone()], 1, 1);
+    req.disk_gb = Some(400);
+    let out = plain.launch(&req).await.expect("launch");
+    let disks = disks_of(&fake, &out.instances[0].id);
+    assert_eq!(disks.len(), 1);
+    assert_eq!(disks[0].2, "400");
+
+    // A template that does not exist fails the launch before any insert.
+    let missing = GcpProvider::connect(GcpConfig {
+        instance_template: Some("global/instanceTemplates/gone".into()),
+        ..config(&fake)
+    })
+    .await
+    .expect("provider");
+    let posts = fake.calls().len();
+    let mut req = request(vec![t4], 1, 1);
+    req.disk_gb = Some(300);
+    let e = missing.launch(&req).await.expect_err("no template");
+    assert!(e.to_string().contains("instanceTemplates/gone"), "{e}");
+    assert_eq!(fake.calls().len(), posts, "nothing sent");
+}

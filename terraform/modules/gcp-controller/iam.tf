@@ -29,6 +29,7 @@ resource "google_project_iam_custom_role" "controller" {
     "compute.acceleratorTypes.list",
     "compute.disks.create",
     "compute.images.useReadOnly",
+    "compute.instanceTemplates.get",
     "compute.instanceTemplates.useReadOnly",
     "compute.instances.create",
     "compute.instances.delete",

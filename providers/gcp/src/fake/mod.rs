@@ -13,6 +13,8 @@
 //! - `list` filters on labels (`labels.KEY = "VALUE"`) and pages with `maxResults`/`pageToken`;
 //! - a preempted spot VM leaves a `compute.instances.preempted` zone operation and is STOPPING
 //!   (the guest's 30 s soft-off) until the test reclaims it: deleted, or TERMINATED;
+//! - an insert naming an instance template (`sourceInstanceTemplate`) takes the template's
+//!   properties under its own fields, and fails 404 when the template does not exist;
 //! - `$alt`, `$apiVersion` and other client parameters are ignored.
 //!
 //! Tests script it through [`FakeCompute`]: capacity per zone and machine type, quota errors
@@ -33,6 +35,7 @@ use serde_json::{Value, json};
 mod billing;
 mod quotas;
 mod reads;
+mod templates;
 mod tpu;
 mod writes;
 
@@ -40,6 +43,7 @@ use billing::list_skus;
 pub use billing::{sku, skus_from_catalog};
 use quotas::get_region;
 use reads::*;
+use templates::{get_template, with_template};
 use writes::*;
 
 /// One zone's shapes: machine types (name, vCPUs, memory MiB) and accelerator type names.
@@ -67,6 +71,8 @@ struct World {
     zones: Vec<FakeZone>,
     /// (zone, name) → instance resource.
     instances: BTreeMap<(String, String), Value>,
+    /// (region of a regional template, name) → instance template resource.
+    templates: BTreeMap<(Option<String>, String), Value>,
     ops: HashMap<String, Op>,
     /// requestId → operation name.
     requests: HashMap<String, String>,
@@ -567,6 +573,10 @@ fn route(
     match (method.as_str(), parts) {
         ("GET", ["zones"]) => list_zones(w, query),
         ("GET", ["regions", region]) => get_region(w, region),
+        ("GET", ["global", "instanceTemplates", name]) => get_template(w, None, name),
+        ("GET", ["regions", region, "instanceTemplates", name]) => {
+            get_template(w, Some(region), name)
+        }
         ("GET", ["zones", zone, "machineTypes"]) => list_machine_types(w, zone, query),
         ("GET", ["zones", zone, "acceleratorTypes"]) => list_accelerators(w, zone, query),
         ("GET", ["zones", zone, "instances"]) => list_instances(w, zone, query),

@@ -58,6 +58,8 @@ pub(super) fn insert(
             ),
         ));
     }
+    let template = query.get("sourceInstanceTemplate").map(String::as_str);
+    let body = &with_template(w, template, body)?;
     let machine = last(body["machineType"].as_str().unwrap_or_default()).to_owned();
     let target = format!(
         "{BASE}/projects/{}/zones/{zone}/instances/{name}",
@@ -99,7 +101,8 @@ pub(super) fn bulk_insert(
             "bulkInsert needs count ≥ minCount ≥ 1 and a namePattern with #",
         ));
     }
-    let props = body["instanceProperties"].clone();
+    let template = body["sourceInstanceTemplate"].as_str();
+    let props = with_template(w, template, &body["instanceProperties"])?;
     let machine = props["machineType"].as_str().unwrap_or_default().to_owned();
     let target = format!("{BASE}/projects/{}/zones/{zone}/instances", w.project);
     let (fits, over_quota) = w.quota_room(zone, &props, min);

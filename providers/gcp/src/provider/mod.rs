@@ -21,6 +21,7 @@ use tern_pricing::PriceHistory;
 use tracing::{debug, info, warn};
 use uuid_like::request_id;
 
+mod disks;
 mod slices;
 
 use self::slices::{Target, target};
@@ -265,7 +266,12 @@ impl GcpProvider {
 
     /// The VM an offer describes, with tern's labels, the exact tags in its description, GPUs
     /// on N1 hosts, and spot or standard scheduling that terminates on host maintenance.
-    fn properties(&self, offer: &Offer, request: &LaunchRequest) -> InstanceProperties {
+    fn properties(
+        &self,
+        offer: &Offer,
+        request: &LaunchRequest,
+        disks: Option<&[AttachedDisk]>,
+    ) -> InstanceProperties {
         let mut p = InstanceProperties::default();
         p.machine_type = Some(offer.instance_type.name.clone());
         p.labels = labels::from_tags(&request.tags).into_iter().collect();
@@ -278,8 +284,11 @@ impl GcpProvider {
         }
         p.scheduling = Some(scheduling(offer.capacity));
         if self.template(request).is_none() {
-            p.disks = vec![self.boot_disk()];
+            p.disks = vec![self.boot_disk(self.config.disk_size_gb)];
             p.network_interfaces = vec![self.network()];
+        }
+        if let Some(disks) = disks {
+            p.disks = disks.to_vec();
         }
         if let Some(email) = &self.config.service_account {
             let mut sa = ServiceAccount::default();
@@ -290,10 +299,10 @@ impl GcpProvider {
         p
     }
 
-    fn boot_disk(&self) -> AttachedDisk {
+    fn boot_disk(&self, gb: i64) -> AttachedDisk {
         let mut init = AttachedDiskInitializeParams::default();
         init.source_image = Some(self.config.image.clone());
-        init.disk_size_gb = Some(self.config.disk_size_gb);
+        init.disk_size_gb = Some(gb);
         let mut disk = AttachedDisk::default();
         disk.boot = Some(true);
         disk.auto_delete = Some(true);
@@ -490,6 +499,7 @@ impl GcpProvider {
         offer: &Offer,
         count: u32,
         min_count: u32,
+        disks: Option<&[AttachedDisk]>,
     ) -> Result<(), ProviderError> {
         let zone = offer.zone.0.as_str();
         let rid = request_id(&request.key, &offer.key());
@@ -497,7 +507,7 @@ impl GcpProvider {
             "tern-{}-{n}",
             &request.key.as_uuid().simple().to_string()[..16]
         );
-        let props = self.properties(offer, request);
+        let props = self.properties(offer, request, disks);
         let template = self.template(request);
         if self.config.dry_run {
             info!(call = if count == 1 { "instances.insert" } else { "instances.bulkInsert" },
@@ -538,6 +548,11 @@ impl GcpProvider {
         }
         Err(ProviderError::Throttled { retry_after: None })
     }
+}
+
+/// TPU slices launch through the Cloud TPU API, not Compute.
+fn is_tpu(offer: &Offer) -> bool {
+    offer.instance_type.name.starts_with("tpu-")
 }
 
 /// An operation that ended DONE: its error, if it carries one.
@@ -642,6 +657,15 @@ impl Provider for GcpProvider {
                 errors: Vec::new(),
             });
         }
+        let vms = request.offers.iter().any(|o| !is_tpu(o));
+        let disks = if vms {
+            self.disks(request).await?
+        } else {
+            None
+        };
+        if request.disk_gb.is_some() && request.offers.iter().any(is_tpu) {
+            warn!(job = %request.job, "disk_gb does not apply to TPU VMs: their boot disk is the runtime's");
+        }
         let mut outcome = LaunchOutcome::default();
         let filter = labels::filter(tag::INTENT, &request.intent.to_string());
         for (n, offer) in request.offers.iter().enumerate() {
@@ -651,7 +675,7 @@ impl Provider for GcpProvider {
             }
             let count = request.count - have;
             let min_count = request.min_count.saturating_sub(have).min(count);
-            if offer.instance_type.name.starts_with("tpu-") {
+            if is_tpu(offer) {
                 match self.launch_slices(request, n, offer, count).await {
                     Ok(made) => outcome.instances.extend(made),
                     Err(e) if e.is_throttled() => return Err(e),
@@ -664,7 +688,8 @@ impl Provider for GcpProvider {
                 }
                 continue;
             }
-            match self.launch_offer(request, n, offer, count, min_count).await {
+            let sent = self.launch_offer(request, n, offer, count, min_count, disks.as_deref());
+            match sent.await {
                 Ok(()) if self.config.dry_run => {}
                 Ok(()) => {
                     let mut made = self.listed(&offer.zone.0, &filter).await?;
