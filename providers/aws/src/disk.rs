@@ -30,9 +30,22 @@ impl RootDisk {
     }
 }
 
+/// The root volume a launch asks for: none without `disk_gb`.
+pub async fn root_disk(
+    client: &Client,
+    template: &Template,
+    disk_gb: Option<u32>,
+) -> Result<Option<RootDisk>, ProviderError> {
+    let Some(gb) = disk_gb else {
+        return Ok(None);
+    };
+    let device = root_device(client, template).await?;
+    Ok(Some(RootDisk { device, gb }))
+}
+
 /// The root device name of the image `template` boots: DescribeLaunchTemplateVersions (with
 /// SSM aliases resolved to an image id), then DescribeImages.
-pub async fn root_device(client: &Client, template: &Template) -> Result<String, ProviderError> {
+async fn root_device(client: &Client, template: &Template) -> Result<String, ProviderError> {
     let call = client
         .describe_launch_template_versions()
         .versions(&template.version)

@@ -15,8 +15,11 @@ use aws_sdk_ec2::types::{
     TagSpecification, TargetCapacitySpecificationRequest,
 };
 use chrono::{DateTime, Utc};
-use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, Offer, ProviderError, Tags};
+use tern_cloud::{
+    Capacity, Instance, InstanceId, InstanceState, LaunchRequest, Offer, ProviderError, Tags,
+};
 
+use crate::AwsConfig;
 use crate::disk::RootDisk;
 use crate::errors::classify;
 use crate::offers::ZoneMap;
@@ -30,6 +33,25 @@ pub const LAUNCH_TAG: &str = "tern:launch";
 pub struct Template {
     pub name_or_id: String,
     pub version: String,
+}
+
+impl Template {
+    /// The request's template, else the configured one, at the configured version.
+    pub fn of(request: &LaunchRequest, config: &AwsConfig) -> Result<Template, ProviderError> {
+        let name_or_id = request
+            .template
+            .clone()
+            .or_else(|| config.launch_template.clone())
+            .ok_or_else(|| ProviderError::InvalidRequest {
+                message: "no launch template: the request names none and the AWS config has no \
+                          launch_template"
+                    .into(),
+            })?;
+        Ok(Template {
+            name_or_id,
+            version: config.launch_template_version.clone(),
+        })
+    }
 }
 
 /// Everything one CreateFleet call needs.

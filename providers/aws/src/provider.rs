@@ -16,7 +16,7 @@ use tern_pricing::{Catalog, PriceHistory};
 use tracing::{debug, info, warn};
 
 use crate::config::AwsConfig;
-use crate::disk::{self, RootDisk};
+use crate::disk;
 use crate::errors::{code_of, from_sdk};
 use crate::events;
 use crate::fleet::{FleetCall, LAUNCH_TAG, Template};
@@ -328,22 +328,6 @@ impl AwsProvider {
         }
     }
 
-    fn template(&self, request: &LaunchRequest) -> Result<Template, ProviderError> {
-        let name_or_id = request
-            .template
-            .clone()
-            .or_else(|| self.config.launch_template.clone())
-            .ok_or_else(|| ProviderError::InvalidRequest {
-                message: "no launch template: the request names none and the AWS config has no \
-                          launch_template"
-                    .into(),
-            })?;
-        Ok(Template {
-            name_or_id,
-            version: self.config.launch_template_version.clone(),
-        })
-    }
-
     /// Instances an earlier attempt of this launch already made (found by its token tag).
     async fn launched_before(
         &self,
@@ -601,7 +585,7 @@ impl Provider for AwsProvider {
         }
         let region = first.region.as_str();
         let client = self.client(region);
-        let template = self.template(request)?;
+        let template = Template::of(request, &self.config)?;
         let token = request.key.aws_client_token();
 
         // CreateFleet remembers its ClientToken, but the tag check also covers a crash after
@@ -615,13 +599,7 @@ impl Provider for AwsProvider {
             });
         }
 
-        let root_disk = match request.disk_gb {
-            Some(gb) => Some(RootDisk {
-                device: disk::root_device(&client, &template).await?,
-                gb,
-            }),
-            None => None,
-        };
+        let root_disk = disk::root_disk(&client, &template, request.disk_gb).await?;
         let zones = self.zones(region).await?;
         let groups = by_capacity(&request.offers);
         let mut outcome = LaunchOutcome::default();
