@@ -8,9 +8,8 @@ use crate::migrate::{self, Decision, MoveCandidate, MoveRule};
 /// restarts all torchrun workers, so moves come in small batches (Karpenter's disruption
 /// budgets are the analogue).
 pub const DISRUPTION_BUDGET: f64 = 0.25;
-/// Cross-region egress for a checkpoint, USD per GB (the low end of AWS/GCP inter-region
-/// prices; DESIGN.md §5 gives $0.02–0.12).
-pub const EGRESS_DOLLARS_PER_GB: f64 = 0.02;
+/// Cross-region egress for a checkpoint, USD per GB (one constant with the simulated cloud's).
+pub use tern_cloud::EGRESS_DOLLARS_PER_GB;
 /// Waiting for spot stops when the slack falls to this fraction of the job's whole window.
 pub const WAIT_RESERVE: f64 = 0.25;
 /// Throughput below this (samples/s) counts as none, so work hours stay finite.

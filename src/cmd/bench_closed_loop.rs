@@ -53,6 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             nodes: 1,
             min_nodes: 1,
             checkpoint_gb: 0.0,
+            egress_per_gb: 0.0,
         },
         cold_start: false,
     };

@@ -256,6 +256,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         nodes: args.nodes,
         min_nodes: c.min_nodes,
         checkpoint_gb: args.checkpoint_gb,
+        egress_per_gb: args.egress_per_gb,
     };
     let results =
         replay_groups(&groups, &prepared, &c.policies, job, &tick).context("closed-loop replay")?;

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{CheckpointSpec, InstanceId, InstanceState, Observation};
+use tern_cloud::{CheckpointSpec, InstanceId, InstanceState, Observation, Region};
 use tern_plan::ThroughputModel;
 use tern_sim::SimCloud;
 
@@ -86,6 +86,9 @@ struct Run {
     /// The training's samples, kept between steps (what the workers have, reported or not:
     /// a group that lost its nodes has rolled back to its checkpoint before anyone reports).
     samples: Option<Samples>,
+    /// Where the checkpoint lives: the region of the group that last restored (and since
+    /// wrote) it, as the policies' model has it.
+    checkpoint_region: Option<Region>,
 }
 
 /// A job's samples as the training has them.
@@ -190,8 +193,9 @@ pub struct Workload {
     truth: HashMap<String, Arc<dyn ThroughputModel>>,
     /// Samples thrown away by restarts from a checkpoint, per job (for reports and tests).
     pub lost_samples: HashMap<String, f64>,
-    /// The instances' metadata, where the agents see reclaim notices; without it only the
-    /// controller's drain makes them checkpoint.
+    /// The cloud the agents run on: its instance metadata, where they see reclaim notices,
+    /// and its egress meter, which bills their checkpoint reads across regions. Without it
+    /// only the controller's drain makes them checkpoint, and nothing bills egress.
     metadata: Option<Arc<SimCloud>>,
     queue: Queue,
     /// Every answer each instance's agent was given, in order, when kept (tests compare them
@@ -330,15 +334,15 @@ impl Workload {
         &mut self,
         ctl: &mut Controller,
         s: &Step<'_>,
-        now_running: BTreeSet<InstanceId>,
+        now_running: BTreeMap<InstanceId, Region>,
         dt: Duration,
     ) -> Result<(), ControllerError> {
         let name = s.job.name().to_string();
         let c = s.job.spec.checkpoint;
         let mut run = self.runs.remove(&name).unwrap_or_default();
         // An agent lives as long as its instance runs; a new instance gets a new agent.
-        run.agents.retain(|id, _| now_running.contains(id));
-        for id in &now_running {
+        run.agents.retain(|id, _| now_running.contains_key(id));
+        for id in now_running.keys() {
             run.agents.entry(id.clone()).or_insert(Agent::Asking);
         }
         self.ask_to_start(ctl, s, &mut run)?;
@@ -346,14 +350,18 @@ impl Workload {
             Some(m) => run.noticed_now(m, c.save_s),
             None => Vec::new(),
         };
-        run.noticed.retain(|id| now_running.contains(id));
+        run.noticed.retain(|id| now_running.contains_key(id));
         let mut p = run.samples.unwrap_or(Samples {
             done: s.job.done_samples,
             checkpoint: s.job.checkpoint_samples,
         });
+        let restored = run.running() != run.members && !run.running().is_empty();
         let lost = run.regroup(&c, run.running(), &mut p);
         if lost > 0.0 {
             *self.lost_samples.entry(name.clone()).or_default() += lost;
+        }
+        if restored {
+            self.restore(s.job, &mut run, &now_running, &p);
         }
         let n = run.members.len() as u32;
         let mut measured = None;
@@ -527,6 +535,35 @@ impl Workload {
         })
     }
 
+    /// The group restarted from the job's checkpoint: each region of its nodes other than the
+    /// checkpoint's reads a copy across regions, billed by the cloud; the checkpoint then
+    /// lives with the group's first node.
+    fn restore(
+        &self,
+        job: &JobRecord,
+        run: &mut Run,
+        regions: &BTreeMap<InstanceId, Region>,
+        p: &Samples,
+    ) {
+        let group: Vec<&Region> = run
+            .members
+            .iter()
+            .filter_map(|(id, _)| regions.get(id))
+            .collect();
+        let Some(&first) = group.first() else {
+            return;
+        };
+        if let (Some(from), Some(cloud)) = (&run.checkpoint_region, &self.metadata)
+            && p.checkpoint > 0.0
+        {
+            let to: BTreeSet<&Region> = group.iter().copied().collect();
+            for to in to {
+                cloud.transfer(job.name(), from, to, job.spec.checkpoint.size_gb);
+            }
+        }
+        run.checkpoint_region = Some(first.clone());
+    }
+
     /// One report through the protocol, its changes taken into the controller.
     fn send(
         &mut self,
@@ -587,16 +624,18 @@ fn batch_of(job: &JobRecord) -> u32 {
     job.spec.local_batch.unwrap_or(UNMEASURED_BATCH)
 }
 
-/// Each job's running instances, with the accelerator and its count per node.
-fn running_members(ctl: &Controller) -> HashMap<String, (BTreeSet<InstanceId>, String, u32)> {
-    let mut members: HashMap<String, (BTreeSet<InstanceId>, String, u32)> = HashMap::new();
+/// Each job's running instances with their regions, the accelerator and its count per node.
+fn running_members(
+    ctl: &Controller,
+) -> HashMap<String, (BTreeMap<InstanceId, Region>, String, u32)> {
+    let mut members: HashMap<String, (BTreeMap<InstanceId, Region>, String, u32)> = HashMap::new();
     for i in ctl.instances() {
         if i.state != InstanceState::Running {
             continue;
         }
         let e = members.entry(i.job.clone()).or_insert_with(|| {
             (
-                BTreeSet::new(),
+                BTreeMap::new(),
                 i.offer
                     .accelerator()
                     .map(|a| a.name.clone())
@@ -604,7 +643,7 @@ fn running_members(ctl: &Controller) -> HashMap<String, (BTreeSet<InstanceId>, S
                 i.offer.accelerator_units().max(1),
             )
         });
-        e.0.insert(i.id.clone());
+        e.0.insert(i.id.clone(), i.offer.region.clone());
     }
     members
 }

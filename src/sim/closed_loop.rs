@@ -90,6 +90,7 @@ struct Ran {
     result: WindowResult,
     ctl: Controller,
     store: Arc<Store>,
+    cloud: Arc<SimCloud>,
     deadline: DateTime<Utc>,
     _dir: TempDir,
 }
@@ -104,6 +105,8 @@ pub struct LoopJob {
     pub nodes: u32,
     pub min_nodes: u32,
     pub checkpoint_gb: f64,
+    /// What the simulated cloud bills a checkpoint crossing regions, USD per GB.
+    pub egress_per_gb: f64,
 }
 
 /// Every policy on every group of traces (`tern simulate`): the replayed ones through
@@ -341,6 +344,7 @@ impl LoopSetup<'_> {
             // in the replay; a restore stall on top would cost part of a tick more.
             boot: Duration::from_secs_f64(restart_s),
             on_demand_price: self.prepared.on_demand_price,
+            egress_per_gb: self.job.egress_per_gb,
             ..SimConfig::default()
         };
         let slices = self.slices(start);
@@ -375,6 +379,7 @@ impl LoopSetup<'_> {
         let deadline =
             epoch + TimeDelta::seconds((self.job.deadline_hours * 3600.0).floor() as i64);
         let mut workload = Workload::watching(sim.clone());
+        let cloud = sim.clone();
         if self.cold_start {
             workload = workload.with_truth("job", truth);
         }
@@ -385,20 +390,24 @@ impl LoopSetup<'_> {
             })
             .await?;
         let (now, ctl) = (world.now(), world.ctl);
-        let result = self.result(&ctl, &store, now, deadline)?;
+        let result = self.result(&ctl, &store, &cloud, now, deadline)?;
         Ok(Ran {
             result,
             ctl,
             store,
+            cloud,
             deadline,
             _dir: dir,
         })
     }
 
+    /// What the window cost (the instances' hours at their prices, and the cloud's egress
+    /// bill) and how it went.
     fn result(
         &self,
         ctl: &Controller,
         store: &Store,
+        cloud: &SimCloud,
         now: DateTime<Utc>,
         deadline: DateTime<Utc>,
     ) -> Result<WindowResult, StoreError> {
@@ -411,7 +420,8 @@ impl LoopSetup<'_> {
                 .map(|u| u.hours(now))
                 .sum()
         };
-        let cost: f64 = usage.iter().map(|u| u.hours(now) * u.price_per_hour).sum();
+        let compute: f64 = usage.iter().map(|u| u.hours(now) * u.price_per_hour).sum();
+        let cost = compute + cloud.egress_bill();
         let finished = ctl
             .job("job")
             .is_some_and(|j| j.work_done() && j.finished_at.is_none_or(|f| f <= deadline));
@@ -435,7 +445,7 @@ mod tests {
         Trace {
             source: format!("{zone}.json").into(),
             cloud: tern_cloud::Cloud::Aws,
-            region: "us-west-2".into(),
+            region: zone[..zone.len() - 1].into(),
             zone: zone.into(),
             gap_seconds: 600,
             available: vec![1; 4],
@@ -489,6 +499,7 @@ mod tests {
                 nodes: 1,
                 min_nodes: 1,
                 checkpoint_gb: 0.0,
+                egress_per_gb: 0.0,
             },
             cold_start,
         };
@@ -533,5 +544,69 @@ mod tests {
             assert!(warm.result.finished);
             assert!(warm.ctl.job("job").is_some_and(|j| j.probe.is_none()));
         }
+    }
+
+    /// A job that starts in a cheap zone of us-east-1, loses it for good and finishes in
+    /// us-west-2: its checkpoint crosses regions once and the cloud bills it, and the window
+    /// costs that much more than the same window with free egress (same decisions: the
+    /// controller's model does not read the cloud's rate).
+    #[test]
+    fn a_checkpoint_that_crosses_regions_is_on_the_bill() {
+        let mut east = trace("us-east-1a");
+        east.available = (0..48).map(|i| u32::from(i < 4)).collect();
+        east.spot_price = Some(0.5);
+        let mut west = trace("us-west-2a");
+        west.available = vec![1; 48];
+        let traces = vec![east, west];
+        let prepared = tern_replay::Scenario {
+            traces: traces.clone(),
+            work_hours: 2.0,
+            deadline_hours: 6.0,
+            restart_hours: 0.2,
+            on_demand_price: None,
+            spot_price: None,
+            stride_hours: 2.0,
+            egress_cost: 0.0,
+            nodes: 1,
+        }
+        .prepare()
+        .expect("prepared");
+        let setup = |egress_per_gb| LoopSetup {
+            traces: &traces,
+            prepared: &prepared,
+            job: LoopJob {
+                work_hours: 2.0,
+                deadline_hours: 6.0,
+                restart_hours: 0.2,
+                nodes: 1,
+                min_nodes: 1,
+                checkpoint_gb: 100.0,
+                egress_per_gb,
+            },
+            cold_start: false,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let start = prepared.starts[0];
+        let billed = runtime.block_on(setup(0.05).run(start)).expect("window");
+        let free = runtime.block_on(setup(0.0).run(start)).expect("window");
+        assert!(billed.result.finished && free.result.finished);
+        let transfers = billed.cloud.transfers();
+        assert!(!transfers.is_empty(), "the job never left us-east-1");
+        for t in &transfers {
+            assert_eq!((t.from.as_str(), t.to.as_str()), ("us-east-1", "us-west-2"));
+            assert_eq!(t.job, "job");
+            assert!((t.dollars - 100.0 * 0.05).abs() < 1e-9, "{t:?}");
+        }
+        assert!(free.cloud.transfers().is_empty());
+        let bill = billed.cloud.egress_bill();
+        assert!(
+            (billed.result.cost - free.result.cost - bill).abs() < 1e-9,
+            "{} vs {} + {bill}",
+            billed.result.cost,
+            free.result.cost
+        );
     }
 }

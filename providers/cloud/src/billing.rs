@@ -6,6 +6,21 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::Cloud;
 
+/// Cross-region egress for a checkpoint, USD per GB: the low end of AWS's and GCP's
+/// inter-region prices (DESIGN.md §5 gives $0.02–0.12). The policies price a move with it and
+/// the simulated cloud bills a checkpoint's crossing at it, unless told another rate.
+pub const EGRESS_DOLLARS_PER_GB: f64 = 0.02;
+
+/// What moving `gb` from region `from` to region `to` costs at `per_gb`: nothing within a
+/// region.
+pub fn egress_dollars(gb: f64, per_gb: f64, from: &str, to: &str) -> f64 {
+    if from == to {
+        0.0
+    } else {
+        gb.max(0.0) * per_gb
+    }
+}
+
 /// A cloud's billing rule for a Linux VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BillingRule {

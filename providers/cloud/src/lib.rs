@@ -24,7 +24,7 @@ mod spec;
 pub mod testkit;
 
 pub use accelerator::{Accelerator, AcceleratorKind};
-pub use billing::{BillingRule, Piece, PriceSteps};
+pub use billing::{BillingRule, EGRESS_DOLLARS_PER_GB, Piece, PriceSteps, egress_dollars};
 pub use constraints::{Amount, CapacityRule, Constraints, DataLocation, Pool, glob};
 pub use error::ProviderError;
 pub use instance::{Instance, InstanceId, InstanceState, Interruption, InterruptionKind, Tags};

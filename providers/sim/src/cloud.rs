@@ -23,6 +23,9 @@ use crate::Trace;
 #[path = "quota.rs"]
 mod quota;
 pub use quota::SimQuota;
+#[path = "egress.rs"]
+mod egress;
+pub use egress::Transfer;
 
 /// Which faults to inject and how often. Rates are per call (throttle, transient) or per offer
 /// tried (capacity, quota); `scripted` forces an error on the n-th call (0-based), whatever the
@@ -57,6 +60,8 @@ pub struct SimConfig {
     /// Most instances (all zones, both capacities) alive at once; `None`: unlimited.
     pub quota: Option<u32>,
     pub faults: FaultSchedule,
+    /// What a checkpoint crossing regions costs, USD per GB ([`SimCloud::transfer`]).
+    pub egress_per_gb: f64,
 }
 
 impl Default for SimConfig {
@@ -74,6 +79,7 @@ impl Default for SimConfig {
             boot: Duration::from_secs(60),
             quota: None,
             faults: FaultSchedule::default(),
+            egress_per_gb: tern_cloud::EGRESS_DOLLARS_PER_GB,
         }
     }
 }
@@ -149,6 +155,8 @@ pub struct SimCloud {
     /// Accelerator quotas enforced on launch ([`SimCloud::with_quota`]).
     quotas: Vec<SimQuota>,
     world: Mutex<World>,
+    /// Checkpoints billed for crossing regions ([`egress`]).
+    transfers: Mutex<Vec<Transfer>>,
 }
 
 impl SimCloud {
@@ -183,7 +191,12 @@ impl SimCloud {
             config,
             quotas: Vec::new(),
             world: Mutex::new(world),
+            transfers: Mutex::default(),
         }
+    }
+
+    fn egress(&self) -> MutexGuard<'_, Vec<Transfer>> {
+        self.transfers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn world(&self) -> MutexGuard<'_, World> {

@@ -14,7 +14,7 @@ pub mod latency;
 pub mod testkit;
 pub mod trace;
 
-pub use cloud::{AgentNotice, Call, FaultSchedule, SimCloud, SimQuota};
+pub use cloud::{AgentNotice, Call, FaultSchedule, SimCloud, SimQuota, Transfer};
 pub use intercept::{Asked, Intercepted, Verdict};
 pub use latency::Delayed;
 pub use trace::{Trace, TraceError};
