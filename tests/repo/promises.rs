@@ -12,10 +12,6 @@ const LIMIT: usize = 800;
 /// limit is taken off this list.
 const LONG_FILES: &[(&str, &str)] = &[
     (
-        "src/controller/tests.rs",
-        "the controller's scenario tests, to be split by scenario (issue 50)",
-    ),
-    (
         "tests/agent_training.rs",
         "the real-PyTorch harness and its stop-path tests, to be split",
     ),
