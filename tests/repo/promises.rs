@@ -12,10 +12,6 @@ const LIMIT: usize = 800;
 /// limit is taken off this list.
 const LONG_FILES: &[(&str, &str)] = &[
     (
-        "tests/agent_training.rs",
-        "the real-PyTorch harness and its stop-path tests, to be split",
-    ),
-    (
         "tests/terraform_modules.rs",
         "terraform apply of each module with its assertions, to be split",
     ),
