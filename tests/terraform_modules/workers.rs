@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::common::{
     Reaper, controller_command, free_port, respond, submit, tern_json, wait_for_child,
 };
-use super::{Rendering, render_all};
+use super::templates::{Rendering, render_all};
 
 const TOKEN: &str = "terraform-workers-admin";
 
