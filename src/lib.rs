@@ -18,6 +18,7 @@ pub mod scratch;
 pub mod serve;
 pub mod sim;
 pub mod store;
+pub mod terminal;
 
 /// Test certificates (a private CA and a server certificate); never in a release build.
 #[cfg(any(test, feature = "test-util"))]

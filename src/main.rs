@@ -1,6 +1,24 @@
 //! `tern`: the single binary. This file only wires subcommands; each lives in `cmd/` and calls
 //! the `tern` library.
 
+/// `println!` for people: the line through [`tern::terminal::safe`] first, so no text a worker
+/// or a file wrote can drive the terminal. JSON for scripts is printed as it is.
+macro_rules! say {
+    () => {
+        println!()
+    };
+    ($($arg:tt)*) => {
+        println!("{}", tern::terminal::safe(&format!($($arg)*)))
+    };
+}
+
+/// `eprintln!` for people, likewise.
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        eprintln!("{}", tern::terminal::safe(&format!($($arg)*)))
+    };
+}
+
 mod cmd;
 
 use clap::{Parser, Subcommand};
@@ -96,7 +114,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            say_err!("error: {err:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -120,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let job_run = match args.command.is_empty() {
         true => {
             let r = rt.block_on(fetch_run(&client, &args.job))?;
-            eprintln!(
+            say_err!(
                 "tern agent: running job {}'s [run]: {}",
                 args.job,
                 r.command.join(" ")
@@ -128,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(r)
         }
         false => {
-            eprintln!("tern agent: running the command given after `--`");
+            say_err!("tern agent: running the command given after `--`");
             None
         }
     };
@@ -148,7 +148,7 @@ async fn fetch_run(
         match client.job_run(job).await {
             Ok(r) => return Ok(r),
             Err(e) if e.is_retryable() && std::time::Instant::now() < until => {
-                eprintln!("tern agent: asking for job {job}'s [run]: {e}; trying again");
+                say_err!("tern agent: asking for job {job}'s [run]: {e}; trying again");
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             Err(e) => anyhow::bail!(

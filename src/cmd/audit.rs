@@ -42,6 +42,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             r.status.to_string(),
         ]);
     }
-    println!("{t}");
+    say!("{t}");
     Ok(())
 }

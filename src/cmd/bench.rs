@@ -93,9 +93,13 @@ fn bench_catalog(iterations: usize, json: bool) -> anyhow::Result<()> {
     let t = Timings::from_samples(samples);
     let profile = build_profile();
     if !json {
-        println!(
+        say!(
             "bundled catalog: {rows} rows -> {offers} offers; load p50 {:.1} ms, p95 {:.1} ms, min {:.1} ms, max {:.1} ms over {} runs ({profile} build)",
-            t.p50_ms, t.p95_ms, t.min_ms, t.max_ms, t.iterations
+            t.p50_ms,
+            t.p95_ms,
+            t.min_ms,
+            t.max_ms,
+            t.iterations
         );
     }
     print_json_line(&serde_json::json!({

@@ -212,7 +212,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if args.json {
         print_json_line(&figure).context("printing")?;
     } else {
-        println!(
+        say!(
             "API over {} jobs / {} instances, cloud calls +{} ms, {} passes in {} s:\n  GET /v1/jobs: p50 {:.1} ms, p99 {:.1} ms ({} requests)\n  POST /v1/jobs/{{name}}/progress: p50 {:.1} ms, p99 {:.1} ms ({} requests)",
             figure.jobs,
             figure.instances,

@@ -77,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         return print_json_line(&figure);
     }
-    println!(
+    say!(
         "{} build: {} zones, {} windows; replayed tern in {:.2} s, the controller in a closed loop in {:.1} s ({:.2} s per window on {} threads)",
         figure.build,
         figure.zones,
@@ -87,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         figure.seconds_per_window,
         prepared.threads()
     );
-    println!(
+    say!(
         "mean cost / on-demand: tern {:.4} ({} misses), controller {:.4} ({} misses): controller = {:.3} × tern",
         figure.tern_mean_cost_ratio,
         figure.tern_misses,

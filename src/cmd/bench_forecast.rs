@@ -227,24 +227,30 @@ fn controller_ticks(iterations: usize, jobs: usize) -> anyhow::Result<Ticks> {
 }
 
 fn print_text(f: &Figures, jobs: usize, build: &str) {
-    println!(
+    say!(
         "fit, one job ({} shapes): cold p50 {:.2} ms, warm-started p50 {:.2} ms",
-        f.job_rows, f.cold.p50_ms, f.warm.p50_ms
+        f.job_rows,
+        f.cold.p50_ms,
+        f.warm.p50_ms
     );
-    println!(
+    say!(
         "fit, profile-sized ({} rows): p50 {:.1} ms",
-        f.profile_rows, f.profile.p50_ms
+        f.profile_rows,
+        f.profile.p50_ms
     );
-    println!("predict: {:.1} µs per call", f.ticks.predict_ms * 1e3);
-    println!(
+    say!("predict: {:.1} µs per call", f.ticks.predict_ms * 1e3);
+    say!(
         "controller, {jobs} jobs ({build} build): first fit of all {} models {:.0} ms",
-        f.ticks.initial, f.ticks.initial_ms
+        f.ticks.initial,
+        f.ticks.initial_ms
     );
-    println!(
+    say!(
         "  tick, steady observations: {} refits, p50 {:.1} ms, p95 {:.1} ms",
-        f.ticks.steady_n, f.ticks.steady.p50_ms, f.ticks.steady.p95_ms
+        f.ticks.steady_n,
+        f.ticks.steady.p50_ms,
+        f.ticks.steady.p95_ms
     );
-    println!(
+    say!(
         "  tick, every job 10 % slower at one shape: {} refits, p50 {:.0} ms, p95 {:.0} ms ({:.2} ms per job)",
         f.ticks.shifted_n,
         f.ticks.shifted.p50_ms,

@@ -125,7 +125,7 @@ fn print_text(
     report: &tern_plan::PlanReport,
     build: &str,
 ) {
-    println!(
+    say!(
         "plan {} jobs x {} offers: p50 {:.1} ms, p95 {:.1} ms over {} runs ({build} build); solver {:?} (gap {}), {} placed; configurations {} generated, {} in the MILP as {} columns over {} components; solve {:.1} ms",
         args.jobs,
         offers,

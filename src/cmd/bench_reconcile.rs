@@ -239,7 +239,7 @@ fn show(plain: &Figure, with: Option<&Figure>, json: bool) -> anyhow::Result<()>
     }
     for (label, f) in [("", Some(plain)), ("with the quota file: ", with)] {
         let Some(figure) = f else { continue };
-        println!(
+        say!(
             "{label}one reconcile pass over {} jobs / {} instances: {:.1} ms CPU (mean of {}; {:.1} ms of it inside the simulated cloud's calls), {:.1} ms wall (median; max {:.1}); first pass (plan + launch everything): {:.0} ms CPU",
             figure.jobs,
             figure.instances,
@@ -252,7 +252,7 @@ fn show(plain: &Figure, with: Option<&Figure>, json: bool) -> anyhow::Result<()>
         );
     }
     if let Some(w) = with {
-        println!(
+        say!(
             "with / without the quota file: {:.2}× CPU per steady pass",
             w.cpu_ms / plain.cpu_ms.max(1e-9)
         );
@@ -287,7 +287,7 @@ async fn measure(args: &Args, limited: Limited) -> anyhow::Result<Figure> {
     let cpu_total = cpu_ns as f64 / 1e6;
     if ctl.instances().next().is_none() {
         for e in ctl.store().events(0, None)?.iter().rev().take(3) {
-            eprintln!("{:?} {}: {}", e.job, e.kind, e.message);
+            say_err!("{:?} {}: {}", e.job, e.kind, e.message);
         }
         anyhow::bail!("the benchmark fleet did not launch (events above)");
     }

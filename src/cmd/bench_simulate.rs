@@ -103,12 +103,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         return print_json_line(&figure);
     }
-    println!(
+    say!(
         "replayed {} zones × {:.0} h, {} windows × {} policies in {:.2} s",
-        figure.zones, figure.trace_hours, figure.windows, figure.policies, figure.seconds
+        figure.zones,
+        figure.trace_hours,
+        figure.windows,
+        figure.policies,
+        figure.seconds
     );
     for (p, s) in &figure.seconds_per_policy {
-        println!("  {p:8} {s:.2} s");
+        say!("  {p:8} {s:.2} s");
     }
     Ok(())
 }

@@ -35,22 +35,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         return print_json_line(&r);
     }
-    println!(
+    say!(
         "soak: {:.0} s wall, {} SIGKILLs; faults: flapping spot, 10 % throttled, 2 % transient, 20 % notices lost, 20 % late",
-        r.wall_seconds, r.kills
+        r.wall_seconds,
+        r.kills
     );
-    println!(
+    say!(
         "deadlines met: {} of {} jobs on-demand could finish in time (states: {:?})",
-        r.feasible_met_deadline, r.feasible_jobs, r.job_states
+        r.feasible_met_deadline,
+        r.feasible_jobs,
+        r.job_states
     );
-    println!(
+    say!(
         "orphaned instances {}, duplicate launches {} (of {} launched), samples lost beyond a checkpoint {}",
         r.orphaned_instances,
         r.duplicate_launches,
         r.launched_instances,
         r.samples_lost_beyond_checkpoint
     );
-    println!(
+    say!(
         "worst hour of launches {:.2} × the launch budget ({} job(s) over); garbage reports: {} sent, {} refused, {} accepted; server errors {}",
         r.worst_launch_hour_vs_budget,
         r.jobs_over_launch_budget,

@@ -108,7 +108,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         }));
     }
     for w in &c.warnings {
-        eprintln!("warning: {w}");
+        say_err!("warning: {w}");
     }
     print!("{}", c.spec);
     Ok(())

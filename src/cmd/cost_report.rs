@@ -105,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match &args.output {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!("wrote {}", path.display());
+            say_err!("wrote {}", path.display());
         }
         None => print!("{text}"),
     }
@@ -116,7 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// spend against budget by team, actual vs on-demand vs plan otherwise).
 pub fn render(report: &CostReport, format: Format) -> anyhow::Result<String> {
     Ok(match format {
-        Format::Table => report::render::table_text(report),
+        Format::Table => tern::terminal::safe(&report::render::table_text(report)).into_owned(),
         Format::Csv => report::render::csv_text(report)?,
         Format::Json => format!("{}\n", serde_json::to_string(report)?),
         Format::Html => report::html::page(report, &[])?,

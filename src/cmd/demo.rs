@@ -200,7 +200,7 @@ struct Summary {
 /// Say on stderr when seeded synthetic availability stands in for the real traces.
 pub fn print_trace_note(traces: &SimTraces) {
     if let Some(why) = &traces.synthetic_because {
-        eprintln!(
+        say_err!(
             "note: {why}; using seeded synthetic spot availability instead (pass --trace FILE or set TERN_DATA for real traces)"
         );
     }
@@ -290,7 +290,7 @@ async fn demo(args: Args) -> anyhow::Result<()> {
         _tmp,
     } = setup(&args)?;
     if !args.json {
-        println!(
+        say!(
             "tern demo: simulated cloud with {} spot pools in {} zones ({}), bundled catalog prices; one reconcile pass every {} virtual seconds. Pools:",
             notes.len(),
             zones.len(),
@@ -298,9 +298,9 @@ async fn demo(args: Args) -> anyhow::Result<()> {
             args.tick
         );
         for n in &notes {
-            println!("  {n}");
+            say!("  {n}");
         }
-        println!("state: {}\n", state.display());
+        say!("state: {}\n", state.display());
     }
     let horizon = chrono::TimeDelta::milliseconds((args.hours * 3_600_000.0) as i64);
     let mut log = EventLog {
@@ -346,7 +346,7 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     } else {
         log.finish();
         if log.hidden > 0 {
-            println!(
+            say!(
                 "({} repeated wait/plan lines of jobs still waiting hidden; --verbose prints every pass)",
                 log.hidden
             );
@@ -368,7 +368,7 @@ fn print_new_events(
     *last = events.last().map_or(*last, |e| e.id);
     if !args.json {
         for line in log.pass(&events, start) {
-            println!("{line}");
+            say!("{line}");
         }
     }
     Ok(())
@@ -486,15 +486,20 @@ fn summarise(
 }
 
 fn print_summary(s: &Summary, report: &CostReport, start: DateTime<Utc>) {
-    println!(
+    say!(
         "\nCost report after {:.1} virtual hours ({} passes, {:.1} s wall):",
-        s.virtual_hours, s.passes, s.wall_seconds
+        s.virtual_hours,
+        s.passes,
+        s.wall_seconds
     );
-    print!("{}", report::render::table_text(report));
+    print!(
+        "{}",
+        tern::terminal::safe(&report::render::table_text(report))
+    );
     for j in s.jobs.iter().filter(|j| j.reason.is_some()) {
-        println!("{}: {}", j.job, j.reason.as_deref().unwrap_or(""));
+        say!("{}: {}", j.job, j.reason.as_deref().unwrap_or(""));
     }
-    println!(
+    say!(
         "total ${:.2} vs ${:.2} on demand: saved ${:.2} ({:.0} %); {:.1} spot and {:.1} on-demand instance-hours",
         s.cost_usd,
         s.on_demand_usd,
@@ -504,7 +509,7 @@ fn print_summary(s: &Summary, report: &CostReport, start: DateTime<Utc>) {
         s.on_demand_hours
     );
     for m in &s.migrations {
-        println!(
+        say!(
             "migrated {} {} → {} at {}: expected ${:.2}, realised ${:.2}",
             m.job,
             m.from,
@@ -519,7 +524,7 @@ fn print_summary(s: &Summary, report: &CostReport, start: DateTime<Utc>) {
         .iter()
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
-    println!(
+    say!(
         "{} launches, {} interruption notices, {} migrations, {} leaks collected, cloud API errors: {}; {} instances left running",
         s.launches,
         s.notices,
@@ -533,7 +538,7 @@ fn print_summary(s: &Summary, report: &CostReport, start: DateTime<Utc>) {
         s.instances_left
     );
     if let Some(html) = &s.report_html {
-        println!("HTML cost report: {}", html.display());
+        say!("HTML cost report: {}", html.display());
     }
 }
 

@@ -97,7 +97,7 @@ pub fn run(args: &LocalArgs, traces: &[PathBuf], json: bool) -> anyhow::Result<(
             Some(_) => "its files go with the temporary folder (--folder DIR keeps them)".into(),
             None => format!("its files are in {}", folder.display()),
         };
-        println!("\nstopped the controller: {left} process(es) of its hosts left; {files}");
+        say!("\nstopped the controller: {left} process(es) of its hosts left; {files}");
     }
     if left > 0 {
         bail!("{left} process(es) of the demo's hosts outlived the controller");
@@ -265,7 +265,7 @@ async fn watch(
     client.submit(&std::fs::read_to_string(spec)?).await?;
     let say = |line: String| {
         if !json {
-            println!("{:>5.0} s  {line}", started.elapsed().as_secs_f64());
+            say!("{:>5.0} s  {line}", started.elapsed().as_secs_f64());
         }
     };
     say(format!(
@@ -303,7 +303,7 @@ async fn watch(
     };
     let report = client.costs(&query).await?;
     if !json {
-        println!("\n{}", tern::report::render::table_text(&report));
+        say!("\n{}", tern::report::render::table_text(&report));
     }
     let seen = train_events(folder);
     let starts = seen

@@ -27,7 +27,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(&timeline)?);
     } else {
-        print!("{}", explain::text(&timeline));
+        print!("{}", tern::terminal::safe(&explain::text(&timeline)));
     }
     Ok(())
 }

@@ -268,7 +268,7 @@ fn pct(v: Option<f64>) -> String {
 
 fn print_evaluation(r: &EvaluateReport<'_>) {
     let e = r.evaluation;
-    println!(
+    say!(
         "{} ({}{}), fit on {}: {} rows fitted, {} evaluated, MAPE {}",
         r.profile,
         r.gpu.unwrap_or("default files"),
@@ -285,11 +285,11 @@ fn print_evaluation(r: &EvaluateReport<'_>) {
         (None, Some(a)) => format!("accelerator {a}"),
         (None, None) => "generic hardware".into(),
     };
-    println!(
+    say!(
         "interconnect prior: cross-node / intra-node sync ratio {:.2} ({basis})",
         r.cross_ratio_prior
     );
-    println!(
+    say!(
         "90 % interval: covers {} of evaluated rows, mean high/low ratio {}",
         pct(e.coverage.map(|c| c * 100.0)),
         e.mean_interval_ratio
@@ -297,13 +297,15 @@ fn print_evaluation(r: &EvaluateReport<'_>) {
             .unwrap_or_else(|| "-".into())
     );
     for p in &e.probes {
-        println!(
+        say!(
             "probe: {} GPUs on {} nodes, local batch {}",
-            p.gpus, p.nodes, p.local_batch
+            p.gpus,
+            p.nodes,
+            p.local_batch
         );
     }
     let p = &e.params;
-    println!(
+    say!(
         "params: alpha_c {:.3e} beta_c {:.3e} alpha_r {:.3e} beta_r {:.3e} alpha_n {:.3e} beta_n {:.3e} gamma {:.2}; identified compute={} intra={} cross={}",
         p.alpha_c,
         p.beta_c,
@@ -326,7 +328,7 @@ fn print_evaluation(r: &EvaluateReport<'_>) {
                 format!("{:+.1} %", (g.bias.exp() - 1.0) * 100.0),
             ]);
         }
-        println!("{t}");
+        say!("{t}");
     }
 }
 
@@ -420,9 +422,13 @@ fn hours(s: f64) -> String {
 }
 
 fn print_job(r: &JobReport<'_>, spec: &JobSpec) {
-    println!(
+    say!(
         "{} ({}): {} samples, workers {}..{}",
-        r.job, spec.team, r.samples, spec.workers.min, spec.workers.max
+        r.job,
+        spec.team,
+        r.samples,
+        spec.workers.min,
+        spec.workers.max
     );
     let mut t = table(&[
         "accelerator",
@@ -455,8 +461,8 @@ fn print_job(r: &JobReport<'_>, spec: &JobSpec) {
             },
         ]);
     }
-    println!("{t}");
+    say!("{t}");
     for u in &r.unavailable {
-        println!("no forecast: {u}");
+        say!("no forecast: {u}");
     }
 }

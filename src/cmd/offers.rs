@@ -175,17 +175,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     if shown.is_empty() {
-        eprintln!("no offers match these filters ({source})");
+        say_err!("no offers match these filters ({source})");
         return Ok(());
     }
-    println!("{}", offers_table(&shown));
+    say!("{}", offers_table(&shown));
     // The prices' source as the JSON gives it: `--live` says so, the catalogs say which.
     let source = if args.live {
         source
     } else {
         format!("the {source}")
     };
-    println!(
+    say!(
         "{} of {} rows, cheapest first; prices from {source}.",
         shown.len(),
         matching

@@ -155,7 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else {
             "nothing: add a [hint] to price it here"
         };
-        println!(
+        say!(
             "note: nobody has measured {}: this plan stands on {on}; `tern controller` starts \
              it with a bounded probe and plans it on the steps it measures",
             j.spec.name
@@ -217,7 +217,7 @@ fn print_report(r: &PlanReport, catalog: &str) {
         print_job(j);
     }
     let c = &r.candidates;
-    println!(
+    say!(
         "{} of {} jobs placed, expected ${:.2} in total ({} objective)",
         r.placed,
         r.placed + r.unplaced,
@@ -228,7 +228,7 @@ fn print_report(r: &PlanReport, catalog: &str) {
         }
     );
     print_teams(r);
-    println!(
+    say!(
         "solver: {:?}{}{} in {:.0} ms; {} offers from the {catalog}; configurations: {} generated, {} infeasible, {} dominated, {} beyond the per-job cap, {} in the MILP ({} columns over {} independent groups of jobs)",
         r.solver,
         r.fallback_reason
@@ -259,7 +259,7 @@ fn print_job(j: &tern_plan::JobPlan) {
         .unwrap_or_default();
     match &j.choice {
         Some(c) => {
-            println!(
+            say!(
                 "{} (team {}): {} x {} [{}] {} in {}{}",
                 j.job,
                 j.team,
@@ -274,23 +274,26 @@ fn print_job(j: &tern_plan::JobPlan) {
                     ""
                 }
             );
-            println!(
+            say!(
                 "    ${:.2}/h, expected ${:.2} in total, finishes in {:.1} h (at worst {:.1} h){deadline}",
-                c.hourly, c.expected_cost, c.finish_h, c.finish_high_h
+                c.hourly,
+                c.expected_cost,
+                c.finish_h,
+                c.finish_high_h
             );
         }
         None => {
-            println!("{} (team {}): NOT PLACED{deadline}", j.job, j.team);
+            say!("{} (team {}): NOT PLACED{deadline}", j.job, j.team);
             if let Some(reason) = &j.reason {
-                println!("    why: {reason}");
+                say!("    why: {reason}");
             }
         }
     }
     if let Some(v) = &j.versus_cheapest_per_accelerator_hour {
-        println!("    note: {v}");
+        say!("    note: {v}");
     }
     for a in &j.alternatives {
-        println!(
+        say!(
             "    instead of {} x {} [{}] {} in {}: {}",
             a.config.nodes,
             a.config.instance_type,
@@ -300,7 +303,7 @@ fn print_job(j: &tern_plan::JobPlan) {
             a.why_not
         );
     }
-    println!();
+    say!();
 }
 
 /// Each team's accelerators against its entitlement, when there is more than one team or
@@ -309,19 +312,24 @@ fn print_teams(r: &PlanReport) {
     if r.teams.len() < 2 && r.fairness == 0.0 {
         return;
     }
-    println!("teams (fairness {}):", r.fairness);
+    say!("teams (fairness {}):", r.fairness);
     for t in &r.teams {
         let share = t
             .share
             .map(|s| format!("{:.0} % of its entitlement", s * 100.0))
             .unwrap_or_else(|| "nothing it could run".into());
-        println!(
+        say!(
             "    {} (weight {}): {} of {} jobs placed, {} of {:.1} accelerators entitled: {share}",
-            t.team, t.weight, t.placed, t.jobs, t.accelerators, t.entitled
+            t.team,
+            t.weight,
+            t.placed,
+            t.jobs,
+            t.accelerators,
+            t.entitled
         );
     }
     if let Some(cost_only) = r.cost_only_expected_cost {
-        println!(
+        say!(
             "    fairness changes the expected cost by ${:+.2} (cost only: ${cost_only:.2})",
             r.expected_cost - cost_only
         );

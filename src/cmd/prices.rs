@@ -124,7 +124,7 @@ fn import(
         }));
     }
     for s in &summaries {
-        println!(
+        say!(
             "imported {}: {} offers at {}, {} new or changed prices (snapshot {})",
             s.source,
             s.offers,
@@ -133,7 +133,7 @@ fn import(
             s.id
         );
     }
-    println!("price history: {}", db.path()?.display());
+    say!("price history: {}", db.path()?.display());
     Ok(())
 }
 
@@ -160,7 +160,7 @@ fn history(
         }));
     }
     if points.is_empty() {
-        eprintln!(
+        say_err!(
             "no recorded prices for {instance_type}{}{} in {}",
             zone.map(|z| format!(" in {z}")).unwrap_or_default(),
             capacity.map(|c| format!(" ({c})")).unwrap_or_default(),
@@ -188,8 +188,8 @@ fn history(
             p.source.clone(),
         ]);
     }
-    println!("{t}");
-    println!(
+    say!("{t}");
+    say!(
         "{} price points (a price holds until the next point for its zone and capacity)",
         points.len()
     );
@@ -212,6 +212,6 @@ fn snapshots(db: &DbArgs, json: bool) -> anyhow::Result<()> {
             s.source.clone(),
         ]);
     }
-    println!("{t}");
+    say!("{t}");
     Ok(())
 }

@@ -128,7 +128,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    eprintln!(
+    say_err!(
         "tern sim: serving the simulated cloud on http://{} at {}× speed",
         listener.local_addr()?,
         args.speed
@@ -171,7 +171,7 @@ async fn print_report(args: ReportArgs) -> anyhow::Result<()> {
             "launched_instances": report.launched_instances,
         }));
     }
-    println!(
+    say!(
         "{} running, {} orphaned, {} duplicate launches, {} launched in all, ${:.2} billed (virtual time {})",
         report.running_instances,
         orphaned.map_or("?".to_string(), |n| n.to_string()),

@@ -271,7 +271,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let reports = reports(&args, &c.policies, &zone_names, &results);
     let windows = total / passes.max(1);
     let setup = setup_line(&args, &c, &prepared[0], windows, elapsed.as_secs_f64());
-    eprintln!("{setup}");
+    say_err!("{setup}");
     if args.json {
         let mut report = serde_json::Map::new();
         for (p, r) in &reports {
@@ -280,7 +280,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return print_json_line(&report);
     }
     print_table(&args, &c.policies, &zone_names, &results, &reports);
-    println!("{setup}");
+    say!("{setup}");
     Ok(())
 }
 
@@ -356,7 +356,7 @@ fn setup_line(args: &Args, c: &Checked, first: &Prepared, windows: usize, secs: 
             c.curve.as_ref().map_or("linear", |(_, from)| from.as_str())
         );
     } else if c.curve.is_some() {
-        eprintln!(
+        say_err!(
             "note: without --min-nodes below --nodes the job is a gang; the scaling curve is unused"
         );
     }
@@ -408,7 +408,7 @@ fn print_table(
             add("average", p.name(), r);
         }
     }
-    println!("{t}");
+    say!("{t}");
 }
 
 /// One label per trace for `--per-trace` rows and JSON keys: the zone, and `zone#n` (n from 1,
@@ -554,7 +554,7 @@ fn write_report(
         .filter(|p| !added.contains(p))
         .map(|p| p.name())
         .collect();
-    eprintln!(
+    say_err!(
         "wrote {} ({} windows as jobs, teams {}{})",
         path.display(),
         report.rows.len(),

@@ -93,7 +93,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let text = if super::convert::is_task(&args.job) {
         let c = super::convert::convert(&args.job, &args.task)?;
         for w in &c.warnings {
-            eprintln!("warning: {w}");
+            say_err!("warning: {w}");
         }
         c.spec
     } else if args.task.any() {
@@ -116,7 +116,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let body = wire_spec(&text, &spec, spec_folder(&args.job))?;
     let name = call(&args.server, async |c| c.submit(&body).await)?;
     debug_assert_eq!(name, spec.name);
-    println!("submitted {name}");
+    say!("submitted {name}");
     Ok(())
 }
 
@@ -153,11 +153,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             j.reason.clone().unwrap_or_default(),
         ]);
     }
-    println!("{t}");
+    say!("{t}");
     if let [j] = jobs.as_slice()
         && let Some(r) = &j.run
     {
-        println!("{}", run_line(r));
+        say!("{}", run_line(r));
     }
     Ok(())
 }
@@ -229,11 +229,11 @@ fn finish_in(seconds: f64) -> String {
 pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {
     let status = call(&args.server, async |c| c.cancel(&args.name).await)?;
     match status.as_ref().map(|s| s.state.as_str()) {
-        Some(state @ ("finished" | "failed" | "over-budget")) => println!(
+        Some(state @ ("finished" | "failed" | "over-budget")) => say!(
             "{} had already ended ({state}): nothing to cancel",
             args.name
         ),
-        _ => println!("cancelled {}", args.name),
+        _ => say!("cancelled {}", args.name),
     }
     Ok(())
 }

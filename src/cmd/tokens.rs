@@ -84,9 +84,9 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
         }
         return super::output::print_json_line(&out);
     }
-    println!("created {} token {}{}", made.role, made.id, scope(&made));
-    println!("{secret}");
-    eprintln!(
+    say!("created {} token {}{}", made.role, made.id, scope(&made));
+    say!("{secret}");
+    say_err!(
         "The token is shown only now; revoke it with `tern token revoke {}`.",
         made.id
     );
@@ -117,7 +117,7 @@ fn list(args: ListArgs) -> anyhow::Result<()> {
             v.revoked_at.map(|r| r.to_rfc3339()).unwrap_or_default(),
         ]);
     }
-    println!("{t}");
+    say!("{t}");
     Ok(())
 }
 
@@ -126,6 +126,6 @@ fn revoke(args: RevokeArgs) -> anyhow::Result<()> {
     if args.json {
         return super::output::print_json_line(&done);
     }
-    println!("revoked {}", done.id);
+    say!("revoked {}", done.id);
     Ok(())
 }

@@ -233,13 +233,18 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |v| format!("{v:.6}"))
 }
 
+/// A text cell (names, states, reasons): never a formula to a spreadsheet.
+fn text(s: &str) -> String {
+    crate::terminal::csv_cell(s).into_owned()
+}
+
 fn csv_record(kind: &str, by: GroupBy, r: &CostRow) -> Vec<String> {
     let mut cells = vec![
         kind.into(),
         by.as_str().into(),
-        r.key.clone(),
-        r.state.clone().unwrap_or_default(),
-        r.reason.clone().unwrap_or_default(),
+        text(&r.key),
+        text(r.state.as_deref().unwrap_or_default()),
+        text(r.reason.as_deref().unwrap_or_default()),
         r.jobs.to_string(),
         r.instances.to_string(),
         format!("{:.6}", r.instance_hours),
@@ -275,12 +280,12 @@ pub fn csv_text(report: &CostReport) -> Result<String, csv::Error> {
         s.write_record(SEGMENT_COLUMNS)?;
         for g in &report.segments {
             s.write_record([
-                g.job.clone(),
-                g.instance.clone(),
-                g.cloud.clone(),
-                g.zone.clone(),
-                g.instance_type.clone(),
-                g.capacity.clone(),
+                text(&g.job),
+                text(&g.instance),
+                text(&g.cloud),
+                text(&g.zone),
+                text(&g.instance_type),
+                text(&g.capacity),
                 g.started_at.to_rfc3339(),
                 g.ended_at.map(|e| e.to_rfc3339()).unwrap_or_default(),
                 format!("{:.6}", g.billed_hours),

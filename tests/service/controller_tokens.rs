@@ -22,7 +22,7 @@ impl Drop for Controller {
 }
 
 /// One HTTP call; the status and the body as JSON (`null` when it is not).
-fn call(addr: &str, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
+pub(crate) fn call(addr: &str, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
     let mut s = TcpStream::connect(addr).expect("connect");
     write!(
         s,

@@ -9,3 +9,4 @@ mod controller_state;
 mod controller_tls;
 mod controller_tokens;
 mod slow_clients;
+mod terminal_text;
