@@ -35,6 +35,17 @@ pub struct JobStatus {
     /// job's team (`<redacted>` for its agents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<tern_cloud::run::RunSpec>,
+    /// Why the job is not running as planned now (a limit, the deadline policy, no capacity),
+    /// and since when; absent once it runs or ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+}
+
+/// A job's current wait, as the last pass saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    pub reason: String,
+    pub since: DateTime<Utc>,
 }
 
 impl JobStatus {

@@ -150,7 +150,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             format!("{:.2}", j.dollars_per_hour),
             forecast,
             finish,
-            j.reason.clone().unwrap_or_default(),
+            reason_cell(j, chrono::Utc::now()),
         ]);
     }
     say!("{t}");
@@ -160,6 +160,23 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         say!("{}", run_line(r));
     }
     Ok(())
+}
+
+/// Why the job ended as it did, else why it waits and for how long.
+fn reason_cell(j: &JobStatus, now: chrono::DateTime<chrono::Utc>) -> String {
+    if let Some(r) = &j.reason {
+        return r.clone();
+    }
+    let Some(w) = &j.waiting else {
+        return String::new();
+    };
+    let m = (now - w.since).num_minutes().max(0);
+    let age = if m < 60 {
+        format!("{m}m")
+    } else {
+        format!("{}h{:02}m", m / 60, m % 60)
+    };
+    format!("waiting {age}: {}", w.reason)
 }
 
 /// A job's `[run]` in one line: the command, whether it has a setup, its env names (never the

@@ -201,8 +201,8 @@ struct JobEntry {
     last_migrate_check: Option<DateTime<Utc>>,
     /// Set by events (notice, loss, capacity error) to reconcile now, not at the next period.
     dirty: bool,
-    /// Last "waiting" reason printed, so a wait is reported once, not every pass.
-    waiting: Option<String>,
+    /// The job's current wait: reported once as an event, its text kept up to date.
+    waiting: Option<wait::Current>,
     /// `record.planned_cost` was set in memory and not written yet (the next write of the
     /// record carries it; a job that waits writes it then).
     estimate_unsaved: bool,
@@ -451,6 +451,16 @@ impl Controller {
 
     pub fn jobs(&self) -> impl Iterator<Item = &JobRecord> {
         self.fleet.jobs.values().map(|e| &e.record)
+    }
+
+    /// Why `name` waits now and since when, as the last pass saw it; `None` once it runs.
+    pub fn waiting(&self, name: &str) -> Option<crate::api::wire::Waiting> {
+        let e = self.fleet.jobs.get(name)?;
+        let w = e.waiting.as_ref().filter(|_| !e.record.state.is_final())?;
+        Some(crate::api::wire::Waiting {
+            reason: w.reason.clone(),
+            since: w.since,
+        })
     }
 
     /// Live (not ended) instances the controller tracks.

@@ -641,15 +641,21 @@ impl Controller {
         if std::mem::take(&mut e.estimate_unsaved) {
             self.store.update_job(&e.record, now)?;
         }
-        // The policy's reasons carry costs that move every pass: one event while it waits.
-        let shown = match &reason {
+        // The policy's reasons carry costs that move every pass: one event while it waits, the
+        // text kept current.
+        let key = match &reason {
             WaitReason::Policy { .. } => "policy".to_string(),
             r => r.to_string(),
         };
-        if e.waiting.as_deref() == Some(shown.as_str()) {
+        if let Some(w) = e.waiting.as_mut().filter(|w| w.key == key) {
+            w.reason = reason.to_string();
             return Ok(());
         }
-        e.waiting = Some(shown);
+        e.waiting = Some(super::wait::Current {
+            key,
+            reason: reason.to_string(),
+            since: now,
+        });
         self.emit(
             now,
             Event::Waiting {

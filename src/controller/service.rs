@@ -71,8 +71,10 @@ fn status_of(
     j: &JobRecord,
     mine: &[&InstanceRecord],
     forecast: Option<crate::api::wire::JobForecast>,
+    waiting: Option<crate::api::wire::Waiting>,
 ) -> JobStatus {
     JobStatus {
+        waiting,
         forecast,
         name: j.name().to_string(),
         team: j.spec.team.clone(),
@@ -162,6 +164,7 @@ impl View {
                         j,
                         mine,
                         super::basis::forecast_of(j, ctl.loaded(j.name()), mine),
+                        ctl.waiting(j.name()),
                     ),
                     drain: j.drain_requested,
                     fleet: fleet(ctl, j.name(), mine, &moving),
@@ -184,6 +187,7 @@ impl View {
                         &a.record,
                         &[],
                         super::basis::forecast_of(&a.record, Some(&a.loaded), &[]),
+                        None,
                     ),
                     drain: false,
                     fleet: super::protocol::Fleet::default(),
@@ -193,6 +197,7 @@ impl View {
             Request::Cancelled { job, .. } => {
                 if let Some(v) = self.jobs.get_mut(job) {
                     v.status.state = JobState::Cancelled.as_str().to_string();
+                    v.status.waiting = None;
                     v.status.reason = Some(super::inputs::CANCELLED_BY_USER.to_string());
                 }
             }

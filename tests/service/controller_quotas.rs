@@ -110,3 +110,81 @@ fn a_quota_no_offer_counts_against_stops_the_controller_at_start() {
         "{err}"
     );
 }
+
+/// `GET /v1/jobs/NAME` as JSON.
+fn job(addr: &str, name: &str) -> serde_json::Value {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(
+        s,
+        "GET /v1/jobs/{name} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let (_, body) = raw.split_once("\r\n\r\n").expect("http response");
+    serde_json::from_str(body).expect("json")
+}
+
+#[test]
+fn a_job_a_team_limit_holds_back_says_why_until_it_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("quota.toml");
+    // Nothing of the job's shape costs under a cent an hour.
+    std::fs::write(&file, "[team.ml]\nper_hour_usd = 0.01\n").expect("write");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = controller_command(&dir.path().join("state.db"), TOKEN)
+        .args(["--provider", "sim", "--speed", "600", "--listen", &addr])
+        .arg("--quota")
+        .arg(&file)
+        .spawn()
+        .expect("spawn controller");
+    wait_for(&addr);
+    let spec = dir.path().join("held.toml");
+    std::fs::write(&spec, tern_cloud::testkit::spec("held").team("ml").text()).expect("spec");
+    crate::common::submit(&spec, &format!("http://{addr}"), TOKEN);
+
+    let until = Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let j = job(&addr, "held");
+        if j["waiting"].is_object() || Instant::now() > until {
+            break j;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(held["state"], "pending", "{held}");
+    let reason = held["waiting"]["reason"].as_str().expect("a wait reason");
+    assert!(
+        reason.contains("held back by a limit") && reason.contains("ml"),
+        "{reason}"
+    );
+    assert!(held["waiting"]["since"].is_string(), "{held}");
+    // Passes go by; the wait is the same one, since the same moment.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(job(&addr, "held")["waiting"]["since"], held["waiting"]["since"]);
+    let table = std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["status", "--server", &format!("http://{addr}")])
+        .env("TERN_TOKEN", TOKEN)
+        .output()
+        .expect("tern status");
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("waiting ") && table.contains("held back by a limit"),
+        "{table}"
+    );
+
+    // The limit raised: the job runs and waits no more.
+    std::fs::write(&file, "[team.ml]\nper_hour_usd = 100\n").expect("write");
+    hangup(child.id());
+    let until = Instant::now() + Duration::from_secs(30);
+    let running = loop {
+        let j = job(&addr, "held");
+        if j["instances"].as_u64() > Some(0) || Instant::now() > until {
+            break j;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(running["instances"].as_u64() > Some(0), "{running}");
+    assert!(running.get("waiting").is_none(), "{running}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
