@@ -270,9 +270,14 @@ async fn check_quotas_against(
 }
 
 /// Read the quota file again at every SIGHUP. A file that does not check leaves the one in
-/// force, and the log says where it is wrong.
+/// force, and the log says where it is wrong. One that checks wins over a quota file set
+/// through `PUT /v1/quotas`, which is then forgotten. Each reload is in the audit log.
 #[cfg(unix)]
-async fn reload_on_hangup(path: PathBuf, shared: Arc<tern::controller::service::Shared>) {
+async fn reload_on_hangup(
+    path: PathBuf,
+    shared: Arc<tern::controller::service::Shared>,
+    store: Arc<tern::store::Store>,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!(
@@ -289,13 +294,67 @@ async fn reload_on_hangup(path: PathBuf, shared: Arc<tern::controller::service::
                 .map_err(|e| e.to_string()),
             Err(e) => Err(format!("reading {shown}: {e}")),
         };
-        match reloaded {
-            Ok(l) => tracing::info!(
-                quotas = l.quota.len(),
-                teams = l.team.len(),
-                "SIGHUP: {shown} reloaded"
-            ),
-            Err(e) => tracing::error!("SIGHUP: {e}; the quota file in force stays"),
+        let status = match reloaded {
+            Ok(l) => {
+                tracing::info!(
+                    quotas = l.quota.len(),
+                    teams = l.team.len(),
+                    "SIGHUP: {shown} reloaded"
+                );
+                match store.clear_setting(tern::store::QUOTAS) {
+                    Ok(true) => tracing::info!(
+                        "SIGHUP: {shown} replaces the quota file set through PUT /v1/quotas"
+                    ),
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(
+                        "SIGHUP: forgetting the quota file set through PUT /v1/quotas: {e}; \
+                         it would come back at a restart"
+                    ),
+                }
+                200
+            }
+            Err(e) => {
+                tracing::error!("SIGHUP: {e}; the quota file in force stays");
+                400
+            }
+        };
+        let entry = tern::store::AuditEntry {
+            id: 0,
+            at: chrono::Utc::now(),
+            token: "operator".into(),
+            role: "admin".into(),
+            method: "SIGHUP".into(),
+            path: shown,
+            job: None,
+            team: None,
+            status,
+        };
+        if let Err(e) = store.add_audit(&entry) {
+            tracing::error!("SIGHUP: writing the audit log: {e}");
+        }
+    }
+}
+
+/// The quota file in force at start: one set through `PUT /v1/quotas` and stored wins over
+/// `--quota`'s (it is the later change; a SIGHUP reload forgets it).
+fn quotas_in_force(
+    store: &tern::store::Store,
+    file: tern::limits::Limits,
+) -> anyhow::Result<tern::limits::Limits> {
+    let Some((text, at)) = store.setting(tern::store::QUOTAS)? else {
+        return Ok(file);
+    };
+    match tern::limits::Limits::parse(&text, "the quota file set through PUT /v1/quotas") {
+        Ok(limits) => {
+            tracing::info!(
+                "quotas: the quota file set through PUT /v1/quotas at {at} is in force \
+                 (a SIGHUP reloads --quota's file instead)"
+            );
+            Ok(limits)
+        }
+        Err(e) => {
+            tracing::warn!("quotas: {e}; --quota's file is in force instead");
+            Ok(file)
         }
     }
 }
@@ -344,6 +403,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.quota {
         check_quotas_against(&limits, path, provider.as_ref(), &regions).await?;
     }
+    let limits = quotas_in_force(&store, limits)?;
     // A real cloud's workers are real: only agents' reports move jobs forward.
     let workers = match (args.provider, args.no_simulated_workers, args.local_agents) {
         (ProviderKind::Sim, false, false) => Workers::Simulated,
@@ -371,7 +431,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     );
     #[cfg(unix)]
     if let Some(path) = args.quota.clone() {
-        tokio::spawn(reload_on_hangup(path, shared.clone()));
+        tokio::spawn(reload_on_hangup(path, shared.clone(), store.clone()));
     }
     let state = ApiState {
         shared,

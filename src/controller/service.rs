@@ -267,15 +267,30 @@ impl Shared {
         text: &str,
         file: &str,
     ) -> Result<Arc<crate::limits::Limits>, crate::limits::LimitsError> {
+        Ok(self.use_limits(self.checked_limits(text, file)?))
+    }
+
+    /// `text` as a quota file (named `file` in errors), checked as [`Self::reload_limits`]
+    /// does, without putting it in force.
+    pub fn checked_limits(
+        &self,
+        text: &str,
+        file: &str,
+    ) -> Result<crate::limits::Limits, crate::limits::LimitsError> {
         let limits = crate::limits::Limits::parse(text, file)?;
         let offers = self.view().offers.clone();
         if !offers.is_empty() {
             limits.check_against(&offers, file)?;
         }
+        Ok(limits)
+    }
+
+    /// Put checked `limits` in force: the API's at once, the controller's at its next pass.
+    pub fn use_limits(&self, limits: crate::limits::Limits) -> Arc<crate::limits::Limits> {
         let limits = Arc::new(limits);
         *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits.clone();
         self.send(Request::Limits(limits.clone()), true);
-        Ok(limits)
+        limits
     }
 
     /// The jobs as the API shows them now.

@@ -24,9 +24,11 @@ pub mod sql;
 mod workers;
 pub use workers::{Ended, Incarnation, Worker};
 mod audit;
+mod settings;
 mod sqlite;
 mod tokens;
 pub use audit::{AuditEntry, AuditQuery};
+pub use settings::QUOTAS;
 pub use tokens::{
     AGENT_PREFIX, AGENT_TOKEN_TAG, NewToken, Role, TOKEN_PREFIX, TokenRecord, base64url,
     check_scope, hash_secret,

@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0011_lease_epoch.sql"),
     include_str!("migrations/0012_worker_ended.sql"),
     include_str!("migrations/0013_worker_address.sql"),
+    include_str!("migrations/0014_settings.sql"),
 ];
 
 /// The schema this tern knows: how many migrations it has.

@@ -501,6 +501,37 @@ fn sqlite_workers_failed_alone_in_a_row() {
     workers_failed_alone_in_a_row(&Store::in_memory().expect("store"));
 }
 
+/// A setting outlives the handle that wrote it, a second write replaces it, clearing it
+/// says whether it was there.
+fn settings_survive_reopening(open: &dyn Fn() -> Store) {
+    let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().expect("time");
+    let store = open();
+    assert_eq!(store.setting(QUOTAS).expect("read"), None);
+    store
+        .put_setting(QUOTAS, "[team.a]\ntotal_usd = 1\n", t0)
+        .expect("put");
+    let t1 = t0 + chrono::TimeDelta::seconds(5);
+    store
+        .put_setting(QUOTAS, "[team.a]\ntotal_usd = 2\n", t1)
+        .expect("replace");
+    drop(store);
+    let again = open();
+    assert_eq!(
+        again.setting(QUOTAS).expect("read"),
+        Some(("[team.a]\ntotal_usd = 2\n".to_string(), t1))
+    );
+    assert!(again.clear_setting(QUOTAS).expect("clear"));
+    assert!(!again.clear_setting(QUOTAS).expect("clear twice"));
+    assert_eq!(again.setting(QUOTAS).expect("read"), None);
+}
+
+#[test]
+fn sqlite_settings_survive_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tern.db");
+    settings_survive_reopening(&|| Store::open(&path).expect("open"));
+}
+
 #[test]
 fn sqlite_tokens_and_audit() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -606,6 +637,9 @@ fn postgres_store_passes_the_same_checks() {
 
     let url = cluster.create_db("tokens").expect("db");
     tokens_and_audit(&|| Store::connect(&url).expect("connect"));
+
+    let url = cluster.create_db("settings").expect("db");
+    settings_survive_reopening(&|| Store::connect(&url).expect("connect"));
 
     let url = cluster.create_db("workers").expect("db");
     workers_failed_alone_in_a_row(&Store::connect(&url).expect("connect"));

@@ -160,7 +160,10 @@ fn a_job_a_team_limit_holds_back_says_why_until_it_runs() {
     assert!(held["waiting"]["since"].is_string(), "{held}");
     // Passes go by; the wait is the same one, since the same moment.
     std::thread::sleep(Duration::from_millis(600));
-    assert_eq!(job(&addr, "held")["waiting"]["since"], held["waiting"]["since"]);
+    assert_eq!(
+        job(&addr, "held")["waiting"]["since"],
+        held["waiting"]["since"]
+    );
     let table = std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(["status", "--server", &format!("http://{addr}")])
         .env("TERN_TOKEN", TOKEN)
@@ -187,4 +190,91 @@ fn a_job_a_team_limit_holds_back_says_why_until_it_runs() {
     assert!(running.get("waiting").is_none(), "{running}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A controller on `state` with `--quota file`, listening at `addr`.
+fn with_quota_file(
+    state: &std::path::Path,
+    file: &std::path::Path,
+    addr: &str,
+) -> std::process::Child {
+    let child = controller_command(state, TOKEN)
+        .args(["--provider", "sim", "--speed", "600", "--listen", addr])
+        .arg("--quota")
+        .arg(file)
+        .spawn()
+        .expect("spawn controller");
+    wait_for(addr);
+    child
+}
+
+fn stop(mut child: std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_budget_cut_through_the_api_survives_a_restart_until_the_file_is_reloaded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (state, file) = (dir.path().join("state.db"), dir.path().join("quota.toml"));
+    std::fs::write(&file, "[team.nlp]\ntotal_usd = 100\n").expect("write");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = with_quota_file(&state, &file, &addr);
+    let total = |addr: &str| get_quotas(addr)["team"]["nlp"]["total_usd"].clone();
+    assert_eq!(total(&addr), 100.0);
+
+    // An operator cuts the team's budget; a bad file is refused and changes nothing.
+    let put = |body: &str| crate::controller_tokens::call(&addr, "PUT", "/v1/quotas", TOKEN, body);
+    assert_eq!(put("[team.nlp]\ntotal_usd = -1\n").0, 400);
+    assert_eq!(put("[team.nlp]\ntotal_usd = 1\n").0, 200);
+    assert_eq!(total(&addr), 1.0);
+
+    // A deploy restarts the controller with the same --quota file: the cut holds.
+    stop(child);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = with_quota_file(&state, &file, &addr);
+    assert_eq!(total(&addr), 1.0, "the API's change outlives the restart");
+
+    // The file reloaded by SIGHUP is the later change: it wins, and the API's is forgotten.
+    hangup(child.id());
+    let until = Instant::now() + Duration::from_secs(10);
+    while total(&addr) != 100.0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(total(&addr), 100.0);
+    stop(child);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = with_quota_file(&state, &file, &addr);
+    assert_eq!(
+        total(&addr),
+        100.0,
+        "the file's after a reload and a restart"
+    );
+
+    // Both changes are in the audit log.
+    let (_, rows) = crate::controller_tokens::call(&addr, "GET", "/v1/audit", TOKEN, "");
+    let calls: Vec<(String, u64)> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                format!(
+                    "{} {}",
+                    r["method"].as_str().unwrap_or(""),
+                    r["path"].as_str().unwrap_or("")
+                ),
+                r["status"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let file_shown = file.display().to_string();
+    for want in [
+        ("PUT /v1/quotas".to_string(), 400),
+        ("PUT /v1/quotas".to_string(), 200),
+        (format!("SIGHUP {file_shown}"), 200),
+    ] {
+        assert!(calls.contains(&want), "{want:?} not in {calls:?}");
+    }
+    stop(child);
 }
