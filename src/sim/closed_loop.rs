@@ -455,6 +455,36 @@ mod tests {
         }
     }
 
+    /// The replay's windows (one every 2 h) of a one-node job on `traces`.
+    fn prepared(traces: &[Trace], work_hours: f64, deadline_hours: f64) -> Prepared {
+        tern_replay::Scenario {
+            traces: traces.to_vec(),
+            work_hours,
+            deadline_hours,
+            restart_hours: 0.2,
+            on_demand_price: None,
+            spot_price: None,
+            stride_hours: 2.0,
+            egress_cost: 0.0,
+            nodes: 1,
+        }
+        .prepare()
+        .expect("prepared")
+    }
+
+    /// The closed loop's one-node job, its checkpoint of `gb` billed at `per_gb` across regions.
+    fn one_node(work_hours: f64, deadline_hours: f64, gb: f64, per_gb: f64) -> LoopJob {
+        LoopJob {
+            work_hours,
+            deadline_hours,
+            restart_hours: 0.2,
+            nodes: 1,
+            min_nodes: 1,
+            checkpoint_gb: gb,
+            egress_per_gb: per_gb,
+        }
+    }
+
     /// Two traces of one zone (say K80 and V100 in us-west-2a) stay two pools in the loop, as
     /// they are two zones in the replay.
     #[test]
@@ -476,31 +506,11 @@ mod tests {
         let mut b = trace("us-west-2b");
         b.available = (0..48).map(|i| u32::from(i % 16 < 10)).collect();
         let traces = vec![a, b];
-        let prepared = tern_replay::Scenario {
-            traces: traces.clone(),
-            work_hours: 2.0,
-            deadline_hours: 4.0,
-            restart_hours: 0.2,
-            on_demand_price: None,
-            spot_price: None,
-            stride_hours: 2.0,
-            egress_cost: 0.0,
-            nodes: 1,
-        }
-        .prepare()
-        .expect("prepared");
+        let prepared = prepared(&traces, 2.0, 4.0);
         let setup = |cold_start| LoopSetup {
             traces: &traces,
             prepared: &prepared,
-            job: LoopJob {
-                work_hours: 2.0,
-                deadline_hours: 4.0,
-                restart_hours: 0.2,
-                nodes: 1,
-                min_nodes: 1,
-                checkpoint_gb: 0.0,
-                egress_per_gb: 0.0,
-            },
+            job: one_node(2.0, 4.0, 0.0, 0.0),
             cold_start,
         };
         let (cold, warm) = (setup(true), setup(false));
@@ -558,31 +568,11 @@ mod tests {
         let mut west = trace("us-west-2a");
         west.available = vec![1; 48];
         let traces = vec![east, west];
-        let prepared = tern_replay::Scenario {
-            traces: traces.clone(),
-            work_hours: 2.0,
-            deadline_hours: 6.0,
-            restart_hours: 0.2,
-            on_demand_price: None,
-            spot_price: None,
-            stride_hours: 2.0,
-            egress_cost: 0.0,
-            nodes: 1,
-        }
-        .prepare()
-        .expect("prepared");
+        let prepared = prepared(&traces, 2.0, 6.0);
         let setup = |egress_per_gb| LoopSetup {
             traces: &traces,
             prepared: &prepared,
-            job: LoopJob {
-                work_hours: 2.0,
-                deadline_hours: 6.0,
-                restart_hours: 0.2,
-                nodes: 1,
-                min_nodes: 1,
-                checkpoint_gb: 100.0,
-                egress_per_gb,
-            },
+            job: one_node(2.0, 6.0, 100.0, egress_per_gb),
             cold_start: false,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()

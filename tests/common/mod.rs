@@ -110,6 +110,13 @@ impl Drop for Reaper {
 
 /// Run `tern ARGS` with the API token; it must succeed; its last stdout line is JSON.
 pub fn tern_json(args: &[&str], token: &str) -> serde_json::Value {
+    let out = tern_ok(args, token);
+    let text = String::from_utf8_lossy(&out).to_string();
+    serde_json::from_str(text.lines().last().expect("output")).expect("json line")
+}
+
+/// `tern ARGS` with `TERN_TOKEN` = `token`; it must succeed. Its stdout, byte for byte.
+pub fn tern_ok(args: &[&str], token: &str) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(args)
         .env("TERN_TOKEN", token)
@@ -120,8 +127,7 @@ pub fn tern_json(args: &[&str], token: &str) -> serde_json::Value {
         "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    serde_json::from_str(text.lines().last().expect("output")).expect("json line")
+    out.stdout
 }
 
 /// `tern sim report --json` (owner `tern`; orphans judged against `state` when given).
@@ -160,19 +166,8 @@ pub fn sim_report_when_empty(sim_url: &str, state: &str, token: &str) -> serde_j
 
 /// `tern submit SPEC --server URL`; it must succeed.
 pub fn submit(spec: &Path, server: &str, token: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .arg("submit")
-        .arg(spec)
-        .args(["--server", server])
-        .env("TERN_TOKEN", token)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "submit {}: {}",
-        spec.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let spec = spec.to_str().expect("a UTF-8 path");
+    tern_ok(&["submit", spec, "--server", server], token);
 }
 
 /// `tern controller` on the simulated cloud of a `tern sim serve` process at `sim`, with state

@@ -2,26 +2,17 @@
 //! not check leaves the one in force (the log says where it is wrong), one that checks is in
 //! force at once (`GET /v1/quotas`).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::common::{controller_command, free_port, wait_for};
+use crate::controller_tokens::call;
 
 const TOKEN: &str = "s3cret-quota-token";
 
 fn get_quotas(addr: &str) -> serde_json::Value {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    write!(
-        s,
-        "GET /v1/quotas HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("read");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("http response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    serde_json::from_str(body).expect("json")
+    let (status, quotas) = call(addr, "GET", "/v1/quotas", TOKEN, "");
+    assert_eq!(status, 200, "{quotas}");
+    quotas
 }
 
 fn hangup(pid: u32) {
@@ -113,16 +104,7 @@ fn a_quota_no_offer_counts_against_stops_the_controller_at_start() {
 
 /// `GET /v1/jobs/NAME` as JSON.
 fn job(addr: &str, name: &str) -> serde_json::Value {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    write!(
-        s,
-        "GET /v1/jobs/{name} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("read");
-    let (_, body) = raw.split_once("\r\n\r\n").expect("http response");
-    serde_json::from_str(body).expect("json")
+    call(addr, "GET", &format!("/v1/jobs/{name}"), TOKEN, "").1
 }
 
 #[test]
@@ -132,13 +114,7 @@ fn a_job_a_team_limit_holds_back_says_why_until_it_runs() {
     // Nothing of the job's shape costs under a cent an hour.
     std::fs::write(&file, "[team.ml]\nper_hour_usd = 0.01\n").expect("write");
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut child = controller_command(&dir.path().join("state.db"), TOKEN)
-        .args(["--provider", "sim", "--speed", "600", "--listen", &addr])
-        .arg("--quota")
-        .arg(&file)
-        .spawn()
-        .expect("spawn controller");
-    wait_for(&addr);
+    let child = with_quota_file(&dir.path().join("state.db"), &file, &addr);
     let spec = dir.path().join("held.toml");
     std::fs::write(&spec, tern_cloud::testkit::spec("held").team("ml").text()).expect("spec");
     crate::common::submit(&spec, &format!("http://{addr}"), TOKEN);
@@ -164,12 +140,9 @@ fn a_job_a_team_limit_holds_back_says_why_until_it_runs() {
         job(&addr, "held")["waiting"]["since"],
         held["waiting"]["since"]
     );
-    let table = std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["status", "--server", &format!("http://{addr}")])
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("tern status");
-    let table = String::from_utf8_lossy(&table.stdout);
+    let server = format!("http://{addr}");
+    let table = crate::common::tern_ok(&["status", "--server", &server], TOKEN);
+    let table = String::from_utf8_lossy(&table);
     assert!(
         table.contains("waiting ") && table.contains("held back by a limit"),
         "{table}"
@@ -188,8 +161,7 @@ fn a_job_a_team_limit_holds_back_says_why_until_it_runs() {
     };
     assert!(running["instances"].as_u64() > Some(0), "{running}");
     assert!(running.get("waiting").is_none(), "{running}");
-    let _ = child.kill();
-    let _ = child.wait();
+    stop(child);
 }
 
 /// A controller on `state` with `--quota file`, listening at `addr`.
@@ -224,7 +196,7 @@ fn a_budget_cut_through_the_api_survives_a_restart_until_the_file_is_reloaded() 
     assert_eq!(total(&addr), 100.0);
 
     // An operator cuts the team's budget; a bad file is refused and changes nothing.
-    let put = |body: &str| crate::controller_tokens::call(&addr, "PUT", "/v1/quotas", TOKEN, body);
+    let put = |body: &str| call(&addr, "PUT", "/v1/quotas", TOKEN, body);
     assert_eq!(put("[team.nlp]\ntotal_usd = -1\n").0, 400);
     assert_eq!(put("[team.nlp]\ntotal_usd = 1\n").0, 200);
     assert_eq!(total(&addr), 1.0);
@@ -252,7 +224,7 @@ fn a_budget_cut_through_the_api_survives_a_restart_until_the_file_is_reloaded() 
     );
 
     // Both changes are in the audit log.
-    let (_, rows) = crate::controller_tokens::call(&addr, "GET", "/v1/audit", TOKEN, "");
+    let (_, rows) = call(&addr, "GET", "/v1/audit", TOKEN, "");
     let calls: Vec<(String, u64)> = rows
         .as_array()
         .expect("rows")

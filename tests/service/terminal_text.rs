@@ -3,10 +3,9 @@
 //! job's agent token, is shown escaped by `tern status` and in `tern cost-report`'s CSV, byte for byte, and
 //! kept exact in their JSON.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{controller_command, free_port, wait_for};
+use crate::common::{controller_command, free_port, tern_ok, wait_for};
 use crate::controller_tokens::call;
 
 const ADMIN: &str = "terminal-admin-token";
@@ -16,18 +15,8 @@ const HOSTILE: &str =
     "\u{1b}]0;owned\u{7}\u{1b}]52;c;ZWNobyBoaQ==\u{7}\u{1b}[2J\u{9b}31m\u{202e}gnp.exe";
 
 fn tern(server: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .args(["--server", server])
-        .env("TERN_TOKEN", ADMIN)
-        .output()
-        .expect("tern");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    let args: Vec<&str> = args.iter().copied().chain(["--server", server]).collect();
+    tern_ok(&args, ADMIN)
 }
 
 /// No byte that would act on a terminal: ESC, BEL, the C1 CSI, U+202E.
