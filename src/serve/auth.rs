@@ -35,10 +35,11 @@ pub fn check_token(token: &str, flag: &str) -> Result<(), ServeError> {
 /// like a token given on the command line.
 pub fn token_from_file(path: &Path) -> Result<String, ServeError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ServeError::Token {
-        flag: shown.clone(),
-        reason: e.to_string(),
-    })?;
+    let text = tern_cloud::input::read_text_capped(path, tern_cloud::input::Limit::SETTINGS)
+        .map_err(|e| ServeError::Token {
+            flag: shown.clone(),
+            reason: e.to_string(),
+        })?;
     let token = text.trim_end_matches(['\n', '\r']).to_string();
     check_token(&token, &shown)?;
     Ok(token)
@@ -122,6 +123,12 @@ mod tests {
         assert!(e.to_string().contains("blank"), "{e}");
         let e = token_from_file(&dir.path().join("missing")).expect_err("missing");
         assert!(e.to_string().contains("missing"), "{e}");
+        // An endless file fails at the settings cap; so do a certificate and a key.
+        let zero = std::path::Path::new("/dev/zero");
+        let e = token_from_file(zero).expect_err("endless");
+        assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
+        let e = crate::serve::tls::read_certs(zero).expect_err("endless");
+        assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
     }
 
     #[test]

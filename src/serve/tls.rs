@@ -19,7 +19,7 @@ fn pem_error(path: &Path, reason: impl std::fmt::Display) -> ServeError {
 
 /// The certificate chain in a PEM file (server certificate first).
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServeError> {
-    let pem = std::fs::read(path).map_err(|e| pem_error(path, e))?;
+    let pem = read_pem(path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(path, format!("not a PEM certificate: {e}")))?;
@@ -29,8 +29,14 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServeErro
     Ok(certs)
 }
 
+/// A PEM file's bytes, at most a settings file's size (a `/dev/zero` fails, not the memory).
+fn read_pem(path: &Path) -> Result<Vec<u8>, ServeError> {
+    tern_cloud::input::read_capped(path, tern_cloud::input::Limit::SETTINGS)
+        .map_err(|e| pem_error(path, e))
+}
+
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, ServeError> {
-    let pem = std::fs::read(path).map_err(|e| pem_error(path, e))?;
+    let pem = read_pem(path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
         pem_error(
             path,

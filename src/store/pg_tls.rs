@@ -156,7 +156,8 @@ fn webpki(
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<Arc<WebPkiServerVerifier>, StoreError> {
     let shown = root.display();
-    let pem = std::fs::read(root).map_err(|e| invalid(format!("sslrootcert={shown}: {e}")))?;
+    let pem = tern_cloud::input::read_capped(root, tern_cloud::input::Limit::SETTINGS)
+        .map_err(|e| invalid(format!("sslrootcert={shown}: {e}")))?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert = cert.map_err(|e| invalid(format!("sslrootcert={shown}: {e}")))?;

@@ -1,5 +1,6 @@
 //! Bounded reads of input files. Every file tern reads on a user's behalf (job specs, profiles,
-//! catalogs, traces, quota files, CA bundles, progress files) goes through [`read_capped`] or
+//! catalogs, traces, quota files, token files, TLS certificates, keys and CA bundles, progress
+//! files) goes through [`read_capped`] or
 //! [`read_to_limit`], so `/dev/zero` or a gzip bomb fails with a clear error instead of
 //! growing the process to gigabytes.
 
@@ -25,7 +26,7 @@ impl Limit {
     pub const TRACE: Limit = Limit::new("a spot trace", 64 * MIB);
     /// One catalog, after decompression (SkyPilot's full AWS catalog is about 30 MiB).
     pub const CATALOG: Limit = Limit::new("a catalog", 256 * MIB);
-    /// Small settings files: quotas, CA bundles, agent progress files.
+    /// Small settings files: quotas, tokens, certificates, keys, CA bundles, progress files.
     pub const SETTINGS: Limit = Limit::new("a settings file", MIB);
 
     pub const fn new(what: &'static str, bytes: u64) -> Limit {
