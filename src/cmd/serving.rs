@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tern::serve::ConnectionLimits;
-use tern::serve::connections::default_max_connections;
+use tern::serve::connections::{default_max_connections, default_per_address};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConnectionArgs {
@@ -13,6 +13,11 @@ pub struct ConnectionArgs {
     /// `ulimit -n`, at most 8192).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
+    /// Connections open at once from one client address, by the same rule among its own, so
+    /// one client cannot take every slot (default: half of --max-connections). Behind a proxy
+    /// or NAT every client shares an address: set it to --max-connections there.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_address: Option<u32>,
     /// A connection is closed when its TLS handshake takes longer than this, or a request's
     /// headers do from the connection (or handshake) or the previous answer; so it is also
     /// the idle keep-alive (seconds, or `30s`).
@@ -26,10 +31,14 @@ pub struct ConnectionArgs {
 
 impl ConnectionArgs {
     pub fn limits(&self) -> ConnectionLimits {
+        let max_connections = self
+            .max_connections
+            .map_or_else(default_max_connections, |n| n as usize);
         ConnectionLimits {
-            max_connections: self
-                .max_connections
-                .map_or_else(default_max_connections, |n| n as usize),
+            max_connections,
+            max_per_address: self
+                .max_connections_per_address
+                .map_or_else(|| default_per_address(max_connections), |n| n as usize),
             header_timeout: Duration::from_secs_f64(self.header_timeout),
             body_timeout: Duration::from_secs_f64(self.body_timeout),
         }
@@ -55,6 +64,7 @@ mod tests {
         assert_eq!(limits.header_timeout, HEADER_TIMEOUT);
         assert_eq!(limits.body_timeout, BODY_TIMEOUT);
         assert_eq!(limits.max_connections, default_max_connections());
+        assert_eq!(limits.max_per_address, default_max_connections() / 2);
     }
 
     #[test]
@@ -73,6 +83,7 @@ mod tests {
             cli.connections.limits(),
             ConnectionLimits {
                 max_connections: 40,
+                max_per_address: 20,
                 header_timeout: Duration::from_millis(1500),
                 body_timeout: Duration::from_secs(120),
             }

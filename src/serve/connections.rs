@@ -6,9 +6,10 @@
 //! the client stops taking, and accept errors (out of file descriptors above all) waited out
 //! instead of ending the server or spinning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,10 @@ pub struct ConnectionLimits {
     /// Connections open at once: one more closes the oldest that is not in a request, or is
     /// refused at once when all are.
     pub max_connections: usize,
+    /// Connections open at once from one client address, under the same rule among its own
+    /// connections, so one client cannot take every slot (behind a proxy every client has the
+    /// proxy's address: raise it to `max_connections` there).
+    pub max_per_address: usize,
     /// The TLS handshake must finish within this long of the connection opening, and each
     /// request's headers must arrive within this long of the connection (or handshake) or of
     /// the previous response (so it is also the idle keep-alive).
@@ -50,8 +55,10 @@ pub const MAX_CONNECTIONS_CEILING: usize = 8192;
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
+        let max_connections = default_max_connections();
         ConnectionLimits {
-            max_connections: default_max_connections(),
+            max_connections,
+            max_per_address: default_per_address(max_connections),
             header_timeout: HEADER_TIMEOUT,
             body_timeout: BODY_TIMEOUT,
         }
@@ -66,6 +73,11 @@ pub fn default_max_connections() -> usize {
     usize::try_from(soft / 2)
         .unwrap_or(usize::MAX)
         .clamp(16, MAX_CONNECTIONS_CEILING)
+}
+
+/// Half the cap (at least one): a flood from one address leaves the other half to the rest.
+pub fn default_per_address(max_connections: usize) -> usize {
+    (max_connections / 2).max(1)
 }
 
 /// The soft open-files limit (`RLIMIT_NOFILE`); `None` when unlimited.
@@ -90,7 +102,7 @@ pub async fn serve(
     router: Router,
     limits: ConnectionLimits,
 ) -> io::Result<()> {
-    let open = Arc::new(Open::new(limits.max_connections));
+    let open = Arc::new(Open::new(limits.max_connections, limits.max_per_address));
     let tls = tls.map(TlsAcceptor::from);
     let mut backoff = AcceptBackoff::default();
     loop {
@@ -106,10 +118,12 @@ pub async fn serve(
                 continue;
             }
         };
-        let Some(slot) = open.admit() else {
+        let Some(slot) = open.admit(peer.ip()) else {
             tracing::debug!(
-                "refusing {peer}: {} connections open, each in a request",
-                limits.max_connections
+                "refusing {peer}: at the cap of {} connections ({} from one address), each in a \
+                 request",
+                limits.max_connections,
+                limits.max_per_address
             );
             refuse(stream, tls.is_none());
             continue;
@@ -129,6 +143,7 @@ pub async fn serve(
 #[derive(Debug)]
 struct Open {
     most: usize,
+    most_per_address: usize,
     table: Mutex<OpenTable>,
 }
 
@@ -136,11 +151,40 @@ struct Open {
 struct OpenTable {
     next: u64,
     conns: BTreeMap<u64, Arc<Conn>>,
+    /// Open connections by client address.
+    per_address: HashMap<IpAddr, usize>,
+}
+
+impl OpenTable {
+    /// The oldest connection in no request (of `from` only, when given), told to close and
+    /// taken off the table; `None` when every such one is in a request.
+    fn shed_oldest_idle(&mut self, from: Option<IpAddr>) -> Option<()> {
+        let id = self
+            .conns
+            .iter()
+            .find(|(_, c)| from.is_none_or(|a| c.addr == a) && c.busy.load(Ordering::Acquire) == 0)
+            .map(|(id, _)| *id)?;
+        let victim = self.conns.remove(&id)?;
+        self.left(victim.addr);
+        victim.shed.notify_one();
+        Some(())
+    }
+
+    fn left(&mut self, addr: IpAddr) {
+        if let Some(n) = self.per_address.get_mut(&addr) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_address.remove(&addr);
+            }
+        }
+    }
 }
 
 /// One open connection as the cap sees it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Conn {
+    /// The client's address.
+    addr: IpAddr,
     /// Requests of it being answered now.
     busy: AtomicUsize,
     /// Told to close, to make room.
@@ -156,32 +200,35 @@ struct Slot {
 }
 
 impl Open {
-    fn new(most: usize) -> Self {
+    fn new(most: usize, most_per_address: usize) -> Self {
         Open {
             most: most.max(1),
+            most_per_address: most_per_address.clamp(1, most.max(1)),
             table: Mutex::new(OpenTable::default()),
         }
     }
 
-    /// A place for a new connection: free, or taken from the oldest connection that is in no
-    /// request (still in its handshake or headers, or idle between requests), which is told
-    /// to close; `None` when every open connection is in a request.
-    fn admit(self: &Arc<Self>) -> Option<Slot> {
+    /// A place for a new connection from `addr`: free, or taken from the oldest connection
+    /// that is in no request (still in its handshake or headers, or idle between requests),
+    /// which is told to close: first among `addr`'s own when it is at its address's cap, then
+    /// among all at the cap; `None` when every candidate is in a request.
+    fn admit(self: &Arc<Self>, addr: IpAddr) -> Option<Slot> {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if table.per_address.get(&addr).copied().unwrap_or(0) >= self.most_per_address {
+            table.shed_oldest_idle(Some(addr))?;
+        }
         if table.conns.len() >= self.most {
-            let idle = table
-                .conns
-                .iter()
-                .find(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
-                .map(|(id, _)| *id)?;
-            if let Some(victim) = table.conns.remove(&idle) {
-                victim.shed.notify_one();
-            }
+            table.shed_oldest_idle(None)?;
         }
         let id = table.next;
         table.next += 1;
-        let conn = Arc::new(Conn::default());
+        let conn = Arc::new(Conn {
+            addr,
+            busy: AtomicUsize::new(0),
+            shed: Notify::new(),
+        });
         table.conns.insert(id, conn.clone());
+        *table.per_address.entry(addr).or_default() += 1;
         Some(Slot {
             open: self.clone(),
             id,
@@ -193,7 +240,9 @@ impl Open {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut table = self.open.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.conns.remove(&self.id);
+        if table.conns.remove(&self.id).is_some() {
+            table.left(self.conn.addr);
+        }
     }
 }
 
@@ -581,11 +630,11 @@ mod tests {
 
     #[test]
     fn at_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_never_do() {
-        let open = Arc::new(Open::new(3));
-        let slots: Vec<Slot> = (0..3).map(|_| open.admit().expect("room")).collect();
+        let open = Arc::new(Open::new(3, 3));
+        let slots: Vec<Slot> = (0..3).map(|_| open.admit(HOME).expect("room")).collect();
         // The oldest is in a request: the next oldest, idle, is told to close.
         let busy = Busy::new(&slots[0].conn);
-        let fourth = open.admit().expect("room made");
+        let fourth = open.admit(HOME).expect("room made");
         let told = |s: &Slot| {
             let notified = s.conn.shed.notified();
             let mut notified = std::pin::pin!(notified);
@@ -596,10 +645,10 @@ mod tests {
         assert!(!told(&slots[2]));
         // Every one left in a request: refused.
         let _busy = [Busy::new(&slots[2].conn), Busy::new(&fourth.conn)];
-        assert!(open.admit().is_none());
+        assert!(open.admit(HOME).is_none());
         // A request answered frees its connection to make room again.
         drop(busy);
-        assert!(open.admit().is_some());
+        assert!(open.admit(HOME).is_some());
         // Closed connections give their place back.
         drop(slots);
         drop(fourth);
@@ -607,9 +656,38 @@ mod tests {
         assert!(table.conns.len() <= 1);
     }
 
+    const HOME: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn one_address_at_its_cap_makes_room_among_its_own_and_never_takes_another_s() {
+        let flood = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 9));
+        let open = Arc::new(Open::new(4, 2));
+        let first: Vec<Slot> = (0..2).map(|_| open.admit(flood).expect("room")).collect();
+        let other = open.admit(HOME).expect("room for another address");
+        // A third from the flood closes the flood's own oldest idle connection.
+        let third = open.admit(flood).expect("room among its own");
+        let told = |s: &Slot| {
+            let notified = s.conn.shed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable()
+        };
+        assert!(told(&first[0]) && !told(&first[1]) && !told(&other));
+        // Its own all in requests: refused, while another address still gets in.
+        let _busy = [Busy::new(&first[1].conn), Busy::new(&third.conn)];
+        assert!(open.admit(flood).is_none());
+        let _again = open.admit(HOME).expect("the other address is answered");
+        let table = open.table.lock().expect("lock");
+        assert_eq!(table.per_address.get(&flood), Some(&2));
+        assert_eq!(table.per_address.get(&HOME), Some(&2));
+    }
+
     #[tokio::test]
     async fn a_connection_stays_busy_until_its_answer_is_written() {
-        let conn = Arc::new(Conn::default());
+        let conn = Arc::new(Conn {
+            addr: HOME,
+            busy: AtomicUsize::new(0),
+            shed: Notify::new(),
+        });
         let body = Holding::body(axum::body::Body::from("answer"), Busy::new(&conn));
         assert_eq!(conn.busy.load(Ordering::Acquire), 1);
         assert_eq!(body.size_hint().exact(), Some(6));

@@ -397,3 +397,61 @@ fn sim_serve_sheds_stalled_connections_and_refuses_when_all_are_in_requests() {
     ok_within(&addr, "/now", Duration::from_secs(2) + SLACK);
     drop(in_requests);
 }
+
+/// `count` connections from the loopback address `from` (127.0.0.2, …), each in a request
+/// whose body never comes.
+fn requests_in_flight_from(from: &str, addr: &str, count: usize) -> Vec<TcpStream> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    (0..count)
+        .map(|_| {
+            let s = rt.block_on(async {
+                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                socket
+                    .bind(format!("{from}:0").parse().expect("from"))
+                    .expect("bind");
+                socket
+                    .connect(addr.parse().expect("addr"))
+                    .await
+                    .expect("connect")
+            });
+            let mut s = s.into_std().expect("std");
+            s.set_nonblocking(false).expect("blocking");
+            // A refused connection may be closed already: its write can fail.
+            let _ = s.write_all(
+                b"POST /provider/list HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+                  Content-Length: 100\r\n\r\n{",
+            );
+            s
+        })
+        .collect()
+}
+
+#[test]
+fn a_flood_from_one_address_leaves_another_client_answered() {
+    let serve = |extra: &[&str]| {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut args = vec!["sim", "serve", "--listen", &addr, "--max-connections", "4"];
+        args.extend_from_slice(extra);
+        let reaper = Reaper(vec![tern_limited(None, &args)]);
+        wait_for(&addr);
+        (reaper, addr)
+    };
+    // By default one address holds at most half the cap: four requests in flight from
+    // 127.0.0.2 hold two slots, and 127.0.0.1 is answered at once.
+    let (_reaper, addr) = serve(&[]);
+    let flood = requests_in_flight_from("127.0.0.2", &addr, 4);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get_status(&addr, "/now"), Some(200));
+    drop(flood);
+
+    // With the whole cap allowed to one address (as behind a proxy), the same flood takes
+    // every slot and the other client is refused with the 503.
+    let (_reaper, addr) = serve(&["--max-connections-per-address", "4"]);
+    let flood = requests_in_flight_from("127.0.0.2", &addr, 4);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get_status(&addr, "/now"), Some(503));
+    drop(flood);
+}
