@@ -187,7 +187,13 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    // The serving stack the controller runs: its accept loop, connection caps and deadlines.
+    tokio::spawn(tern::serve::run_within(
+        listener,
+        None,
+        router(state),
+        tern::serve::ConnectionLimits::default(),
+    ));
     let client = load(base, token, args.fleet.jobs, args.seconds);
     let running = service.spawn()?;
     let (mut gets, mut posts) = tokio::task::spawn_blocking(move || client.join())
