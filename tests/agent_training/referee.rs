@@ -154,6 +154,14 @@ fn watch(server: String, job: String, dir: PathBuf, stop: Arc<AtomicBool>) -> Se
                 }
             }
             if let Some(now) = instance_ids(&server, &job) {
+                // A last report written while the status call ran (the release follows it
+                // within the call on a busy machine): read the logs again before calling a
+                // release unreported.
+                if held.difference(&now).any(|id| !reported.contains_key(id)) {
+                    for (id, n) in last_reports(&dir) {
+                        reported.entry(id).or_insert((n, Instant::now()));
+                    }
+                }
                 for id in held.difference(&now) {
                     match reported.get(id) {
                         Some((_, at)) => {
