@@ -355,8 +355,9 @@ impl Workload {
             done: s.job.done_samples,
             checkpoint: s.job.checkpoint_samples,
         });
-        let restored = run.running() != run.members && !run.running().is_empty();
-        let lost = run.regroup(&c, run.running(), &mut p);
+        let running = run.running();
+        let restored = running != run.members && !running.is_empty();
+        let lost = run.regroup(&c, running, &mut p);
         if lost > 0.0 {
             *self.lost_samples.entry(name.clone()).or_default() += lost;
         }
