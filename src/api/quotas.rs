@@ -22,7 +22,7 @@ pub async fn replace(State(state): State<ApiState>, body: String) -> Response {
         Ok(l) => l,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let (store, text, now) = (state.store.clone(), body.clone(), chrono::Utc::now());
+    let (store, text, now) = (state.store.clone(), body, chrono::Utc::now());
     let stored =
         tokio::task::spawn_blocking(move || store.put_setting(crate::store::QUOTAS, &text, now))
             .await;
