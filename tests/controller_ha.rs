@@ -3,7 +3,8 @@
 //! killed with SIGKILL the standby takes over within 30 s (default 15 s lease), carries on
 //! with the leader's jobs from the shared store, and nothing is leaked or launched twice. A
 //! leader paused past its lease (SIGSTOP) writes nothing once it resumes, alone and in a seeded
-//! soak of pauses with submits and cancels in flight.
+//! soak of pauses with submits and cancels in flight. A standby answers every request with a
+//! 503 naming the leader, and the CLI and `tern agent` follow it: no load balancer is needed.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -18,8 +19,49 @@ use common::{
 
 const TOKEN: &str = "ha-token";
 
-fn listening(addr: &str) -> bool {
-    TcpStream::connect(addr).is_ok()
+/// One raw HTTP/1.1 exchange with the API token (no client that follows a leader): the whole
+/// answer, or "" when the server closed the connection without one.
+fn exchange(addr: &str, method: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let sent = write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/toml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut answer = String::new();
+    if sent.is_ok() {
+        let _ = s.read_to_string(&mut answer);
+    }
+    answer
+}
+
+/// Whether the controller at `addr` leads: a standby, a deposed leader and a dead one do not
+/// answer `/healthz` with 200.
+fn leads(addr: &str) -> bool {
+    exchange(addr, "GET", "/healthz", "").starts_with("HTTP/1.1 200")
+}
+
+/// Wait up to 60 s for the controller at `addr` to lead.
+fn wait_leading(addr: &str) {
+    let t0 = Instant::now();
+    while !leads(addr) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{addr} never led");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The controller at `addr` does not lead and names `leader` (its id and URL) in a 503.
+fn points_at(addr: &str, leader: &str, url: &str) {
+    let answer = exchange(addr, "GET", "/v1/jobs", "");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains(leader) && answer.contains(&format!("\"leader\":\"{url}\"")),
+        "{answer}"
+    );
 }
 
 #[test]
@@ -36,7 +78,7 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
     let a_addr = format!("127.0.0.1:{}", free_port());
     let b_addr = format!("127.0.0.1:{}", free_port());
     let mut a = sim_controller(&sim_url, &state, &a_addr, "ctl-a", TOKEN);
-    wait_for(&a_addr);
+    wait_leading(&a_addr);
     let b = sim_controller(&sim_url, &state, &b_addr, "ctl-b", TOKEN);
     reaper.0.push(b);
 
@@ -66,13 +108,15 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
         assert!(t0.elapsed() < Duration::from_secs(60), "job never ran: {v}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(!listening(&b_addr), "the standby must not act or serve");
+    // The standby acts on nothing and answers every request with the leader's address.
+    wait_for(&b_addr);
+    points_at(&b_addr, "ctl-a", &a_url);
 
     // SIGKILL the leader: no clean hand-over, the lease has to expire.
     a.kill().expect("SIGKILL");
     a.wait().expect("reaped");
     let killed = Instant::now();
-    while !listening(&b_addr) {
+    while !leads(&b_addr) {
         assert!(
             killed.elapsed() < Duration::from_secs(30),
             "the standby did not take over within 30 s"
@@ -110,10 +154,9 @@ fn standby_takes_over_within_30_s_of_the_leader_dying() {
         std::thread::sleep(Duration::from_millis(300));
     };
     assert_eq!(after["progress"], 1.0, "{after}");
-    assert!(
-        !listening(&a_addr),
-        "the restarted controller must stay standby while the other leads"
-    );
+    // The restarted controller stays standby while the other leads.
+    wait_for(&a_addr);
+    points_at(&a_addr, "ctl-b", &b_url);
 
     let report = sim_report_when_empty(&sim_url, &state, TOKEN);
     eprintln!("ha: {report}");
@@ -200,7 +243,8 @@ fn spec_file(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
 }
 
 /// The probe's defect: SIGSTOP the leader, let the standby take over, queue a submit and a
-/// cancel at the paused leader, SIGCONT it. Neither may be acknowledged or written: the
+/// cancel at the paused leader (raw HTTP, so no client carries them on to the new leader),
+/// SIGCONT it. Neither may be acknowledged or written: the
 /// resumed leader's writes are fenced (its answer is 503 naming the leader, or it has already
 /// stopped), the new leader never sees the submitted job, the job the user tried to cancel
 /// keeps running under the new leader, and the old leader exits.
@@ -220,7 +264,7 @@ fn a_paused_leader_writes_nothing_after_it_resumes() {
     let b_url = format!("http://{b_addr}");
     let a_log = dir.path().join("a.log");
     let mut a = short_lease_controller(&sim_url, &state, &a_addr, "ctl-a", &a_log);
-    wait_for(&a_addr);
+    wait_leading(&a_addr);
     reaper.0.push(short_lease_controller(
         &sim_url,
         &state,
@@ -245,32 +289,29 @@ fn a_paused_leader_writes_nothing_after_it_resumes() {
 
     signal(&a, "-STOP");
     let paused = Instant::now();
-    while !listening(&b_addr) {
+    while !leads(&b_addr) {
         assert!(paused.elapsed() < Duration::from_secs(20), "no takeover");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let late = spec_file(dir.path(), "late");
-    let late = late.to_str().expect("utf-8 path");
+    let late = std::fs::read_to_string(spec_file(dir.path(), "late")).expect("spec");
     let queued = [
-        tern_in_background(&["submit", late, "--server", &a_url]),
-        tern_in_background(&["cancel", "kept", "--server", &a_url]),
-    ];
+        ("POST", "/v1/jobs", late),
+        ("DELETE", "/v1/jobs/kept", String::new()),
+    ]
+    .map(|(method, path, body)| {
+        let addr = a_addr.clone();
+        std::thread::spawn(move || exchange(&addr, method, path, &body))
+    });
     std::thread::sleep(Duration::from_millis(500));
     signal(&a, "-CONT");
     for q in queued {
-        let out = q.wait_with_output().expect("tern");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success(),
-            "a paused leader acknowledged a write after it was deposed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let answer = q.join().expect("request");
         // Either the 503 that names the leader, or no answer at all (it already stopped).
         assert!(
-            stderr.contains("ctl-b") || !stderr.contains("answered"),
-            "{stderr}"
+            answer.is_empty() || (answer.starts_with("HTTP/1.1 503") && answer.contains("ctl-b")),
+            "a paused leader answered a write after it was deposed: {answer}"
         );
-        eprintln!("refused: {}", stderr.trim());
+        eprintln!("refused: {}", answer.lines().last().unwrap_or("no answer"));
     }
     let t0 = Instant::now();
     let exited = loop {
@@ -307,6 +348,126 @@ fn a_paused_leader_writes_nothing_after_it_resumes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let report = sim_report_when_empty(&sim_url, &state, TOKEN);
+    assert_eq!(report["orphaned_instances"], 0, "{report}");
+    assert_eq!(report["duplicate_launches"], 0, "{report}");
+}
+
+/// HA without a load balancer (issue 52, item 4): a job's agent and the CLI hold the first
+/// leader's address. The leader is paused past its lease, the standby takes over, the old one
+/// resumes, stops, and comes back as a standby on the same address. A submit, a cancel and the
+/// agent's progress reports sent there reach the new leader (each says so on stderr), and the
+/// job trains to its end under it.
+#[test]
+fn clients_and_agents_sent_to_a_deposed_leader_reach_the_new_one() {
+    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA test");
+    let state = pg.create_db("follow").expect("database");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim_addr = format!("127.0.0.1:{}", free_port());
+    let sim_url = format!("http://{sim_addr}");
+    let mut reaper = Reaper(Vec::new());
+    reaper.0.push(sim_serve(&sim_addr, 11));
+    wait_for(&sim_addr);
+    let addrs = [0, 1].map(|_| format!("127.0.0.1:{}", free_port()));
+    let [a_url, b_url] = addrs.clone().map(|a| format!("http://{a}"));
+    // Only the agent's reports move the job: no simulated workers.
+    let start = |i: usize, log: &str| {
+        let log = std::fs::File::create(dir.path().join(log)).expect("log");
+        common::sim_controller_command(&sim_url, &state, &addrs[i], &format!("ctl-{i}"), TOKEN)
+            .args(["--lease-seconds", "3", "--no-simulated-workers"])
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("controller")
+    };
+    let mut a = start(0, "a.log");
+    wait_leading(&addrs[0]);
+    reaper.0.push(start(1, "b.log"));
+
+    let samples = 60_000;
+    let job = dir.path().join("followed.toml");
+    let spec = tern_cloud::testkit::spec("followed")
+        .team("sre")
+        .workers("1")
+        .deadline(Some("24h"))
+        .samples(samples)
+        .top("capacity = \"on-demand-only\"")
+        .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20");
+    std::fs::write(&job, spec.text()).expect("spec");
+    submit(&job, &a_url, TOKEN);
+    let t0 = Instant::now();
+    while tern_json(&["status", "followed", "--json", "--server", &a_url], TOKEN)["jobs"][0]
+        ["instance_ids"][0]
+        .is_null()
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no instance");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A training of 60 steps, 0.4 s each, checkpointing every step.
+    let p = dir.path().join("progress.json").display().to_string();
+    let script = (1..=60)
+        .map(|i| {
+            let done = samples * i / 60;
+            format!("echo '{{\"samples\": {done}, \"checkpoint_samples\": {done}}}' > {p}")
+        })
+        .collect::<Vec<_>>()
+        .join("; sleep 0.4; ");
+    let agent = common::agent_started(dir.path(), "followed", &script, &a_url, TOKEN);
+    let t0 = Instant::now();
+    while tern_json(&["status", "followed", "--json", "--server", &a_url], TOKEN)["jobs"][0]
+        ["done_samples"]
+        .as_f64()
+        .unwrap_or(0.0)
+        == 0.0
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no report reached the leader");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    signal(&a, "-STOP");
+    let paused = Instant::now();
+    while !leads(&addrs[1]) {
+        assert!(paused.elapsed() < Duration::from_secs(20), "no takeover");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&a, "-CONT");
+    let t0 = Instant::now();
+    while a.try_wait().expect("wait").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the old leader did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A supervisor restarts it, as the standby, on the address everyone holds.
+    reaper.0.push(start(0, "a-again.log"));
+    wait_for(&addrs[0]);
+    points_at(&addrs[0], "ctl-1", &b_url);
+
+    let followed = format!("sending to the leader at {b_url}");
+    let late = spec_file(dir.path(), "late");
+    let late = late.to_str().expect("utf-8 path");
+    for args in [vec!["submit", late], vec!["cancel", "late"]] {
+        let mut args = args.clone();
+        args.extend(["--server", &a_url]);
+        let out = tern_in_background(&args).wait_with_output().expect("tern");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(&followed), "{args:?}: {stderr}");
+    }
+    let out = agent.wait_with_output().expect("agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "agent: {stderr}");
+    assert!(stderr.contains(&followed), "agent: {stderr}");
+    let v = tern_json(&["status", "--json", "--server", &b_url], TOKEN);
+    let jobs: std::collections::BTreeMap<&str, &serde_json::Value> = v["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| (j["name"].as_str().unwrap_or(""), j))
+        .collect();
+    assert_eq!(jobs["followed"]["done_samples"], samples as f64, "{v}");
+    assert_eq!(jobs["late"]["state"], "cancelled", "{v}");
     let report = sim_report_when_empty(&sim_url, &state, TOKEN);
     assert_eq!(report["orphaned_instances"], 0, "{report}");
     assert_eq!(report["duplicate_launches"], 0, "{report}");
@@ -425,14 +586,12 @@ fn ha_soak_pauses_the_leader_with_writes_in_flight() {
         short_lease_controller(&sim_url, &state, &addrs[i], &format!("ctl-{i}"), &log)
     };
     let mut ctl = Pair([Some(start(0)), None]);
-    wait_for(&addrs[0]);
+    wait_leading(&addrs[0]);
     ctl.0[1] = Some(start(1));
     let mut sent: Vec<Sent> = Vec::new();
     let (mut takeovers, mut pauses) = (0, 0);
     for round in 0..ROUNDS {
-        let leader = (0..2)
-            .find(|&i| listening(&addrs[i]))
-            .expect("a leader serves");
+        let leader = (0..2).find(|&i| leads(&addrs[i])).expect("a leader serves");
         let submits: Vec<String> = (0..2).map(|k| format!("r{round}-{k}")).collect();
         let cancel = sent
             .iter()
@@ -465,7 +624,7 @@ fn ha_soak_pauses_the_leader_with_writes_in_flight() {
             ctl.0[leader] = Some(start(leader));
         }
         let t0 = Instant::now();
-        while !addrs.iter().any(|a| listening(a)) {
+        while !addrs.iter().any(|a| leads(a)) {
             assert!(
                 t0.elapsed() < Duration::from_secs(20),
                 "round {round}: no leader"

@@ -2,6 +2,8 @@
 //! `tern agent` and the Terraform provider. One [`reqwest::Client`] (from [`crate::http`]) per process, so
 //! connections are reused; every error names the URL it is about.
 
+use std::sync::{Arc, PoisonError, RwLock};
+
 use serde::de::DeserializeOwned;
 
 use super::wire::access::{AuditQuery, AuditView, TokenRequest, TokenView};
@@ -25,6 +27,8 @@ pub enum ClientError {
         message: String,
         /// What an agent must do, on a refused start or progress report.
         action: Option<Action>,
+        /// The leader's URL, on a 503 from a controller that does not lead.
+        leader: Option<String>,
     },
     #[error("unexpected answer from {url}: {reason}")]
     Decode { url: String, reason: String },
@@ -58,11 +62,28 @@ impl ClientError {
 }
 
 /// A controller's `/v1` API.
+///
+/// A controller that does not lead (deposed, or a standby) answers 503 with the leader's URL;
+/// the client sends the request there instead, with the same token and CA, at most
+/// [`MAX_FOLLOWS`] times per request, says so on stderr, and keeps the new address for later
+/// requests (clones share it). It never follows from `https` to `http`: the token would cross
+/// the network in the clear.
 #[derive(Debug, Clone)]
 pub struct Client {
-    base: String,
+    base: Arc<RwLock<String>>,
     token: Option<String>,
     http: reqwest::Client,
+}
+
+/// Leaders followed for one request: two controllers naming each other stop here.
+pub const MAX_FOLLOWS: usize = 3;
+
+/// A controller's URL, `http(s)://HOST[:PORT]` without a trailing slash, or `None`.
+fn base_url(url: &str) -> Option<String> {
+    let trimmed = url.trim_end_matches('/');
+    reqwest::Url::parse(trimmed)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host() && u.path() == "/")
+        .then(|| trimmed.to_string())
 }
 
 impl Client {
@@ -72,29 +93,63 @@ impl Client {
         token: Option<String>,
         http: reqwest::Client,
     ) -> Result<Client, ClientError> {
-        let trimmed = base.trim_end_matches('/');
-        let ok = reqwest::Url::parse(trimmed).is_ok_and(|u| {
-            matches!(u.scheme(), "http" | "https") && u.has_host() && u.path() == "/"
-        });
-        if !ok {
-            return Err(ClientError::Url(base.to_string()));
-        }
+        let base = base_url(base).ok_or_else(|| ClientError::Url(base.to_string()))?;
         Ok(Client {
-            base: trimmed.to_string(),
+            base: Arc::new(RwLock::new(base)),
             token,
             http,
         })
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
+    /// The controller's URL: the one given, or the leader it was last sent to.
+    pub fn base(&self) -> String {
+        self.base
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    /// Send the request `build` makes for the URL of `path`, following a non-leader's 503 to
+    /// the leader it names.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        build: impl Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let mut follows = 0;
+        loop {
+            let base = self.base();
+            let url = format!("{base}{path}");
+            match self.once(build(&self.http, &url), url).await {
+                Err(ClientError::Status {
+                    status: 503,
+                    leader: Some(leader),
+                    ..
+                }) if follows < MAX_FOLLOWS && self.follow(&base, &leader) => follows += 1,
+                answer => return answer,
+            }
+        }
     }
 
-    async fn send<T: DeserializeOwned>(
+    /// Point this client (and its clones) at `leader`, named by a 503 from `from`; false when
+    /// it may not be followed: not a controller URL, the same address, or TLS given up.
+    fn follow(&self, from: &str, leader: &str) -> bool {
+        let Some(to) = base_url(leader) else {
+            return false;
+        };
+        if to == from || (from.starts_with("https://") && !to.starts_with("https://")) {
+            return false;
+        }
+        eprintln!(
+            "tern: {} does not lead; sending to the leader at {}",
+            crate::terminal::safe(from),
+            crate::terminal::safe(&to)
+        );
+        *self.base.write().unwrap_or_else(PoisonError::into_inner) = to;
+        true
+    }
+
+    async fn once<T: DeserializeOwned>(
         &self,
         request: reqwest::RequestBuilder,
         url: String,
@@ -111,15 +166,16 @@ impl Client {
         let status = reply.status();
         let body = reply.text().await.map_err(transport)?;
         if !status.is_success() {
-            let (message, action) = match serde_json::from_str::<ErrorBody>(&body) {
-                Ok(e) => (e.error, e.action),
-                Err(_) => (body.trim().to_string(), None),
+            let (message, action, leader) = match serde_json::from_str::<ErrorBody>(&body) {
+                Ok(e) => (e.error, e.action, e.leader),
+                Err(_) => (body.trim().to_string(), None, None),
             };
             return Err(ClientError::Status {
                 url,
                 status: status.as_u16(),
                 message,
                 action,
+                leader,
             });
         }
         serde_json::from_str(&body).map_err(|e| ClientError::Decode {
@@ -134,54 +190,52 @@ impl Client {
         struct Created {
             name: String,
         }
-        let url = self.url("/v1/jobs");
-        let request = self
-            .http
-            .post(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/toml")
-            .body(spec_toml.to_string());
-        let created: Created = self.send(request, url).await?;
+        let created: Created = self
+            .call("/v1/jobs", |h, u| {
+                h.post(u)
+                    .header(reqwest::header::CONTENT_TYPE, "application/toml")
+                    .body(spec_toml.to_string())
+            })
+            .await?;
         Ok(created.name)
     }
 
     pub async fn jobs(&self) -> Result<Vec<JobStatus>, ClientError> {
-        let url = self.url("/v1/jobs");
-        self.send(self.http.get(&url), url).await
+        self.call("/v1/jobs", |h, u| h.get(u)).await
     }
 
     pub async fn job(&self, name: &str) -> Result<JobStatus, ClientError> {
-        let url = self.url(&format!("/v1/jobs/{}", path_segment(name)));
-        self.send(self.http.get(&url), url).await
+        let path = format!("/v1/jobs/{}", path_segment(name));
+        self.call(&path, |h, u| h.get(u)).await
     }
 
     /// The offers the controller last read from its cloud (`GET /v1/offers`).
     pub async fn offers(&self) -> Result<Vec<tern_cloud::Offer>, ClientError> {
-        let url = self.url("/v1/offers");
-        self.send(self.http.get(&url), url).await
+        self.call("/v1/offers", |h, u| h.get(u)).await
     }
 
     /// What the job's workers run (`GET /v1/jobs/{name}/run`): its spec's `[run]`.
     pub async fn job_run(&self, name: &str) -> Result<tern_cloud::run::RunSpec, ClientError> {
-        let url = self.url(&format!("/v1/jobs/{}/run", path_segment(name)));
-        self.send(self.http.get(&url), url).await
+        let path = format!("/v1/jobs/{}/run", path_segment(name));
+        self.call(&path, |h, u| h.get(u)).await
     }
 
     /// The spec the job was admitted with (`GET /v1/jobs/{name}/spec`).
     pub async fn job_spec(&self, name: &str) -> Result<tern_cloud::JobSpec, ClientError> {
-        let url = self.url(&format!("/v1/jobs/{}/spec", path_segment(name)));
-        self.send(self.http.get(&url), url).await
+        let path = format!("/v1/jobs/{}/spec", path_segment(name));
+        self.call(&path, |h, u| h.get(u)).await
     }
 
     /// The job's decision timeline (`GET /v1/jobs/{name}/decisions`).
     pub async fn decisions(&self, name: &str) -> Result<Timeline, ClientError> {
-        let url = self.url(&format!("/v1/jobs/{}/decisions", path_segment(name)));
-        self.send(self.http.get(&url), url).await
+        let path = format!("/v1/jobs/{}/decisions", path_segment(name));
+        self.call(&path, |h, u| h.get(u)).await
     }
 
     /// Cancel a job; the answer is its status after the cancel.
     pub async fn cancel(&self, name: &str) -> Result<Option<JobStatus>, ClientError> {
-        let url = self.url(&format!("/v1/jobs/{}", path_segment(name)));
-        self.send(self.http.delete(&url), url).await
+        let path = format!("/v1/jobs/{}", path_segment(name));
+        self.call(&path, |h, u| h.delete(u)).await
     }
 
     /// A worker's progress report; the answer says whether to checkpoint now.
@@ -190,8 +244,8 @@ impl Client {
         name: &str,
         progress: &Progress,
     ) -> Result<ProgressReply, ClientError> {
-        let url = self.url(&format!("/v1/jobs/{}/progress", path_segment(name)));
-        self.send(self.http.post(&url).json(progress), url).await
+        let path = format!("/v1/jobs/{}/progress", path_segment(name));
+        self.call(&path, |h, u| h.post(u).json(progress)).await
     }
 
     /// Ask to start the job's workers on `instance` (at `address`, when the job's nodes must
@@ -202,18 +256,17 @@ impl Client {
         instance: &str,
         address: Option<&str>,
     ) -> Result<StartReply, ClientError> {
-        let url = self.url(&format!("/v1/jobs/{}/start", path_segment(name)));
+        let path = format!("/v1/jobs/{}/start", path_segment(name));
         let body = StartRequest {
             instance: instance.to_string(),
             address: address.map(str::to_string),
         };
-        self.send(self.http.post(&url).json(&body), url).await
+        self.call(&path, |h, u| h.post(u).json(&body)).await
     }
 
     /// The cost report for `query` (`GET /v1/costs`).
     pub async fn costs(&self, query: &CostQuery) -> Result<CostReport, ClientError> {
-        let url = self.url("/v1/costs");
-        self.send(self.http.get(&url).query(query), url).await
+        self.call("/v1/costs", |h, u| h.get(u).query(query)).await
     }
 
     /// Events after id `after`, of one job or all.
@@ -222,38 +275,35 @@ impl Client {
         after: i64,
         job: Option<&str>,
     ) -> Result<Vec<EventView>, ClientError> {
-        let url = self.url("/v1/events");
         let mut query = vec![("after", after.to_string())];
         if let Some(j) = job {
             query.push(("job", j.to_string()));
         }
-        self.send(self.http.get(&url).query(&query), url).await
+        self.call("/v1/events", |h, u| h.get(u).query(&query)).await
     }
 }
 
 impl Client {
     /// Create a scoped token (`POST /v1/tokens`, admin): the answer holds its secret.
     pub async fn create_token(&self, request: &TokenRequest) -> Result<TokenView, ClientError> {
-        let url = self.url("/v1/tokens");
-        self.send(self.http.post(&url).json(request), url).await
+        self.call("/v1/tokens", |h, u| h.post(u).json(request))
+            .await
     }
 
     /// Created tokens, without secrets (`GET /v1/tokens`, admin).
     pub async fn tokens(&self) -> Result<Vec<TokenView>, ClientError> {
-        let url = self.url("/v1/tokens");
-        self.send(self.http.get(&url), url).await
+        self.call("/v1/tokens", |h, u| h.get(u)).await
     }
 
     /// Revoke a token by id (`DELETE /v1/tokens/{id}`, admin).
     pub async fn revoke_token(&self, id: &str) -> Result<TokenView, ClientError> {
-        let url = self.url(&format!("/v1/tokens/{}", path_segment(id)));
-        self.send(self.http.delete(&url), url).await
+        let path = format!("/v1/tokens/{}", path_segment(id));
+        self.call(&path, |h, u| h.delete(u)).await
     }
 
     /// The audit log (`GET /v1/audit`), oldest first.
     pub async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditView>, ClientError> {
-        let url = self.url("/v1/audit");
-        self.send(self.http.get(&url).query(query), url).await
+        self.call("/v1/audit", |h, u| h.get(u).query(query)).await
     }
 }
 
@@ -307,6 +357,85 @@ mod tests {
         }
         assert_eq!(path_segment("bert-v100_2"), "bert-v100_2");
         assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    /// A server that answers every request with `status` and `body`, and counts them.
+    async fn answering(
+        status: u16,
+        body: impl Fn() -> String + Send + Sync + 'static,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (seen, body) = (hits.clone(), Arc::new(body));
+        let app = axum::Router::new().fallback(move || {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = body();
+            async move {
+                let status = axum::http::StatusCode::from_u16(status).expect("status");
+                (status, body)
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (base, hits)
+    }
+
+    fn not_leader(leader: &str) -> String {
+        serde_json::json!({ "error": "this controller is on standby", "leader": leader })
+            .to_string()
+    }
+
+    #[tokio::test]
+    async fn a_non_leaders_503_is_followed_to_the_leader_and_kept() {
+        let (leader, at_leader) = answering(200, || "[]".into()).await;
+        let named = leader.clone();
+        let (standby, at_standby) = answering(503, move || not_leader(&named)).await;
+        let http = crate::http::client().expect("client");
+        let c = Client::new(&standby, Some("t".into()), http).expect("url");
+        let other = c.clone();
+        assert!(c.jobs().await.expect("followed").is_empty());
+        assert_eq!(c.base(), leader);
+        assert_eq!(other.base(), leader, "clones follow too");
+        other.jobs().await.expect("at the leader");
+        assert_eq!(at_standby.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(at_leader.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn two_controllers_naming_each_other_are_followed_a_bounded_number_of_times() {
+        let other = Arc::new(std::sync::Mutex::new(String::new()));
+        let named = other.clone();
+        let (a, at_a) = answering(503, move || not_leader(&named.lock().expect("b"))).await;
+        let named = a.clone();
+        let (b, at_b) = answering(503, move || not_leader(&named)).await;
+        *other.lock().expect("b") = b;
+        let http = crate::http::client().expect("client");
+        let err = Client::new(&a, None, http)
+            .expect("url")
+            .jobs()
+            .await
+            .expect_err("nobody leads");
+        assert_eq!(err.status(), Some(503), "{err}");
+        let asked = at_a.load(std::sync::atomic::Ordering::SeqCst)
+            + at_b.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(asked, MAX_FOLLOWS + 1);
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_is_no_url_or_gives_up_tls_is_not_followed() {
+        let (standby, _) = answering(503, || not_leader("http://evil\u{1b}]0;x\u{7}:1")).await;
+        let http = crate::http::client().expect("client");
+        let c = Client::new(&standby, None, http).expect("url");
+        let err = c.jobs().await.expect_err("503");
+        assert_eq!(err.status(), Some(503));
+        assert_eq!(c.base(), standby);
+        assert!(!c.follow("https://a.example:1", "http://b.example:2"));
+        assert!(!c.follow(&standby, &format!("{standby}/")));
+        assert!(!c.follow(&standby, "ftp://b.example"));
+        assert!(c.follow("http://a.example:1", "https://b.example:2"));
+        assert_eq!(c.base(), "https://b.example:2");
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@
 pub mod access;
 mod audit;
 pub mod client;
-mod leader;
+pub mod leader;
 mod quotas;
 mod tokens;
 pub mod wire;

@@ -43,7 +43,7 @@ async fn the_open_metrics_name_no_job_or_team_and_the_per_job_series_need_a_toke
     }
     let http = crate::http::client().expect("http");
     let page = |path: &'static str, token: Option<String>| {
-        let (http, base) = (http.clone(), c.base().to_string());
+        let (http, base) = (http.clone(), c.base());
         async move {
             let mut r = http.get(format!("{base}{path}"));
             if let Some(t) = token {
@@ -203,7 +203,7 @@ async fn team_client(c: &client::Client, store: &Arc<Store>, team: &str) -> clie
     .expect("join")
     .expect("token");
     let http = crate::http::client().expect("http");
-    client::Client::new(c.base(), Some(t.secret), http).expect("client")
+    client::Client::new(&c.base(), Some(t.secret), http).expect("client")
 }
 
 /// A job's `[run]` shows in `GET /v1/jobs/NAME` and the job list: with its env values to an
@@ -235,7 +235,7 @@ async fn a_jobs_run_shows_its_env_values_to_its_team_and_admins_only() {
     let listed = team.jobs().await.expect("list");
     assert_eq!(shown(&listed[0]), "s3cr3t");
     let http = crate::http::client().expect("http");
-    let agent = client::Client::new(c.base(), Some(store.agent_token("r")), http).expect("client");
+    let agent = client::Client::new(&c.base(), Some(store.agent_token("r")), http).expect("client");
     let seen = agent.job("r").await.expect("agent");
     assert_eq!(shown(&seen), tern_cloud::run::REDACTED);
     let other = team_client(&c, &store, "azure").await;

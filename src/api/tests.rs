@@ -588,7 +588,7 @@ async fn a_launch_carries_its_jobs_agent_token_and_only_that_job_accepts_it() {
         .clone();
     assert_eq!(store.agent_job(&token).as_deref(), Some("a"));
     let http = crate::http::client().expect("http");
-    let agent = client::Client::new(c.base(), Some(token), http).expect("client");
+    let agent = client::Client::new(&c.base(), Some(token), http).expect("client");
     let p = report(10.0, 5.0, None, (id.as_str(), k));
     agent.progress("a", &p).await.expect("its own job");
     assert_eq!(agent.job("a").await.expect("its status").name, "a");

@@ -198,4 +198,8 @@ pub struct ErrorBody {
     /// On a refused start or progress report (409): what the agent must do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<Action>,
+    /// On a 503 from a controller that does not lead (deposed, or on standby): the leader's
+    /// URL, when it is known. Clients send the request there instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }

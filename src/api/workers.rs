@@ -17,6 +17,7 @@ fn fenced(action: Action, why: String) -> Response {
     let body = ErrorBody {
         error: why,
         action: Some(action),
+        leader: None,
     };
     (StatusCode::CONFLICT, axum::Json(body)).into_response()
 }

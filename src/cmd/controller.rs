@@ -13,8 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tern::api::leader::Gate;
 use tern::api::{ApiState, router};
-use tern::controller::lease::{Leadership, Lease, default_holder, host_name, lock_state_file};
+use tern::controller::lease::{
+    LeaderSeen, Leadership, Lease, default_holder, host_name, lock_state_file,
+};
 use tern::controller::metrics::Metrics;
 use tern::controller::probe::ProbeBounds;
 use tern::controller::service::{Service, ServiceConfig, Shared, Workers};
@@ -388,13 +391,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .context("the API needs a bearer token: --token, --token-file or TERN_TOKEN")?;
     let (tls, limits) = checked(&args)?;
     let holder = args.id.clone().unwrap_or_else(default_holder);
+    let seen = LeaderSeen::default();
+    let gate = Gate::new(seen.clone());
+    // A standby on a shared store listens from the start and points clients at the leader.
+    let early = match state_url(args.state.as_deref())? {
+        StoreUrl::Postgres(_) => Some(listen(&args, tls.clone(), &gate).await?),
+        StoreUrl::Sqlite(_) => None,
+    };
     let Some(Led {
         store,
         url,
         shown,
         leadership,
         _file_lock,
-    }) = lead(&args, &holder).await?
+    }) = lead(&args, &holder, seen).await?
     else {
         return Ok(());
     };
@@ -440,22 +450,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         metrics,
         clock,
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
-    let (scheme, listener_addr) = (tern::serve::scheme(tls.as_ref()), listener.local_addr()?);
+    let (server, listener_addr) = match early {
+        Some(listening) => listening,
+        None => listen(&args, tls.clone(), &gate).await?,
+    };
+    gate.open(router(state));
+    let scheme = tern::serve::scheme(tls.as_ref());
     tracing::info!(
-        "leading as {}; listening on {scheme}://{listener_addr} (state {}, {})",
+        "leading as {}; serving the API on {scheme}://{listener_addr} (state {}, {})",
         holder,
         shown,
         cloud_shown(&args)
     );
-    let server = tokio::spawn(tern::serve::run_within(
-        listener,
-        tls,
-        router(state),
-        args.connections.limits(),
-    ));
     let hosts = match sim.filter(|_| args.local_agents) {
         Some(sim) => {
             let server = format!("{scheme}://{listener_addr}");
@@ -486,6 +492,35 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     running.stop()?;
     ended
 }
+
+/// The API's server on `--listen`, serving what `gate` lets through (the leader's routes once
+/// it is open, a 503 naming the leader before).
+async fn listen(
+    args: &Args,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    gate: &Gate,
+) -> anyhow::Result<(Serving, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    if gate.is_closed() {
+        tracing::info!(
+            "listening on {}://{addr}: answering with the leader's address until this \
+             controller leads",
+            tern::serve::scheme(tls.as_ref())
+        );
+    }
+    let server = tokio::spawn(tern::serve::run_within(
+        listener,
+        tls,
+        gate.router(),
+        args.connections.limits(),
+    ));
+    Ok((server, addr))
+}
+
+type Serving = tokio::task::JoinHandle<Result<(), tern::serve::ServeError>>;
 
 /// The hosts of `--local-agents`: one folder per instance beside the state file (or in the
 /// data folder for a PostgreSQL store), the agents told this controller's address.
@@ -601,7 +636,7 @@ struct Led {
 /// serves the API); a standby waits here. A SQLite file is guarded by an OS lock (freed at once
 /// when its holder dies), taken before the file is opened; a shared PostgreSQL store by the
 /// leader lease. `None`: asked to shut down while waiting.
-async fn lead(args: &Args, holder: &str) -> anyhow::Result<Option<Led>> {
+async fn lead(args: &Args, holder: &str, seen: LeaderSeen) -> anyhow::Result<Option<Led>> {
     let url = state_url(args.state.as_deref())?;
     let mut file_lock = None;
     if let StoreUrl::Sqlite(path) = &url {
@@ -620,8 +655,9 @@ async fn lead(args: &Args, holder: &str) -> anyhow::Result<Option<Led>> {
     let mut leadership = None;
     if let StoreUrl::Postgres(_) = &url {
         let ttl = Duration::from_secs_f64(args.lease_seconds);
-        let mut lease =
-            Leadership::new(store.clone(), holder.to_string(), ttl).advertising(advertised(args));
+        let mut lease = Leadership::new(store.clone(), holder.to_string(), ttl)
+            .advertising(advertised(args))
+            .telling(seen);
         tokio::select! {
             () = lease.wait_to_lead() => {}
             () = shutdown_signal() => return Ok(None),

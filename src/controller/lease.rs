@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::store::{Fence, Store};
+use crate::store::{Fence, LeaseHolder, Store};
 
 /// The one lease every controller of a deployment competes for.
 pub const LEASE: &str = "controller";
@@ -28,6 +28,23 @@ pub enum LeaseError {
     Unreachable { for_: Duration, reason: String },
 }
 
+/// The leader a standby last read from the lease, for its API's 503s (shared with the server).
+#[derive(Debug, Clone, Default)]
+pub struct LeaderSeen(Arc<Mutex<Option<LeaseHolder>>>);
+
+impl LeaderSeen {
+    pub fn get(&self) -> Option<LeaseHolder> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, leader: Option<LeaseHolder>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = leader;
+    }
+}
+
 /// A controller that wants to lead: waits for the lease.
 #[derive(Debug)]
 pub struct Leadership {
@@ -37,6 +54,7 @@ pub struct Leadership {
     /// Where this controller serves its API, written into the lease for others to point at.
     address: Option<String>,
     fence: Option<Fence>,
+    seen: LeaderSeen,
 }
 
 impl Leadership {
@@ -47,7 +65,14 @@ impl Leadership {
             ttl,
             address: None,
             fence: None,
+            seen: LeaderSeen::default(),
         }
+    }
+
+    /// Publish the leader each poll reads to `seen` while this controller waits.
+    pub fn telling(mut self, seen: LeaderSeen) -> Leadership {
+        self.seen = seen;
+        self
     }
 
     /// Advertise `address` (the API's URL) in the lease while this controller leads.
@@ -73,7 +98,12 @@ impl Leadership {
                     return;
                 }
                 Ok(None) => {
-                    let leader = leader(&self.store).unwrap_or_default();
+                    let current = self.store.lease_holder(LEASE).ok().flatten();
+                    let leader = current
+                        .as_ref()
+                        .map(|l| l.holder.clone())
+                        .unwrap_or_default();
+                    self.seen.set(current);
                     if said.as_deref() != Some(leader.as_str()) {
                         tracing::info!(
                             holder = %self.holder,

@@ -3,10 +3,14 @@
 //!
 //! Every take of the lease starts a new reign (`epoch` + 1). Once a controller leads, its store
 //! prepends a guard to every batch that writes: a read of the lease row, in the same
-//! transaction, that must still name this holder and epoch (PostgreSQL: `FOR SHARE`, so a
-//! takeover waits for the write's commit and a write waits for the takeover's). A write
-//! therefore either commits before the next leader takes over, and that leader loads it, or
-//! is rolled back with [`StoreError::Fenced`]. Reads are not fenced.
+//! transaction, that must still name this holder and epoch (PostgreSQL: `FOR KEY SHARE`, and a
+//! take locks the row `FOR UPDATE` first, so a takeover waits for the write's commit and a
+//! write waits for the takeover's, while a renewal, a plain `UPDATE`, waits for neither). A
+//! write therefore either commits before the next leader takes over, and that leader loads
+//! it, or is rolled back with [`StoreError::Fenced`]. Reads are not fenced.
+//!
+//! On PostgreSQL the lease's statements run on a connection of their own (`tern-lease`), so a
+//! slow batch on the pass's connection cannot hold a renewal back past the lease's TTL.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -62,10 +66,17 @@ impl Store {
         ttl: Duration,
         address: Option<&str>,
     ) -> Result<Option<Fence>> {
-        let now = self.db_now_ms()?;
-        let rows = self
-            .run_unfenced(vec![Stmt::query(
-                "INSERT INTO leases (name, holder, expires_at, renewed_at, epoch, address)
+        let now = self.lease_now_ms()?;
+        let mut batch = Vec::with_capacity(2);
+        if let Backend::Postgres(_) = &self.backend {
+            // Waits for the fenced writes in flight (`FOR KEY SHARE`) to commit.
+            batch.push(Stmt::query(
+                "SELECT epoch FROM leases WHERE name = ?1 FOR UPDATE",
+                params![name],
+            ));
+        }
+        batch.push(Stmt::query(
+            "INSERT INTO leases (name, holder, expires_at, renewed_at, epoch, address)
                  VALUES (?1, ?2, ?3, ?4, 1, ?5)
                  ON CONFLICT (name) DO UPDATE
                     SET holder = excluded.holder, expires_at = excluded.expires_at,
@@ -73,10 +84,13 @@ impl Store {
                         address = excluded.address
                     WHERE leases.holder = excluded.holder OR leases.expires_at < ?4
                  RETURNING epoch",
-                params![name, holder, now + millis(ttl), now, address],
-            )])?
-            .remove(0)
-            .rows();
+            params![name, holder, now + millis(ttl), now, address],
+        ));
+        let rows = self
+            .run_lease(batch)?
+            .pop()
+            .map(Outcome::rows)
+            .unwrap_or_default();
         rows.first()
             .map(|r| {
                 Ok(Fence {
@@ -90,9 +104,9 @@ impl Store {
 
     /// Extend the reign `fence` by `ttl` from now. False once another take has ended it.
     pub fn renew_lease(&self, fence: &Fence, ttl: Duration) -> Result<bool> {
-        let now = self.db_now_ms()?;
+        let now = self.lease_now_ms()?;
         let n = self
-            .run_unfenced(vec![Stmt::exec(
+            .run_lease(vec![Stmt::exec(
                 "UPDATE leases SET expires_at = ?1, renewed_at = ?2
                  WHERE name = ?3 AND holder = ?4 AND epoch = ?5",
                 params![
@@ -111,7 +125,7 @@ impl Store {
     /// End the reign `fence` at once (a clean shutdown), so a standby need not wait for expiry.
     /// The row stays, expired, so the next take's epoch is still higher than this one's.
     pub fn release_lease(&self, fence: &Fence) -> Result<()> {
-        self.run_unfenced(vec![Stmt::exec(
+        self.run_lease(vec![Stmt::exec(
             "UPDATE leases SET expires_at = 0
              WHERE name = ?1 AND holder = ?2 AND epoch = ?3",
             params![&fence.name, &fence.holder, fence.epoch],
@@ -121,11 +135,14 @@ impl Store {
 
     /// Who holds the lease `name`, if anyone ever took it.
     pub fn lease_holder(&self, name: &str) -> Result<Option<LeaseHolder>> {
-        let now = self.db_now_ms()?;
-        let rows = self.query(
-            "SELECT holder, expires_at, epoch, address FROM leases WHERE name = ?1",
-            params![name],
-        )?;
+        let now = self.lease_now_ms()?;
+        let rows = self
+            .run_lease(vec![Stmt::query(
+                "SELECT holder, expires_at, epoch, address FROM leases WHERE name = ?1",
+                params![name],
+            )])?
+            .remove(0)
+            .rows();
         rows.first()
             .map(|r| {
                 Ok(LeaseHolder {
@@ -214,15 +231,23 @@ impl Store {
             }
             Backend::Postgres(_) => {
                 "SELECT epoch FROM leases WHERE name = ?1 AND holder = ?2 AND epoch = ?3
-                 FOR SHARE"
+                 FOR KEY SHARE"
             }
         };
         Stmt::guard(sql, params![&fence.name, &fence.holder, fence.epoch])
     }
 
+    /// A batch of the lease's: on its own connection where the store has one.
+    fn run_lease(&self, batch: Vec<Stmt>) -> Result<Vec<Outcome>> {
+        match &self.lease_db {
+            Some(db) => db.run(batch),
+            None => self.run_unfenced(batch),
+        }
+    }
+
     /// The database's clock: leases of controllers on different hosts must not depend on
     /// their clocks agreeing.
-    pub(super) fn db_now_ms(&self) -> Result<i64> {
+    fn lease_now_ms(&self) -> Result<i64> {
         let sql = match &self.backend {
             Backend::Sqlite(_) => {
                 "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
@@ -231,7 +256,9 @@ impl Store {
                 "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
             }
         };
-        self.query(sql, vec![])?
+        self.run_lease(vec![Stmt::query(sql, vec![])])?
+            .remove(0)
+            .rows()
             .first()
             .ok_or_else(|| StoreError::Invalid("the database did not tell its time".into()))?
             .int(0)

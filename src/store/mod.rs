@@ -180,6 +180,9 @@ pub struct Store {
     agent_key: tokens::AgentKey,
     /// The leader's fence, once it leads: every write checks it in its own transaction.
     fencing: lease::Fencing,
+    /// PostgreSQL: the lease's own connection, so a slow batch of the pass never delays a
+    /// renewal (SQLite's lease and reads share the file's one connection).
+    lease_db: Option<postgres::PgDb>,
 }
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -259,7 +262,10 @@ impl Store {
 
     /// Connect to PostgreSQL and apply pending migrations (serialised across controllers).
     pub fn connect(url: &str) -> Result<Store> {
-        Store::with_identity(Backend::Postgres(postgres::PgDb::connect(url)?), None)
+        let mut store =
+            Store::with_identity(Backend::Postgres(postgres::PgDb::connect(url)?), None)?;
+        store.lease_db = Some(postgres::PgDb::connect_lease(url)?);
+        Ok(store)
     }
 
     fn with_identity(backend: Backend, file: Option<identity::FileIdentity>) -> Result<Store> {
@@ -277,6 +283,7 @@ impl Store {
             file,
             agent_key: tokens::AgentKey(String::new()),
             fencing: lease::Fencing::default(),
+            lease_db: None,
         }
     }
 
@@ -369,5 +376,7 @@ impl Store {
     }
 }
 
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod tests;

@@ -98,6 +98,17 @@ fn value_at(row: &postgres::Row, i: usize) -> Result<Value, StoreError> {
 
 type Reply = mpsc::SyncSender<Result<Vec<Outcome>, StoreError>>;
 
+/// What a connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The pass's batches; runs the migrations.
+    Controller,
+    /// The leader lease alone.
+    Lease,
+    /// Reads only, refused any write by the server.
+    Reader,
+}
+
 /// A handle on the worker thread that owns the connection.
 #[derive(Debug)]
 pub struct PgDb {
@@ -109,16 +120,23 @@ pub struct PgDb {
 impl PgDb {
     /// Connect (failing fast with the server's reason), migrate, and start the worker.
     pub fn connect(url: &str) -> Result<PgDb, StoreError> {
-        PgDb::connect_as(url, false)
+        PgDb::connect_as(url, Role::Controller)
     }
 
     /// Connect to read only: every transaction of the session is `READ ONLY` (the server
     /// refuses a write with SQLSTATE 25006), no migration and no migration lock.
     pub fn connect_read_only(url: &str) -> Result<PgDb, StoreError> {
-        PgDb::connect_as(url, true)
+        PgDb::connect_as(url, Role::Reader)
     }
 
-    fn connect_as(url: &str, read_only: bool) -> Result<PgDb, StoreError> {
+    /// The leader lease's own connection (and thread): its renewals never queue behind the
+    /// pass's batches. No migration: the controller's connection ran them.
+    pub fn connect_lease(url: &str) -> Result<PgDb, StoreError> {
+        PgDb::connect_as(url, Role::Lease)
+    }
+
+    fn connect_as(url: &str, role: Role) -> Result<PgDb, StoreError> {
+        let read_only = role == Role::Reader;
         let (rest, tls) = split_url(url)?;
         let connector = tls.connector()?;
         let mut config: postgres::Config = rest
@@ -134,10 +152,12 @@ impl PgDb {
                 None => "-c default_transaction_read_only=on".to_string(),
             };
             config.options(&options);
-            config.application_name("tern-reader");
-        } else {
-            config.application_name("tern-controller");
         }
+        config.application_name(match role {
+            Role::Controller => "tern-controller",
+            Role::Lease => "tern-lease",
+            Role::Reader => "tern-reader",
+        });
         config.ssl_mode(tls.ssl_mode());
         let shown = shown_url(url);
         // Connect on the worker thread too: the client's runtime must never start on one of
@@ -147,7 +167,7 @@ impl PgDb {
         std::thread::Builder::new()
             .name("tern-store-pg".into())
             .spawn(move || {
-                let mut worker = match Worker::start(config, connector, read_only) {
+                let mut worker = match Worker::start(config, connector, role == Role::Controller) {
                     Ok(w) => {
                         let _ = ready_tx.send(Ok(()));
                         w
@@ -223,10 +243,10 @@ impl Worker {
     fn start(
         config: postgres::Config,
         tls: Option<RustlsConnect>,
-        read_only: bool,
+        migrates: bool,
     ) -> Result<Worker, StoreError> {
         let mut client = open(&config, tls.as_ref())?;
-        if !read_only {
+        if migrates {
             migrate(&mut client)?;
         }
         Ok(Worker {

@@ -288,6 +288,26 @@ pub fn events_of(server: &str, token: &str, job: &str) -> Vec<(String, String)> 
 /// `tern agent` for `job`'s first instance running `sh -c script` under a stand-in torchrun,
 /// until it exits (successfully).
 fn agent_running(dir: &Path, job: &str, script: &str, server: &str, token: &str) {
+    let agent = agent_started(dir, job, script, server, token)
+        .wait_with_output()
+        .expect("agent");
+    assert!(
+        agent.status.success(),
+        "agent: {}",
+        String::from_utf8_lossy(&agent.stderr)
+    );
+}
+
+/// `tern agent` for `job`'s first instance running `sh -c script` under a stand-in torchrun
+/// (which execs the script), started now with its output piped. The cloud's VMs do not train
+/// in these tests: the agent runs here, told which instance it stands for.
+pub fn agent_started(
+    dir: &Path,
+    job: &str,
+    script: &str,
+    server: &str,
+    token: &str,
+) -> std::process::Child {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
     let torchrun = bin.join("torchrun");
@@ -307,13 +327,12 @@ fn agent_running(dir: &Path, job: &str, script: &str, server: &str, token: &str)
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    // The agent runs here, not on the cloud's VM: it is told which instance it stands for.
     let status = tern_json(&["status", job, "--json", "--server", server], token);
     let instance = status["jobs"][0]["instance_ids"][0]
         .as_str()
         .expect("the job's instance")
         .to_string();
-    let agent = Command::new(env!("CARGO_BIN_EXE_tern"))
+    Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(["agent", "--job", job, "--server", server])
         .args([
             "--notice",
@@ -328,13 +347,10 @@ fn agent_running(dir: &Path, job: &str, script: &str, server: &str, token: &str)
         .args(["--", "sh", "-c", script])
         .env("TERN_TOKEN", token)
         .env("PATH", path)
-        .output()
-        .expect("agent");
-    assert!(
-        agent.status.success(),
-        "agent: {}",
-        String::from_utf8_lossy(&agent.stderr)
-    );
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent")
 }
 
 /// Write and submit "t4-small": one T4 worker, 100,000 samples at 0.25 s a step, due in 12 h;
