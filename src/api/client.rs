@@ -67,9 +67,12 @@ impl ClientError {
 /// the client sends the request there instead, with the same token and CA, at most
 /// [`MAX_FOLLOWS`] times per request, says so on stderr, and keeps the new address for later
 /// requests (clones share it). It never follows from `https` to `http`: the token would cross
-/// the network in the clear.
+/// the network in the clear. When a leader it followed stops answering, it goes back to the
+/// address it was given (a restarted controller there leads, or names who does).
 #[derive(Debug, Clone)]
 pub struct Client {
+    /// The address the client was given.
+    origin: String,
     base: Arc<RwLock<String>>,
     token: Option<String>,
     http: reqwest::Client,
@@ -95,6 +98,7 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let base = base_url(base).ok_or_else(|| ClientError::Url(base.to_string()))?;
         Ok(Client {
+            origin: base.clone(),
             base: Arc::new(RwLock::new(base)),
             token,
             http,
@@ -126,6 +130,11 @@ impl Client {
                     leader: Some(leader),
                     ..
                 }) if follows < MAX_FOLLOWS && self.follow(&base, &leader) => follows += 1,
+                Err(ClientError::Transport { .. })
+                    if follows < MAX_FOLLOWS && self.fall_back(&base) =>
+                {
+                    follows += 1;
+                }
                 answer => return answer,
             }
         }
@@ -146,6 +155,21 @@ impl Client {
             crate::terminal::safe(&to)
         );
         *self.base.write().unwrap_or_else(PoisonError::into_inner) = to;
+        true
+    }
+
+    /// The followed leader at `from` does not answer: back to the given address, if `from`
+    /// was not it.
+    fn fall_back(&self, from: &str) -> bool {
+        if from == self.origin {
+            return false;
+        }
+        eprintln!(
+            "tern: the leader at {} does not answer; back to {}",
+            crate::terminal::safe(from),
+            crate::terminal::safe(&self.origin)
+        );
+        *self.base.write().unwrap_or_else(PoisonError::into_inner) = self.origin.clone();
         true
     }
 
@@ -359,20 +383,20 @@ mod tests {
         assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
     }
 
-    /// A server that answers every request with `status` and `body`, and counts them.
+    /// A server that answers every request with what `answer` gives (status, body), and counts
+    /// them.
     async fn answering(
-        status: u16,
-        body: impl Fn() -> String + Send + Sync + 'static,
+        answer: impl Fn() -> (u16, String) + Send + Sync + 'static,
     ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (seen, body) = (hits.clone(), Arc::new(body));
+        let (seen, answer) = (hits.clone(), Arc::new(answer));
         let app = axum::Router::new().fallback(move || {
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let body = body();
+            let (status, body) = answer();
             async move {
                 let status = axum::http::StatusCode::from_u16(status).expect("status");
                 (status, body)
@@ -389,9 +413,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_non_leaders_503_is_followed_to_the_leader_and_kept() {
-        let (leader, at_leader) = answering(200, || "[]".into()).await;
+        let (leader, at_leader) = answering(|| (200, "[]".into())).await;
         let named = leader.clone();
-        let (standby, at_standby) = answering(503, move || not_leader(&named)).await;
+        let (standby, at_standby) = answering(move || (503, not_leader(&named))).await;
         let http = crate::http::client().expect("client");
         let c = Client::new(&standby, Some("t".into()), http).expect("url");
         let other = c.clone();
@@ -404,12 +428,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_followed_leader_that_stops_answering_sends_the_client_back_where_it_began() {
+        let gone = format!(
+            "http://127.0.0.1:{}",
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("port")
+                .port()
+        );
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (count, named) = (asked.clone(), gone.clone());
+        // The first answer names a leader that is gone; later ones come from a new leader.
+        let (origin, _) =
+            answering(
+                move || match count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                    0 => (503, not_leader(&named)),
+                    _ => (200, "[]".into()),
+                },
+            )
+            .await;
+        let http = crate::http::client().expect("client");
+        let c = Client::new(&origin, None, http).expect("url");
+        assert!(c.jobs().await.expect("back at the origin").is_empty());
+        assert_eq!(c.base(), origin);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
     async fn two_controllers_naming_each_other_are_followed_a_bounded_number_of_times() {
         let other = Arc::new(std::sync::Mutex::new(String::new()));
         let named = other.clone();
-        let (a, at_a) = answering(503, move || not_leader(&named.lock().expect("b"))).await;
+        let (a, at_a) = answering(move || (503, not_leader(&named.lock().expect("b")))).await;
         let named = a.clone();
-        let (b, at_b) = answering(503, move || not_leader(&named)).await;
+        let (b, at_b) = answering(move || (503, not_leader(&named))).await;
         *other.lock().expect("b") = b;
         let http = crate::http::client().expect("client");
         let err = Client::new(&a, None, http)
@@ -425,7 +476,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_leader_that_is_no_url_or_gives_up_tls_is_not_followed() {
-        let (standby, _) = answering(503, || not_leader("http://evil\u{1b}]0;x\u{7}:1")).await;
+        let (standby, _) = answering(|| (503, not_leader("http://evil\u{1b}]0;x\u{7}:1"))).await;
         let http = crate::http::client().expect("client");
         let c = Client::new(&standby, None, http).expect("url");
         let err = c.jobs().await.expect_err("503");
