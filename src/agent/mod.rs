@@ -29,6 +29,7 @@ pub mod metadata;
 pub mod progress;
 mod restarts;
 pub mod setup;
+mod step;
 pub mod tree;
 
 use std::path::PathBuf;
@@ -42,6 +43,7 @@ pub use metadata::NoticeSource;
 use progress::{Complaints, ProgressFile};
 pub use restarts::hang_limit;
 use restarts::{Ended, Exited, Restarts};
+use step::{Event, State, Step, next};
 use tree::{Spawn, Tree};
 
 use crate::api::client::{Client, ClientError};
@@ -189,6 +191,8 @@ struct Run<'a> {
     complaints: Complaints,
     last: Option<ProgressFile>,
     moved: Moved,
+    /// The restarts in a row when this incarnation started.
+    restarts: Restarts,
 }
 
 impl Run<'_> {
@@ -364,7 +368,11 @@ impl Run<'_> {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.config.interval) => {}
-                _ = signals.next() => return self.drain(Why::Signal).await,
+                _ = signals.next() => {
+                    if let Step::Stop { why, again } = next(&self.state(), Event::Signal) {
+                        return self.drain(why, again).await;
+                    }
+                }
             }
             if let Some(status) = self.tree.exited().map_err(AgentError::Wait)? {
                 // torchrun is gone; anything it left behind goes too.
@@ -378,48 +386,100 @@ impl Run<'_> {
                     tail,
                 });
             }
-            match self.report(false, false, None).await {
-                Ok(r) if r.drain => return self.drain(Why::Drain).await,
-                Ok(r) if r.stop => {
-                    eprintln!("tern agent: another node of this incarnation stopped: restarting");
-                    let durable = self.stop(Why::Restart).await?;
-                    self.final_report(durable).await;
-                    return Ok(End::Stopped { again: true });
-                }
-                Ok(_) => {}
-                Err(e) => match e.action() {
-                    Some(Action::Stop) => {
-                        eprintln!("tern agent: {e}: killing the workers now");
-                        self.tree.kill_all(Duration::from_secs(10));
-                        return Ok(End::Stopped { again: true });
-                    }
-                    Some(Action::Done) => {
-                        // A job whose work is done: its training is saving its last checkpoint
-                        // and exiting; let it, within the grace, before stopping what is left.
-                        if job_over(self.client, &self.config.job, &["finished"]).await {
-                            eprintln!("tern agent: {e}: waiting for the training to exit");
-                            self.exit_within(self.config.stop_grace).await;
-                        } else {
-                            eprintln!("tern agent: {e}: stopping");
-                        }
-                        let durable = self.stop(Why::Over).await?;
-                        // The job ended while these workers ran: their last report keeps the
-                        // checkpoint they saved on the way out.
-                        self.final_report(durable).await;
-                        return Ok(End::Stopped { again: false });
-                    }
-                    Some(Action::Exit) => {
-                        self.stop(Why::Over).await?;
-                        return Err(AgentError::Refused(e.to_string()));
-                    }
-                    _ => eprintln!("tern agent: progress report failed: {e}"),
-                },
+            let (event, refusal) = match self.report(false, false, None).await {
+                Ok(r) => (
+                    Event::Answered {
+                        drain: r.drain,
+                        stop: r.stop,
+                    },
+                    None,
+                ),
+                Err(e) => (self.refused(&e).await, Some(e)),
+            };
+            if let Some(end) = self.take(next(&self.state(), event), refusal).await? {
+                return Ok(end);
             }
-            if metadata::noticed(self.http, self.config.notice, &self.config.metadata_url).await {
-                return self.drain(Why::Notice).await;
+            if metadata::noticed(self.http, self.config.notice, &self.config.metadata_url).await
+                && let Step::Stop { why, again } = next(&self.state(), Event::Notice)
+            {
+                return self.drain(why, again).await;
             }
-            if let Some(quiet) = self.hung_for() {
+            if let Some(quiet) = self.hung_for()
+                && next(&self.state(), Event::Hung) == Step::StopHung
+            {
                 return self.hang(quiet).await;
+            }
+        }
+    }
+
+    /// What the agent knows while its workers run.
+    fn state(&self) -> State {
+        State {
+            trained_here: true,
+            asking_for: Duration::ZERO,
+            restarts: self.restarts,
+        }
+    }
+
+    /// A report the controller did not take, as an event: a refusal's action (on `Done`, with
+    /// whether the job's work is finished), or no answer.
+    async fn refused(&self, e: &ClientError) -> Event {
+        match e.action() {
+            Some(Action::Done) => Event::Refused {
+                action: Action::Done,
+                finished: job_over(self.client, &self.config.job, &["finished"]).await,
+            },
+            Some(action) => Event::Refused {
+                action,
+                finished: false,
+            },
+            None => Event::Unanswered,
+        }
+    }
+
+    /// Carry out a step chosen while the workers run; `Some` ends the supervision. `refusal`:
+    /// the report's error, if it was not taken.
+    async fn take(
+        &mut self,
+        step: Step,
+        refusal: Option<ClientError>,
+    ) -> Result<Option<End>, AgentError> {
+        let e = refusal.map_or_else(String::new, |e| e.to_string());
+        match step {
+            Step::Stop { why, again } => {
+                if why == Why::Restart {
+                    eprintln!("tern agent: another node of this incarnation stopped: restarting");
+                }
+                self.drain(why, again).await.map(Some)
+            }
+            Step::Kill => {
+                eprintln!("tern agent: {e}: killing the workers now");
+                self.tree.kill_all(Duration::from_secs(10));
+                Ok(Some(End::Stopped { again: true }))
+            }
+            Step::Finish { wait_exit } => {
+                // A job whose work is done: its training is saving its last checkpoint and
+                // exiting; let it, within the grace, before stopping what is left.
+                if wait_exit {
+                    eprintln!("tern agent: {e}: waiting for the training to exit");
+                    self.exit_within(self.config.stop_grace).await;
+                } else {
+                    eprintln!("tern agent: {e}: stopping");
+                }
+                // The job ended while these workers ran: their last report keeps the
+                // checkpoint they saved on the way out.
+                self.drain(Why::Over, false).await.map(Some)
+            }
+            Step::Leave => {
+                self.stop(Why::Over).await?;
+                Err(AgentError::Refused(e))
+            }
+            // `Continue`: the only other step a report's event takes.
+            _ => {
+                if !e.is_empty() {
+                    eprintln!("tern agent: progress report failed: {e}");
+                }
+                Ok(None)
             }
         }
     }
@@ -454,12 +514,10 @@ impl Run<'_> {
     /// the controller's drain the agent asks to start again: it is told to wait while the
     /// instance drains, and starts the workers again if the drain is called off (a move whose
     /// new capacity was lost); the instance's end, or the job's, ends it.
-    async fn drain(&mut self, why: Why) -> Result<End, AgentError> {
+    async fn drain(&mut self, why: Why, again: bool) -> Result<End, AgentError> {
         let durable = self.stop(why).await?;
         self.final_report(durable).await;
-        Ok(End::Stopped {
-            again: why == Why::Drain,
-        })
+        Ok(End::Stopped { again })
     }
 
     /// The workers are gone: their last report. Refused when they were fenced meanwhile.
@@ -521,10 +579,6 @@ async fn resolve_address(
         .map_err(AgentError::NoAddress)
 }
 
-/// How long an agent keeps asking when the controller does not know its instance yet (it
-/// may not have listed a fresh launch).
-const UNKNOWN_FOR: Duration = Duration::from_secs(30);
-
 /// Ask to start workers here until the controller says yes; `None` when the agent was
 /// signalled or noticed while waiting.
 async fn start(
@@ -533,29 +587,37 @@ async fn start(
     http: &reqwest::Client,
     (instance, address): (&str, Option<&str>),
     signals: &mut Signals,
-    trained_here: bool,
+    mut state: State,
 ) -> Result<Option<StartReply>, AgentError> {
     let asked = Instant::now();
     let mut said = String::new();
     loop {
-        let why = match client.start(&config.job, instance, address).await {
+        let e = match client.start(&config.job, instance, address).await {
             Ok(r) => return Ok(Some(r)),
-            Err(e) if e.action() == Some(Action::Done) => {
+            Err(e) => e,
+        };
+        state.asking_for = asked.elapsed();
+        let event = Event::StartRefused {
+            action: e.action(),
+            retryable: e.is_retryable(),
+        };
+        match next(&state, event) {
+            Step::AskAgain => {}
+            Step::NothingToStart => {
                 eprintln!("tern agent: nothing to start here: {e}");
                 return Ok(None);
             }
             // The job's workers ran here, and the instance is no longer the job's: the
             // controller released it (after a drain).
-            Err(e) if e.action() == Some(Action::Exit) && trained_here => {
+            Step::LeftTheJob => {
                 eprintln!("tern agent: this instance left the job: {e}");
                 return Ok(None);
             }
-            Err(e) if e.action() == Some(Action::Exit) && asked.elapsed() >= UNKNOWN_FOR => {
-                return Err(AgentError::Refused(e.to_string()));
-            }
-            Err(e) if e.action().is_some() || e.is_retryable() => e.to_string(),
-            Err(e) => return Err(e.into()),
-        };
+            Step::Refuse => return Err(AgentError::Refused(e.to_string())),
+            // `Fail`, the one other step a refused start takes.
+            _ => return Err(e.into()),
+        }
+        let why = e.to_string();
         if why != said {
             eprintln!("tern agent: waiting to start: {why}");
             said = why;
@@ -594,7 +656,11 @@ pub async fn run(
             &http,
             (&instance, address.as_deref()),
             &mut signals,
-            trained_here,
+            State {
+                trained_here,
+                asking_for: Duration::ZERO,
+                restarts,
+            },
         );
         let Some(started) = asked.await? else {
             return Ok(());
@@ -620,6 +686,7 @@ pub async fn run(
                 samples: -1.0,
                 at: Instant::now(),
             },
+            restarts,
         };
         let again = match run.supervise(&mut signals).await? {
             End::Stopped { again } => {

@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
+use super::step::{Event, State, Step, next};
 use super::{AgentError, Run, Signals, give_up};
 
 /// Restarts in a row, with exponential backoff: `used` counts failures without progress and
 /// hangs; `early` counts exits with status 0 before the job's work was done, whatever each
 /// start did (a script whose own step limit is below the job's work makes a little progress
 /// every time, and would otherwise restart forever).
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Restarts {
     pub(super) max: u32,
     pub(super) used: u32,
@@ -23,7 +24,7 @@ impl Restarts {
 
     /// A failure without progress, or a hang: the delay before the next start, or `None`
     /// when the restarts have run out.
-    fn delay(&mut self) -> Option<Duration> {
+    pub(super) fn delay(&mut self) -> Option<Duration> {
         if self.used >= self.max {
             return None;
         }
@@ -33,7 +34,7 @@ impl Restarts {
 
     /// An exit 0 with work left: the delay before the next start, or `None` once that has
     /// happened `max` times in a row.
-    fn early_exit(&mut self) -> Option<Duration> {
+    pub(super) fn early_exit(&mut self) -> Option<Duration> {
         if self.early >= self.max {
             return None;
         }
@@ -105,9 +106,6 @@ impl Run<'_> {
             progressed,
             tail,
         } = exited;
-        if progressed {
-            restarts.used = 0;
-        }
         // The last progress first, so the controller counts it before the check.
         let _ = self.report(false, false, None).await;
         let job = self.client.job(&self.config.job).await.ok();
@@ -115,26 +113,39 @@ impl Run<'_> {
             s.done_samples >= s.total_samples
                 || ["finished", "cancelled"].contains(&s.state.as_str())
         });
-        if status.success() && over {
-            self.final_report(true).await;
-            eprintln!("tern agent: training finished");
-            return Ok(false);
-        }
-        let delay = match status.success() {
-            true => restarts.early_exit(),
-            false => restarts.delay(),
+        let event = Event::Exited {
+            success: status.success(),
+            progressed,
+            over,
         };
-        let Some(delay) = delay else {
-            let failure = match (status.success(), &job) {
-                (true, Some(j)) => early_text(restarts.max, j.done_samples, j.total_samples),
-                (true, None) => early_text(restarts.max, self.moved.samples.max(0.0), f64::NAN),
-                (false, _) => failure_text(status, restarts.max, &tail),
-            };
-            let _ = self.report(false, true, Some(failure.clone())).await;
-            return Err(AgentError::TrainingFailed(failure));
+        let (delay, crashed) = match next(&after(restarts), event) {
+            Step::Restart {
+                delay,
+                restarts: counted,
+                crashed,
+            } => {
+                *restarts = counted;
+                (delay, crashed)
+            }
+            Step::GiveUp { restarts: counted } => {
+                *restarts = counted;
+                let failure = match (status.success(), &job) {
+                    (true, Some(j)) => early_text(restarts.max, j.done_samples, j.total_samples),
+                    (true, None) => early_text(restarts.max, self.moved.samples.max(0.0), f64::NAN),
+                    (false, _) => failure_text(status, restarts.max, &tail),
+                };
+                let _ = self.report(false, true, Some(failure.clone())).await;
+                return Err(AgentError::TrainingFailed(failure));
+            }
+            // `Finished`, the one other step an exit takes.
+            _ => {
+                self.final_report(true).await;
+                eprintln!("tern agent: training finished");
+                return Ok(false);
+            }
         };
-        let ended = (!status.success()).then_some(Ended::Crashed);
-        self.final_report_as(status.success(), ended).await;
+        self.final_report_as(status.success(), crashed.then_some(Ended::Crashed))
+            .await;
         let (n, what) = match status.success() {
             true => (restarts.early, "exited 0 with the job's work not done"),
             false => (restarts.used, "exited"),
@@ -159,7 +170,18 @@ impl Run<'_> {
         restarts: &mut Restarts,
         signals: &mut Signals,
     ) -> Result<bool, AgentError> {
-        let Some(delay) = restarts.delay() else {
+        let delay = match next(&after(restarts), Event::StoppedHung) {
+            Step::Restart {
+                delay,
+                restarts: counted,
+                ..
+            } => {
+                *restarts = counted;
+                Some(delay)
+            }
+            _ => None,
+        };
+        let Some(delay) = delay else {
             let failure = format!(
                 "the training hung: no progress for {:.0} s at {samples} samples, after {} \
                  restart(s) in a row that hung or made no progress",
@@ -186,6 +208,15 @@ impl Run<'_> {
             _ = tokio::time::sleep(delay) => Ok(true),
             _ = signals.next() => Ok(false),
         }
+    }
+}
+
+/// What the agent knows once its workers ended: their restarts in a row.
+fn after(restarts: &Restarts) -> State {
+    State {
+        trained_here: true,
+        asking_for: std::time::Duration::ZERO,
+        restarts: *restarts,
     }
 }
 
