@@ -617,12 +617,6 @@ struct Move<'a> {
     to: (&'a tern_cloud::Zone, tern_cloud::Capacity),
 }
 
-/// The zone and capacity of an offer key (`cloud/zone/type/capacity`).
-fn zone_and_capacity(key: &str) -> (Option<&str>, Option<&str>) {
-    let mut parts = key.split('/');
-    (parts.nth(1), parts.nth(1))
-}
-
 /// What a migration saved, from the store's usage intervals and recorded prices, not from its
 /// expectation: `stay − paid − held`, where
 /// - `paid` is what the job's nodes on the new pool (those started from the move until its
@@ -643,7 +637,8 @@ fn realised_saving(
 ) -> f64 {
     use tern::report::bill::{bill, dollars_within};
     let on = |key: &str, (zone, capacity): (&tern_cloud::Zone, tern_cloud::Capacity)| {
-        zone_and_capacity(key) == (Some(zone.as_str()), Some(capacity.to_string().as_str()))
+        tern_cloud::OfferKey::parse(key)
+            .is_some_and(|k| k.zone == zone.as_str() && k.capacity() == Some(capacity))
     };
     let billed = |u: &tern::store::Usage, o: Option<&tern_cloud::Offer>, from, to| {
         let steps = prices.get(&u.offer_key).map_or(&[][..], Vec::as_slice);

@@ -546,5 +546,5 @@ impl Controller {
 
 /// Whether offer key `key` names the instance type of `offer`.
 fn same_type(key: &str, offer: &Offer) -> bool {
-    key.split('/').nth(2) == Some(offer.instance_type.name.as_str())
+    tern_cloud::OfferKey::parse(key).is_some_and(|k| k.instance_type == offer.instance_type.name)
 }

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::Capacity;
+use tern_cloud::{Capacity, OfferKey};
 
 use super::Window;
 use super::bill::{Billed, dollars_within};
@@ -306,17 +306,19 @@ fn basis(run: &JobRun<'_>) -> Basis {
 
 /// The instance type of an offer key `cloud/zone/type/capacity` (empty when malformed).
 fn type_of(key: &str) -> String {
-    key.split('/').nth(2).unwrap_or_default().to_string()
+    OfferKey::parse(key)
+        .map(|k| k.instance_type.to_string())
+        .unwrap_or_default()
 }
 
 /// (zone, instance type, capacity) of an offer key `cloud/zone/type/capacity`.
 fn pool_of(key: &str) -> Option<(String, String, Capacity)> {
-    let mut parts = key.split('/');
-    let _cloud = parts.next()?;
-    let zone = parts.next()?.to_string();
-    let kind = parts.next()?.to_string();
-    let capacity = parts.next()?.parse().ok()?;
-    Some((zone, kind, capacity))
+    let k = OfferKey::parse(key)?;
+    Some((
+        k.zone.to_string(),
+        k.instance_type.to_string(),
+        k.capacity()?,
+    ))
 }
 
 /// The price `key` had at `at`: the last change recorded at or before it, else the first one

@@ -23,13 +23,13 @@ impl Billed {
 
 /// The cloud an interval ran on: the offer's, else the first part of its offer key.
 pub fn cloud_of(usage: &Usage, offer: Option<&Offer>) -> Cloud {
-    offer
-        .map(|o| o.cloud)
-        .unwrap_or_else(|| match usage.offer_key.split('/').next() {
+    offer.map(|o| o.cloud).unwrap_or_else(|| {
+        match tern_cloud::OfferKey::parse(&usage.offer_key).map(|k| k.cloud) {
             Some("gcp") => Cloud::Gcp,
             Some("sim") => Cloud::Sim,
             _ => Cloud::Aws,
-        })
+        }
+    })
 }
 
 /// Bill `usage` up to `now` (an open interval runs until then), inside `[since, until)`.

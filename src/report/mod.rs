@@ -358,13 +358,20 @@ fn bill_all<'a>(
         .collect()
 }
 
+/// One part of an offer key, or `?` when the key is malformed.
+fn key_part(key: &str, part: impl Fn(tern_cloud::OfferKey<'_>) -> &str) -> String {
+    tern_cloud::OfferKey::parse(key)
+        .map_or("?", part)
+        .to_string()
+}
+
 fn group_key(
     by: GroupBy,
     u: &Usage,
     offer: Option<&Offer>,
     jobs: &BTreeMap<&str, &JobRecord>,
 ) -> String {
-    let part = |i: usize| u.offer_key.split('/').nth(i).unwrap_or("?").to_string();
+    let kind = || key_part(&u.offer_key, |k| k.instance_type);
     match by {
         GroupBy::Job | GroupBy::Day => u.job.clone(),
         GroupBy::Team => jobs
@@ -372,7 +379,7 @@ fn group_key(
             .map_or_else(|| "?".into(), |j| j.spec.team.clone()),
         GroupBy::Cloud => cloud_of(u, offer).to_string(),
         GroupBy::Capacity => u.capacity.as_str().to_string(),
-        GroupBy::InstanceType => offer.map_or_else(|| part(2), |o| o.instance_type.name.clone()),
+        GroupBy::InstanceType => offer.map_or_else(kind, |o| o.instance_type.name.clone()),
     }
 }
 
@@ -427,25 +434,24 @@ fn team_rows(jobs: &BTreeMap<&str, &JobRecord>, groups: &BTreeMap<String, Acc>) 
 fn segments(billed: &[BilledUsage<'_>]) -> Vec<Segment> {
     let mut out: Vec<Segment> = billed
         .iter()
-        .map(|(u, offer, pieces)| {
-            let part = |i: usize| u.offer_key.split('/').nth(i).unwrap_or("?").to_string();
-            Segment {
-                job: u.job.clone(),
-                instance: u.instance.clone(),
-                cloud: cloud_of(u, offer.as_ref()).to_string(),
-                zone: offer
-                    .as_ref()
-                    .map_or_else(|| part(1), |o| o.zone.to_string()),
-                instance_type: offer
-                    .as_ref()
-                    .map_or_else(|| part(2), |o| o.instance_type.name.clone()),
-                capacity: u.capacity.as_str().to_string(),
-                started_at: u.started_at,
-                ended_at: u.ended_at,
-                billed_hours: pieces.iter().map(|b| b.piece.hours()).sum(),
-                cost: pieces.iter().map(|b| b.piece.dollars()).sum(),
-                on_demand_cost: pieces.iter().map(Billed::on_demand_dollars).sum(),
-            }
+        .map(|(u, offer, pieces)| Segment {
+            job: u.job.clone(),
+            instance: u.instance.clone(),
+            cloud: cloud_of(u, offer.as_ref()).to_string(),
+            zone: offer.as_ref().map_or_else(
+                || key_part(&u.offer_key, |k| k.zone),
+                |o| o.zone.to_string(),
+            ),
+            instance_type: offer.as_ref().map_or_else(
+                || key_part(&u.offer_key, |k| k.instance_type),
+                |o| o.instance_type.name.clone(),
+            ),
+            capacity: u.capacity.as_str().to_string(),
+            started_at: u.started_at,
+            ended_at: u.ended_at,
+            billed_hours: pieces.iter().map(|b| b.piece.hours()).sum(),
+            cost: pieces.iter().map(|b| b.piece.dollars()).sum(),
+            on_demand_cost: pieces.iter().map(Billed::on_demand_dollars).sum(),
         })
         .collect();
     out.sort_by(|a, b| {

@@ -34,7 +34,7 @@ pub use job::{
     ObservedStep, Plan, ProbeSpec, ProfileRef, Work, WorkerRange,
 };
 pub use location::{Cloud, Region, Zone};
-pub use offer::{Availability, Capacity, InstanceType, Offer, PriceComponent};
+pub use offer::{Availability, Capacity, InstanceType, Offer, OfferKey, PriceComponent};
 pub use provider::{LaunchOutcome, LaunchRequest, Provider};
 pub use quota::{
     AWS_ACCELERATOR_BUCKETS, AwsBucket, CloudQuota, QuotaScope, aws_bucket, aws_instance_class,

@@ -114,11 +114,83 @@ impl Offer {
         (units > 0).then(|| self.price_per_hour / f64::from(units))
     }
 
-    /// A stable key: `cloud/zone/type/capacity`. Unique within a catalog.
+    /// A stable key: `cloud/zone/type/capacity` ([`OfferKey`]). Unique within a catalog.
     pub fn key(&self) -> String {
-        format!(
+        let (cloud, capacity) = (self.cloud.to_string(), self.capacity.to_string());
+        OfferKey {
+            cloud: &cloud,
+            zone: self.zone.as_str(),
+            instance_type: &self.instance_type.name,
+            capacity: &capacity,
+        }
+        .to_string()
+    }
+}
+
+/// The parts of an offer key as stored (usage, prices, intents): the one place that knows
+/// its layout, `cloud/zone/type/capacity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OfferKey<'a> {
+    pub cloud: &'a str,
+    pub zone: &'a str,
+    pub instance_type: &'a str,
+    pub capacity: &'a str,
+}
+
+impl<'a> OfferKey<'a> {
+    /// The parts of `key`; `None` unless it has all four, none empty.
+    pub fn parse(key: &'a str) -> Option<OfferKey<'a>> {
+        let mut parts = key.splitn(4, '/');
+        let mut next = || parts.next().filter(|p| !p.is_empty());
+        Some(OfferKey {
+            cloud: next()?,
+            zone: next()?,
+            instance_type: next()?,
+            capacity: next()?,
+        })
+    }
+
+    /// The capacity type, when the key's last part names one.
+    pub fn capacity(&self) -> Option<Capacity> {
+        self.capacity.parse().ok()
+    }
+}
+
+impl std::fmt::Display for OfferKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
             "{}/{}/{}/{}",
-            self.cloud, self.zone, self.instance_type.name, self.capacity
+            self.cloud, self.zone, self.instance_type, self.capacity
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_offer_key_reads_back_as_its_parts() {
+        let offer = crate::testkit::offer("p3.2xlarge", "us-west-2a", Capacity::Spot).build();
+        let key = offer.key();
+        assert_eq!(key, "sim/us-west-2a/p3.2xlarge/spot");
+        let parts = OfferKey::parse(&key).expect("four parts");
+        assert_eq!(parts.zone, "us-west-2a");
+        assert_eq!(parts.instance_type, "p3.2xlarge");
+        assert_eq!(parts.capacity(), Some(Capacity::Spot));
+        assert_eq!(parts.to_string(), key);
+        for bad in [
+            "",
+            "aws/us-west-2a/p3.2xlarge",
+            "aws//p3.2xlarge/spot",
+            "a/b/c/",
+        ] {
+            assert_eq!(OfferKey::parse(bad), None, "{bad}");
+        }
+        assert_eq!(
+            OfferKey::parse("a/b/c/nope").and_then(|k| k.capacity()),
+            None
+        );
     }
 }
