@@ -64,16 +64,44 @@ fn points_at(addr: &str, leader: &str, url: &str) {
     );
 }
 
+/// What every test here starts from: a private PostgreSQL server with one database (`state`,
+/// its URL), a temporary folder, and a `tern sim serve` at `sim_url` seeded with `seed`, reaped
+/// with the controllers pushed onto `reaper`. Bind its fields in this order: the reaper drops
+/// first, then the folder, then the server.
+struct Ha {
+    _pg: pg_cluster::PgCluster,
+    state: String,
+    dir: tempfile::TempDir,
+    sim_url: String,
+    reaper: Reaper,
+}
+
+impl Ha {
+    fn start(db: &str, seed: u64) -> Ha {
+        let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA test");
+        let state = pg.create_db(db).expect("database");
+        let sim_addr = format!("127.0.0.1:{}", free_port());
+        let reaper = Reaper(vec![sim_serve(&sim_addr, seed)]);
+        wait_for(&sim_addr);
+        Ha {
+            _pg: pg,
+            state,
+            dir: tempfile::tempdir().expect("tempdir"),
+            sim_url: format!("http://{sim_addr}"),
+            reaper,
+        }
+    }
+}
+
 #[test]
 fn standby_takes_over_within_30_s_of_the_leader_dying() {
-    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA test");
-    let state = pg.create_db("ha").expect("database");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(Vec::new());
-    reaper.0.push(sim_serve(&sim_addr, 5));
-    wait_for(&sim_addr);
+    let Ha {
+        _pg,
+        state,
+        dir,
+        sim_url,
+        mut reaper,
+    } = Ha::start("ha", 5);
 
     let a_addr = format!("127.0.0.1:{}", free_port());
     let b_addr = format!("127.0.0.1:{}", free_port());
@@ -250,14 +278,13 @@ fn spec_file(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
 /// keeps running under the new leader, and the old leader exits.
 #[test]
 fn a_paused_leader_writes_nothing_after_it_resumes() {
-    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA test");
-    let state = pg.create_db("pause").expect("database");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(Vec::new());
-    reaper.0.push(sim_serve(&sim_addr, 7));
-    wait_for(&sim_addr);
+    let Ha {
+        _pg,
+        state,
+        dir,
+        sim_url,
+        mut reaper,
+    } = Ha::start("pause", 7);
     let a_addr = format!("127.0.0.1:{}", free_port());
     let b_addr = format!("127.0.0.1:{}", free_port());
     let a_url = format!("http://{a_addr}");
@@ -360,14 +387,13 @@ fn a_paused_leader_writes_nothing_after_it_resumes() {
 /// job trains to its end under it.
 #[test]
 fn clients_and_agents_sent_to_a_deposed_leader_reach_the_new_one() {
-    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA test");
-    let state = pg.create_db("follow").expect("database");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(Vec::new());
-    reaper.0.push(sim_serve(&sim_addr, 11));
-    wait_for(&sim_addr);
+    let Ha {
+        _pg,
+        state,
+        dir,
+        sim_url,
+        mut reaper,
+    } = Ha::start("follow", 11);
     let addrs = [0, 1].map(|_| format!("127.0.0.1:{}", free_port()));
     let [a_url, b_url] = addrs.clone().map(|a| format!("http://{a}"));
     // Only the agent's reports move the job: no simulated workers.
@@ -568,14 +594,13 @@ fn ha_soak_pauses_the_leader_with_writes_in_flight() {
         });
     eprintln!("ha soak: {ROUNDS} rounds, seed {seed}");
     let mut draw = tern_sim::testkit::Lcg::new(seed);
-    let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA soak");
-    let state = pg.create_db("soak").expect("database");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(Vec::new());
-    reaper.0.push(sim_serve(&sim_addr, seed));
-    wait_for(&sim_addr);
+    let Ha {
+        _pg,
+        state,
+        dir,
+        sim_url,
+        reaper: _sim,
+    } = Ha::start("soak", seed);
     let addrs = [
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),

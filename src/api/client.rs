@@ -29,6 +29,8 @@ pub enum ClientError {
         action: Option<Action>,
         /// The leader's URL, on a 503 from a controller that does not lead.
         leader: Option<String>,
+        /// The answer's `Retry-After`, in seconds.
+        retry_after: Option<u64>,
     },
     #[error("unexpected answer from {url}: {reason}")]
     Decode { url: String, reason: String },
@@ -81,6 +83,12 @@ pub struct Client {
 /// Leaders followed for one request: two controllers naming each other stop here.
 pub const MAX_FOLLOWS: usize = 3;
 
+/// Waits for one request on a 503 that names no leader but says when to come back (a
+/// controller taking its lease at start-up, a takeover under way, a full connection cap), of
+/// at most [`LONGEST_WAIT_S`] each.
+pub const MAX_WAITS: usize = 5;
+const LONGEST_WAIT_S: u64 = 5;
+
 /// A controller's URL, `http(s)://HOST[:PORT]` without a trailing slash, or `None`.
 fn base_url(url: &str) -> Option<String> {
     let trimmed = url.trim_end_matches('/');
@@ -120,7 +128,7 @@ impl Client {
         path: &str,
         build: impl Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {
-        let mut follows = 0;
+        let (mut follows, mut waits) = (0, 0);
         loop {
             let base = self.base();
             let url = format!("{base}{path}");
@@ -134,6 +142,15 @@ impl Client {
                     if follows < MAX_FOLLOWS && self.fall_back(&base) =>
                 {
                     follows += 1;
+                }
+                Err(ClientError::Status {
+                    status: 503,
+                    leader: None,
+                    retry_after: Some(secs),
+                    ..
+                }) if waits < MAX_WAITS && secs <= LONGEST_WAIT_S => {
+                    waits += 1;
+                    tokio::time::sleep(std::time::Duration::from_secs(secs.max(1))).await;
                 }
                 answer => return answer,
             }
@@ -188,6 +205,10 @@ impl Client {
         };
         let reply = request.send().await.map_err(transport)?;
         let status = reply.status();
+        let retry_after = reply
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.trim().parse().ok());
         let body = reply.text().await.map_err(transport)?;
         if !status.is_success() {
             let (message, action, leader) = match serde_json::from_str::<ErrorBody>(&body) {
@@ -200,6 +221,7 @@ impl Client {
                 message,
                 action,
                 leader,
+                retry_after,
             });
         }
         serde_json::from_str(&body).map_err(|e| ClientError::Decode {
@@ -452,6 +474,50 @@ mod tests {
         assert!(c.jobs().await.expect("back at the origin").is_empty());
         assert_eq!(c.base(), origin);
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// A controller taking its lease at start-up answers 503 with no leader and `Retry-After`:
+    /// the client waits and asks again, a bounded number of times.
+    #[tokio::test]
+    async fn a_leaderless_503_with_retry_after_is_asked_again_a_bounded_number_of_times() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = hits.clone();
+        let app = axum::Router::new().fallback(move || {
+            let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let mut answer = axum::response::IntoResponse::into_response((
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    serde_json::json!({ "error": "no leader is known yet", "leader": null })
+                        .to_string(),
+                ));
+                if n == 1 {
+                    return axum::response::IntoResponse::into_response("[]");
+                }
+                answer.headers_mut().insert(
+                    axum::http::header::RETRY_AFTER,
+                    axum::http::HeaderValue::from_static("1"),
+                );
+                answer
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let http = crate::http::client().expect("client");
+        let c = Client::new(&base, None, http).expect("url");
+        assert!(c.jobs().await.expect("asked again").is_empty());
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Never a leader: the waits run out and the 503 is the answer.
+        let t0 = std::time::Instant::now();
+        let err = c.jobs().await.expect_err("503");
+        assert_eq!(err.status(), Some(503));
+        assert_eq!(
+            hits.load(std::sync::atomic::Ordering::SeqCst),
+            3 + MAX_WAITS
+        );
+        assert!(t0.elapsed() >= std::time::Duration::from_secs(MAX_WAITS as u64));
     }
 
     #[tokio::test]
