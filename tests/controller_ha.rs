@@ -227,15 +227,7 @@ fn signal(child: &std::process::Child, sig: &str) {
 
 /// The body of `GET path` at `addr` with the API token (a plain HTTP/1.1 exchange).
 fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = TcpStream::connect(addr).expect("connect");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request");
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).expect("answer");
+    let answer = exchange(addr, "GET", path, "");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     answer
         .split_once("\r\n\r\n")

@@ -394,7 +394,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let seen = LeaderSeen::default();
     let gate = Gate::new(seen.clone());
     // A standby on a shared store listens from the start and points clients at the leader.
-    let early = match state_url(args.state.as_deref())? {
+    let url = state_url(args.state.as_deref())?;
+    let early = match &url {
         StoreUrl::Postgres(_) => Some(listen(&args, tls.clone(), &gate).await?),
         StoreUrl::Sqlite(_) => None,
     };
@@ -404,7 +405,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         shown,
         leadership,
         _file_lock,
-    }) = lead(&args, &holder, seen).await?
+    }) = lead(&args, url, &holder, seen).await?
     else {
         return Ok(());
     };
@@ -636,8 +637,12 @@ struct Led {
 /// serves the API); a standby waits here. A SQLite file is guarded by an OS lock (freed at once
 /// when its holder dies), taken before the file is opened; a shared PostgreSQL store by the
 /// leader lease. `None`: asked to shut down while waiting.
-async fn lead(args: &Args, holder: &str, seen: LeaderSeen) -> anyhow::Result<Option<Led>> {
-    let url = state_url(args.state.as_deref())?;
+async fn lead(
+    args: &Args,
+    url: StoreUrl,
+    holder: &str,
+    seen: LeaderSeen,
+) -> anyhow::Result<Option<Led>> {
     let mut file_lock = None;
     if let StoreUrl::Sqlite(path) = &url {
         tokio::select! {
