@@ -23,28 +23,33 @@
 //! - When the job ends while it runs (a cancel, a stop): checkpoint and stop, and a last report
 //!   that the controller records, so the checkpoint saved on the way out is the job's.
 
-mod contract;
+pub mod contract;
 pub mod launch;
+pub mod log;
 pub mod metadata;
 pub mod progress;
 mod restarts;
 pub mod setup;
+mod start;
 mod step;
+mod stop;
 pub mod tree;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
+use tracing::Instrument;
 
-use contract::{stop_file, training_env};
+use contract::Why;
 pub use launch::{LaunchError, Launcher, Torchrun, command_line};
 pub use metadata::NoticeSource;
 use progress::{Complaints, ProgressFile};
 pub use restarts::hang_limit;
 use restarts::{Ended, Exited, Restarts};
+use start::{Signals, give_up, resolve_address, resolve_instance, spawn_training, start};
 use step::{Event, State, Step, next};
-use tree::{Spawn, Tree};
+use tree::Tree;
 
 use crate::api::client::{Client, ClientError};
 use crate::api::wire::{Action, Progress, ProgressReply, StartReply};
@@ -127,34 +132,6 @@ pub struct AgentConfig {
     pub address: Option<String>,
 }
 
-/// Why the agent stops the training.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Why {
-    Notice,
-    Drain,
-    /// SIGTERM or SIGINT to the agent.
-    Signal,
-    /// Another worker of the incarnation stopped: restart as a new one.
-    Restart,
-    /// The job ended or left this instance.
-    Over,
-    /// No progress for the hang timeout.
-    Hung,
-}
-
-impl Why {
-    fn as_str(self) -> &'static str {
-        match self {
-            Why::Notice => "notice",
-            Why::Drain => "drain",
-            Why::Signal => "signal",
-            Why::Restart => "restart",
-            Why::Over => "over",
-            Why::Hung => "hung",
-        }
-    }
-}
-
 /// How one run of the training ended.
 #[derive(Debug)]
 enum End {
@@ -176,9 +153,6 @@ struct Moved {
     samples: f64,
     at: Instant,
 }
-
-/// How long torchrun may linger once its workers are gone before it is killed.
-const LAUNCHER_ALONE: Duration = Duration::from_secs(5);
 
 /// One incarnation's workers on this instance, and what they last reported.
 struct Run<'a> {
@@ -259,106 +233,6 @@ impl Run<'_> {
         self.read()
             .or_else(|| self.last.clone())
             .map_or(0.0, |f| f.checkpoint_samples)
-    }
-
-    /// Write the stop file the training reads on the signal: why, and by when to have saved.
-    fn write_stop_file(&self, why: Why) {
-        let save_by = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            + self.config.stop_grace;
-        let body = serde_json::json!({
-            "reason": why.as_str(),
-            "save_by_unix": save_by.as_secs_f64(),
-        });
-        let path = stop_file(&self.config.progress_file);
-        let tmp = path.with_extension("tmp");
-        if std::fs::write(&tmp, body.to_string()).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
-
-    /// Checkpoint and stop the whole tree: the checkpoint command if any, the checkpoint
-    /// signal, up to the grace for the tree to exit (a non-SIGTERM signal is followed by
-    /// SIGTERM once the checkpoint advanced), then SIGKILL. True when the checkpoint is
-    /// durable: `checkpoint_samples` advanced, the training exited 0, or the command succeeded.
-    async fn stop(&mut self, why: Why) -> Result<bool, AgentError> {
-        let started = Instant::now();
-        let before = self.checkpoint_now();
-        let mut durable = false;
-        if let Some(cmd) = &self.config.checkpoint_command {
-            eprintln!(
-                "tern agent: {}: running the checkpoint command",
-                why.as_str()
-            );
-            let status = tokio::process::Command::new("sh")
-                .arg("-c")
-                .arg(cmd)
-                .status();
-            match tokio::time::timeout(self.config.stop_grace, status).await {
-                Ok(Ok(s)) if s.success() => durable = true,
-                Ok(Ok(s)) => eprintln!("tern agent: checkpoint command failed: {s}"),
-                Ok(Err(source)) => {
-                    return Err(AgentError::Checkpoint {
-                        command: cmd.clone(),
-                        source,
-                    });
-                }
-                Err(_) => eprintln!("tern agent: checkpoint command still running at the grace"),
-            }
-        }
-        self.write_stop_file(why);
-        let sig = self.config.checkpoint_signal;
-        eprintln!(
-            "tern agent: {}: sending {} to the training (grace {:.0} s)",
-            why.as_str(),
-            tree::signal_name(sig),
-            self.config.stop_grace.as_secs_f64()
-        );
-        self.tree.signal(sig);
-        let mut termed = sig == Signal::TERM;
-        let until = started + self.config.stop_grace;
-        let mut alone_since: Option<Instant> = None;
-        while Instant::now() < until {
-            let members = self.tree.members();
-            if members.is_empty() {
-                break;
-            }
-            if !termed && self.checkpoint_now() > before {
-                self.tree.signal(Signal::TERM);
-                termed = true;
-            }
-            // torchrun whose workers are all gone waits at its exit barrier for the other
-            // nodes (300 s), deaf to signals: once it is alone for a while, it is done.
-            let alone = self.config.launcher == Launcher::Torchrun
-                && members.len() == 1
-                && members.contains(&(self.tree.pid() as i32));
-            match (alone, alone_since) {
-                (true, None) => alone_since = Some(Instant::now()),
-                (true, Some(t)) if t.elapsed() >= LAUNCHER_ALONE => break,
-                (false, _) => alone_since = None,
-                _ => {}
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let left = self.tree.members().len();
-        if left > 0 {
-            eprintln!("tern agent: {left} training process(es) left at the grace: killing them");
-        }
-        if !self.tree.kill_all(Duration::from_secs(10)) {
-            eprintln!("tern agent: some training processes would not die");
-        }
-        let exited_ok = self
-            .tree
-            .exited()
-            .map_err(AgentError::Wait)?
-            .is_some_and(|s| s.success());
-        let after = self.checkpoint_now();
-        eprintln!(
-            "tern agent: no training process left {:.1} s after the stop began (checkpoint {before} -> {after})",
-            started.elapsed().as_secs_f64()
-        );
-        Ok(durable || exited_ok || after > before)
     }
 
     /// Report until the training ends, the controller or the cloud says to stop, or the
@@ -448,12 +322,15 @@ impl Run<'_> {
         match step {
             Step::Stop { why, again } => {
                 if why == Why::Restart {
-                    eprintln!("tern agent: another node of this incarnation stopped: restarting");
+                    tracing::info!(
+                        why = why.as_str(),
+                        "another node of this incarnation stopped: restarting"
+                    );
                 }
                 self.drain(why, again).await.map(Some)
             }
             Step::Kill => {
-                eprintln!("tern agent: {e}: killing the workers now");
+                tracing::warn!(refusal = %e, "{e}: killing the workers now");
                 self.tree.kill_all(Duration::from_secs(10));
                 Ok(Some(End::Stopped { again: true }))
             }
@@ -461,10 +338,10 @@ impl Run<'_> {
                 // A job whose work is done: its training is saving its last checkpoint and
                 // exiting; let it, within the grace, before stopping what is left.
                 if wait_exit {
-                    eprintln!("tern agent: {e}: waiting for the training to exit");
+                    tracing::info!(refusal = %e, "{e}: waiting for the training to exit");
                     self.exit_within(self.config.stop_grace).await;
                 } else {
-                    eprintln!("tern agent: {e}: stopping");
+                    tracing::info!(refusal = %e, "{e}: stopping");
                 }
                 // The job ended while these workers ran: their last report keeps the
                 // checkpoint they saved on the way out.
@@ -477,163 +354,17 @@ impl Run<'_> {
             // `Continue`: the only other step a report's event takes.
             _ => {
                 if !e.is_empty() {
-                    eprintln!("tern agent: progress report failed: {e}");
+                    tracing::warn!(error = %e, "progress report failed: {e}");
                 }
                 Ok(None)
             }
         }
     }
-
-    /// No progress for `quiet`: stop the tree as for a drain (a wedged process ignores the
-    /// signal and is killed at the grace), and say so in the workers' last report.
-    async fn hang(&mut self, quiet: Duration) -> Result<End, AgentError> {
-        eprintln!(
-            "tern agent: no progress for {:.0} s (samples {}): the training hangs; stopping it",
-            quiet.as_secs_f64(),
-            self.moved.samples
-        );
-        let durable = self.stop(Why::Hung).await?;
-        if let Err(e) = self.report_as(durable, true, None, Some(Ended::Hung)).await {
-            eprintln!("tern agent: last report not taken: {e}");
-        }
-        Ok(End::Hung {
-            quiet,
-            samples: self.moved.samples,
-        })
-    }
-
-    /// Wait up to `within` for the training to exit by itself.
-    async fn exit_within(&mut self, within: Duration) {
-        let until = Instant::now() + within;
-        while Instant::now() < until && !self.tree.members().is_empty() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Checkpoint, stop and report: this instance is leaving (or the agent is stopped). After
-    /// the controller's drain the agent asks to start again: it is told to wait while the
-    /// instance drains, and starts the workers again if the drain is called off (a move whose
-    /// new capacity was lost); the instance's end, or the job's, ends it.
-    async fn drain(&mut self, why: Why, again: bool) -> Result<End, AgentError> {
-        let durable = self.stop(why).await?;
-        self.final_report(durable).await;
-        Ok(End::Stopped { again })
-    }
-
-    /// The workers are gone: their last report. Refused when they were fenced meanwhile.
-    async fn final_report(&mut self, checkpointed: bool) {
-        self.final_report_as(checkpointed, None).await;
-    }
-}
-
-/// SIGTERM and SIGINT to the agent, as one stream.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    async fn next(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
-}
-
-/// This instance's id: the flag, or the cloud's metadata.
-async fn resolve_instance(
-    config: &AgentConfig,
-    http: &reqwest::Client,
-) -> Result<String, AgentError> {
-    if let Some(id) = &config.instance_id {
-        return Ok(id.clone());
-    }
-    metadata::instance_id(http, config.notice, &config.metadata_url)
-        .await
-        .map_err(AgentError::NoInstance)
-}
-
-/// This node's address, when the job's nodes must find each other.
-async fn resolve_address(
-    config: &AgentConfig,
-    http: &reqwest::Client,
-) -> Result<Option<String>, AgentError> {
-    if !config.skypilot_env {
-        return Ok(None);
-    }
-    if let Some(a) = &config.address {
-        return Ok(Some(a.clone()));
-    }
-    metadata::address(http, config.notice, &config.metadata_url)
-        .await
-        .map(Some)
-        .map_err(AgentError::NoAddress)
-}
-
-/// Ask to start workers here until the controller says yes; `None` when the agent was
-/// signalled or noticed while waiting.
-async fn start(
-    config: &AgentConfig,
-    client: &Client,
-    http: &reqwest::Client,
-    (instance, address): (&str, Option<&str>),
-    signals: &mut Signals,
-    mut state: State,
-) -> Result<Option<StartReply>, AgentError> {
-    let asked = Instant::now();
-    let mut said = String::new();
-    loop {
-        let e = match client.start(&config.job, instance, address).await {
-            Ok(r) => return Ok(Some(r)),
-            Err(e) => e,
-        };
-        state.asking_for = asked.elapsed();
-        let event = Event::StartRefused {
-            action: e.action(),
-            retryable: e.is_retryable(),
-        };
-        match next(&state, event) {
-            Step::AskAgain => {}
-            Step::NothingToStart => {
-                eprintln!("tern agent: nothing to start here: {e}");
-                return Ok(None);
-            }
-            // The job's workers ran here, and the instance is no longer the job's: the
-            // controller released it (after a drain).
-            Step::LeftTheJob => {
-                eprintln!("tern agent: this instance left the job: {e}");
-                return Ok(None);
-            }
-            Step::Refuse => return Err(AgentError::Refused(e.to_string())),
-            // `Fail`, the one other step a refused start takes.
-            _ => return Err(e.into()),
-        }
-        let why = e.to_string();
-        if why != said {
-            eprintln!("tern agent: waiting to start: {why}");
-            said = why;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(config.interval) => {}
-            _ = signals.next() => return Ok(None),
-        }
-        if metadata::noticed(http, config.notice, &config.metadata_url).await {
-            eprintln!("tern agent: interruption notice before the workers started");
-            return Ok(None);
-        }
-    }
 }
 
 /// Run the agent until the job is done here, the instance leaves, or the agent is stopped.
+/// Its events carry the job and the instance (the `agent` span), and while workers run, the
+/// incarnation (`incarnation`).
 pub async fn run(
     config: AgentConfig,
     client: Client,
@@ -642,42 +373,87 @@ pub async fn run(
     let mut signals = Signals::new().map_err(AgentError::Wait)?;
     let instance = resolve_instance(&config, &http).await?;
     let address = resolve_address(&config, &http).await?;
-    tree::outlast_predecessor(&config.job, &instance, config.stop_grace).await;
-    let mut restarts = Restarts {
-        max: config.max_restarts,
-        used: 0,
-        early: 0,
+    let here = Here {
+        config: &config,
+        client: &client,
+        http: &http,
+        instance: &instance,
     };
-    let mut trained_here = false;
-    loop {
-        let asked = start(
-            &config,
-            &client,
-            &http,
-            (&instance, address.as_deref()),
-            &mut signals,
-            State {
-                trained_here,
-                asking_for: Duration::ZERO,
-                restarts,
-            },
-        );
-        let Some(started) = asked.await? else {
-            return Ok(());
+    let span = tracing::info_span!("agent", job = %config.job, instance = %instance);
+    here.serve(address.as_deref(), &mut signals)
+        .instrument(span)
+        .await
+}
+
+/// What every incarnation on this instance shares.
+#[derive(Clone, Copy)]
+struct Here<'a> {
+    config: &'a AgentConfig,
+    client: &'a Client,
+    http: &'a reqwest::Client,
+    instance: &'a str,
+}
+
+impl Here<'_> {
+    /// Ask to start, run the incarnation, and again while the controller wants workers here.
+    async fn serve(self, address: Option<&str>, signals: &mut Signals) -> Result<(), AgentError> {
+        let config = self.config;
+        tree::outlast_predecessor(&config.job, self.instance, config.stop_grace).await;
+        let mut restarts = Restarts {
+            max: config.max_restarts,
+            used: 0,
+            early: 0,
         };
-        trained_here = true;
-        eprintln!(
-            "tern agent: incarnation {} on {instance}: starting {}",
+        let mut trained_here = false;
+        loop {
+            let asked = start(
+                config,
+                self.client,
+                self.http,
+                (self.instance, address),
+                signals,
+                State {
+                    trained_here,
+                    asking_for: Duration::ZERO,
+                    restarts,
+                },
+            );
+            let Some(started) = asked.await? else {
+                return Ok(());
+            };
+            trained_here = true;
+            let span = tracing::info_span!("incarnation", k = started.incarnation);
+            let again = self
+                .incarnation(&started, &mut restarts, signals)
+                .instrument(span)
+                .await?;
+            if !again {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One incarnation's workers here, from the setup to their end; whether to ask again.
+    async fn incarnation(
+        self,
+        started: &StartReply,
+        restarts: &mut Restarts,
+        signals: &mut Signals,
+    ) -> Result<bool, AgentError> {
+        let (config, instance) = (self.config, self.instance);
+        tracing::info!(
+            command = %config.argv.join(" "),
+            "incarnation {} on {instance}: starting {}",
             started.incarnation,
             config.argv.join(" ")
         );
-        setup::before_start(&config, &client, &instance, started.incarnation).await?;
-        let tree = spawn_training(&config, &client, &instance, &started).await?;
+        setup::before_start(config, self.client, instance, started.incarnation).await?;
+        let tree = spawn_training(config, self.client, instance, started).await?;
         let mut run = Run {
-            config: &config,
-            client: &client,
-            http: &http,
-            instance: &instance,
+            config,
+            client: self.client,
+            http: self.http,
+            instance,
             incarnation: started.incarnation,
             tree,
             complaints: Complaints::default(),
@@ -686,17 +462,14 @@ pub async fn run(
                 samples: -1.0,
                 at: Instant::now(),
             },
-            restarts,
+            restarts: *restarts,
         };
-        let again = match run.supervise(&mut signals).await? {
+        match run.supervise(signals).await? {
             End::Stopped { again } => {
                 restarts.reset();
-                again
+                Ok(again)
             }
-            End::Hung { quiet, samples } => {
-                run.after_hang(quiet, samples, &mut restarts, &mut signals)
-                    .await?
-            }
+            End::Hung { quiet, samples } => run.after_hang(quiet, samples, restarts, signals).await,
             End::Exited {
                 status,
                 progressed,
@@ -707,50 +480,8 @@ pub async fn run(
                     progressed,
                     tail,
                 };
-                run.after_exit(exited, &mut restarts, &mut signals).await?
+                run.after_exit(exited, restarts, signals).await
             }
-        };
-        if !again {
-            return Ok(());
-        }
-    }
-}
-
-/// Start the training's process tree for an incarnation; a command that cannot start fails
-/// the job at once (reported to the controller) rather than being restarted.
-async fn spawn_training(
-    config: &AgentConfig,
-    client: &Client,
-    instance: &str,
-    started: &StartReply,
-) -> Result<Tree, AgentError> {
-    let _ = std::fs::remove_file(stop_file(&config.progress_file));
-    let env = training_env(config, instance, started);
-    let spawned = Tree::spawn(&Spawn {
-        argv: &config.argv,
-        env: &env,
-        dir: config.workdir.as_deref(),
-        watchdog: config
-            .watchdog_exe
-            .clone()
-            .map(|exe| (exe, config.stop_grace)),
-    });
-    match spawned {
-        Ok(tree) => Ok(tree),
-        Err(source) => {
-            let e = AgentError::Start {
-                program: config.argv.first().cloned().unwrap_or_default(),
-                source,
-            };
-            give_up(
-                config,
-                client,
-                instance,
-                started.incarnation,
-                &e.to_string(),
-            )
-            .await;
-            Err(e)
         }
     }
 }
@@ -761,29 +492,4 @@ async fn job_over(client: &Client, job: &str, over: &[&str]) -> bool {
         .job(job)
         .await
         .is_ok_and(|s| s.done_samples >= s.total_samples || over.contains(&s.state.as_str()))
-}
-
-/// The command could not be started at all: the job fails with why.
-pub(super) async fn give_up(
-    config: &AgentConfig,
-    client: &Client,
-    instance: &str,
-    k: u64,
-    why: &str,
-) {
-    let progress = Progress {
-        done_samples: 0.0,
-        checkpoint_samples: 0.0,
-        checkpointed: false,
-        observation: None,
-        incarnation: Some(k),
-        instance: Some(instance.to_string()),
-        stopped: true,
-        failure: Some(why.to_string()),
-        hung: false,
-        crashed: false,
-    };
-    if let Err(e) = client.progress(&config.job, &progress).await {
-        eprintln!("tern agent: could not report the failure: {e}");
-    }
 }

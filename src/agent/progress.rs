@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The progress file's content.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ProgressFile {
     pub samples: f64,
     #[serde(default)]
@@ -41,6 +41,20 @@ pub fn read_progress(path: &Path) -> Result<Option<ProgressFile>, String> {
 }
 
 impl ProgressFile {
+    /// A file with every field: a data-parallel job on two nodes of 8 A100s, incarnation 3.
+    pub(super) fn example() -> ProgressFile {
+        ProgressFile {
+            samples: 38400.0,
+            checkpoint_samples: 32000.0,
+            step_seconds: Some(0.42),
+            accelerator: Some("A100".into()),
+            gpus: Some(16),
+            nodes: Some(2),
+            local_batch: Some(32),
+            incarnation: Some(3),
+        }
+    }
+
     /// The numbers must be progress, and an observation needs its shape.
     fn check(&self) -> Result<(), String> {
         for (field, v) in [
@@ -109,7 +123,7 @@ impl Complaints {
             }
             Err(why) => {
                 if self.last.as_deref() != Some(why.as_str()) {
-                    eprintln!("tern agent: progress file not reported: {why}");
+                    tracing::warn!(problem = %why, "progress file not reported: {why}");
                     self.last = Some(why);
                 }
                 None
@@ -124,7 +138,7 @@ impl Complaints {
         }
         let said = notes.join("; ");
         if self.last.as_deref() != Some(said.as_str()) {
-            eprintln!("tern agent: the controller adjusted the report: {said}");
+            tracing::warn!(clamped = %said, "the controller adjusted the report: {said}");
             self.last = Some(said);
         }
     }

@@ -80,8 +80,10 @@ impl Run<'_> {
     /// The last report, saying how the workers ended when they ended by themselves.
     pub(super) async fn final_report_as(&mut self, checkpointed: bool, ended: Option<Ended>) {
         match self.report_as(checkpointed, true, None, ended).await {
-            Ok(_) => eprintln!(
-                "tern agent: reported the workers stopped (checkpoint {}, {})",
+            Ok(_) => tracing::info!(
+                checkpoint_samples = self.checkpoint_now(),
+                durable = checkpointed,
+                "reported the workers stopped (checkpoint {}, {})",
                 self.checkpoint_now(),
                 if checkpointed {
                     "durable"
@@ -89,7 +91,7 @@ impl Run<'_> {
                     "not confirmed"
                 }
             ),
-            Err(e) => eprintln!("tern agent: last report not taken: {e}"),
+            Err(e) => tracing::warn!(error = %e, "last report not taken: {e}"),
         }
     }
 
@@ -140,7 +142,7 @@ impl Run<'_> {
             // `Finished`, the one other step an exit takes.
             _ => {
                 self.final_report(true).await;
-                eprintln!("tern agent: training finished");
+                tracing::info!("training finished");
                 return Ok(false);
             }
         };
@@ -150,8 +152,12 @@ impl Run<'_> {
             true => (restarts.early, "exited 0 with the job's work not done"),
             false => (restarts.used, "exited"),
         };
-        eprintln!(
-            "tern agent: training {what} ({status}); restart {n} of {} in {} s",
+        tracing::warn!(
+            status = %status,
+            restart = n,
+            max_restarts = restarts.max,
+            delay_s = delay.as_secs(),
+            "training {what} ({status}); restart {n} of {} in {} s",
             restarts.max,
             delay.as_secs()
         );
@@ -198,8 +204,11 @@ impl Run<'_> {
             .await;
             return Err(AgentError::TrainingFailed(failure));
         };
-        eprintln!(
-            "tern agent: restarting the hung training from its checkpoint: restart {} of {} in {} s",
+        tracing::warn!(
+            restart = restarts.used,
+            max_restarts = restarts.max,
+            delay_s = delay.as_secs(),
+            "restarting the hung training from its checkpoint: restart {} of {} in {} s",
             restarts.used,
             restarts.max,
             delay.as_secs()

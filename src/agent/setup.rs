@@ -45,14 +45,15 @@ pub(super) async fn before_start(
     if done(setup, &config.progress_file) {
         return Ok(());
     }
-    eprintln!(
-        "tern agent: running the job's setup (at most {:.0} s)",
+    tracing::info!(
+        timeout_s = setup.timeout.as_secs_f64(),
+        "running the job's setup (at most {:.0} s)",
         setup.timeout.as_secs_f64()
     );
     let dir = config.workdir.as_deref();
     match run(setup, dir, &config.env, &config.progress_file).await {
         Ok(()) => {
-            eprintln!("tern agent: the setup finished");
+            tracing::info!("the setup finished");
             Ok(())
         }
         Err(why) => {

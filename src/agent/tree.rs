@@ -112,8 +112,9 @@ pub async fn outlast_predecessor(job: &str, instance: &str, grace: Duration) -> 
     if found == 0 {
         return 0;
     }
-    eprintln!(
-        "tern agent: {found} process(es) of an earlier agent's training still run here (its \
+    tracing::warn!(
+        found,
+        "{found} process(es) of an earlier agent's training still run here (its \
          watchdog is stopping them): waiting for them to exit before starting"
     );
     let until = Instant::now() + grace + Duration::from_secs(10);
@@ -123,8 +124,9 @@ pub async fn outlast_predecessor(job: &str, instance: &str, grace: Duration) -> 
             return found;
         }
         if Instant::now() >= until {
-            eprintln!(
-                "tern agent: {} process(es) outlived the earlier agent's grace: killing them",
+            tracing::warn!(
+                left = left.len(),
+                "{} process(es) outlived the earlier agent's grace: killing them",
                 left.len()
             );
             signal_all(&left, Signal::KILL);

@@ -95,6 +95,10 @@ pub struct Args {
     /// here wins over the option it repeats).
     #[arg(last = true)]
     command: Vec<String>,
+    /// Log one JSON object per line on stderr (with the job, the instance, the incarnation and
+    /// each event's fields) instead of `tern agent: …` lines.
+    #[arg(long)]
+    log_json: bool,
 }
 
 fn parse_signal(s: &str) -> Result<rustix::process::Signal, String> {
@@ -112,6 +116,7 @@ impl From<NoticeArg> for NoticeSource {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    tern::agent::log::init(args.log_json);
     let http = args.server.http()?;
     let client = args.server.client_with(http.clone())?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -120,15 +125,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let job_run = match args.command.is_empty() {
         true => {
             let r = rt.block_on(fetch_run(&client, &args.job))?;
-            say_err!(
-                "tern agent: running job {}'s [run]: {}",
+            tracing::info!(
+                job = %args.job,
+                "running job {}'s [run]: {}",
                 args.job,
                 r.command.join(" ")
             );
             Some(r)
         }
         false => {
-            say_err!("tern agent: running the command given after `--`");
+            tracing::info!(job = %args.job, "running the command given after `--`");
             None
         }
     };
@@ -148,7 +154,7 @@ async fn fetch_run(
         match client.job_run(job).await {
             Ok(r) => return Ok(r),
             Err(e) if e.is_retryable() && std::time::Instant::now() < until => {
-                say_err!("tern agent: asking for job {job}'s [run]: {e}; trying again");
+                tracing::warn!(error = %e, "asking for job {job}'s [run]: {e}; trying again");
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             Err(e) => anyhow::bail!(
