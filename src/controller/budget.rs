@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
+use tern_cloud::InstanceId;
 
 use super::events::Event;
 use super::room::{JobUse, Room, TeamUse};
@@ -62,6 +63,115 @@ pub(super) fn verdict(w: &Watched, lead_h: f64) -> Verdict {
     }
 }
 
+/// A job a budget covers, as the watch sees it (one not ended and not already stopping).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Covered {
+    pub name: String,
+    /// It holds capacity.
+    pub holds: bool,
+    /// Its workers were already asked to drain.
+    pub draining: bool,
+}
+
+/// What the watch does about one budget this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Judged {
+    /// The decisions, each with the job it is about (a team's warning: the team's name).
+    pub decisions: Vec<(String, Decision)>,
+    /// Whether the budget stands warned after the pass (a warning is given once until its
+    /// spend falls back under the line, a raised limit).
+    pub warned: bool,
+    /// A team's budget is exhausted: the room holds the team's launches back from now on.
+    pub exhausted: bool,
+}
+
+/// Decide about budget `w` (`warned`: its warning was given; `covered`: the jobs it covers)
+/// with `lead_h` hours for a drain: nothing, the warning, or a stop for each job it covers
+/// (a held team's job that holds nothing is held back by the room alone).
+pub(super) fn judge(
+    w: &Watched,
+    lead_h: f64,
+    warned: bool,
+    covered: &[Covered],
+    now: DateTime<Utc>,
+) -> Judged {
+    let (decisions, warned) = match verdict(w, lead_h) {
+        Verdict::Fine => (Vec::new(), false),
+        Verdict::Warn if warned => (Vec::new(), true),
+        Verdict::Warn => {
+            let warning = Decision::WarnBudget {
+                scope: w.scope,
+                budget: w.name.clone(),
+                spent: w.spent,
+                limit: w.limit,
+            };
+            (vec![(w.name.clone(), warning)], true)
+        }
+        Verdict::Stop => {
+            let stops = covered
+                .iter()
+                .filter(|c| c.holds || w.then == Exhausted::Drain)
+                .map(|c| {
+                    let stop = Stop {
+                        since: now,
+                        scope: w.scope,
+                        name: w.name.clone(),
+                        limit: w.limit,
+                        then: w.then,
+                    };
+                    let drain = c.holds && !c.draining;
+                    let d = Decision::StopForBudget {
+                        stop,
+                        spent: w.spent,
+                        drain,
+                    };
+                    (c.name.clone(), d)
+                })
+                .collect();
+            (stops, warned)
+        }
+    };
+    let exhausted = w.scope == "team" && verdict(w, lead_h) == Verdict::Stop;
+    Judged {
+        decisions,
+        warned,
+        exhausted,
+    }
+}
+
+/// A stopping job, as the settle sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Stopping {
+    pub stop: Stop,
+    /// A checkpoint came after the stop began, and the drain it asked for is over.
+    pub checkpointed: bool,
+    /// What the stop's budget has spent.
+    pub spent: f64,
+    /// What the job holds.
+    pub held: Vec<InstanceId>,
+    /// The job ended meanwhile.
+    pub ended: bool,
+}
+
+/// Whether a budget stop is over, and what ends it: its checkpoint came, its job holds
+/// nothing, its limit is reached now, or the job ended.
+pub(super) fn settle(s: Stopping) -> Option<Decision> {
+    let over = s.checkpointed || s.held.is_empty() || s.spent >= s.stop.limit || s.ended;
+    if !over {
+        return None;
+    }
+    let release = match s.stop.then {
+        Exhausted::Hold if !s.ended => s.held,
+        _ => Vec::new(),
+    };
+    Some(Decision::EndForBudget {
+        stop: s.stop,
+        spent: s.spent,
+        release,
+        closed: s.ended,
+    })
+}
+
 impl Controller {
     /// Whether any budget is set (the spend is kept only then).
     fn budgets_set(&self) -> bool {
@@ -109,13 +219,74 @@ impl Controller {
         // read the same (a stop's release this pass shows in the next pass's room).
         let teams = self.team_use(&self.config.limits.team);
         if self.budgets_set() {
+            let lead_h = self.budget_lead_h();
             for w in self.watched(&teams) {
-                self.judge(w, now)?;
+                let key = format!("{} {}", w.scope, w.name);
+                let covered = self.covered(&w);
+                let judged = judge(&w, lead_h, self.warned.contains(&key), &covered, now);
+                if judged.warned {
+                    self.warned.insert(key);
+                } else {
+                    self.warned.remove(&key);
+                }
+                if judged.exhausted {
+                    self.exhausted.insert(w.name.clone(), w.limit);
+                }
+                for (job, d) in judged.decisions {
+                    self.carry_out(&job, d, now).await?;
+                }
             }
-            self.settle_stops(&teams, now).await?;
+            for (job, d) in self.settled(&teams) {
+                self.carry_out(&job, d, now).await?;
+            }
         }
         self.room = self.build_room(teams);
         Ok(())
+    }
+
+    /// The jobs `w` covers that are not ended or stopping already.
+    fn covered(&self, w: &Watched) -> Vec<Covered> {
+        self.fleet
+            .jobs
+            .iter()
+            .filter(|(n, e)| {
+                !e.record.state.is_final()
+                    && e.stopping.is_none()
+                    && match w.scope {
+                        "job" => **n == w.name,
+                        _ => e.record.spec.team == w.name,
+                    }
+            })
+            .map(|(n, e)| Covered {
+                name: n.clone(),
+                holds: self.fleet.instances.count_of(n) > 0,
+                draining: e.record.drain_requested,
+            })
+            .collect()
+    }
+
+    /// The stops that are over this pass, and what ends each.
+    fn settled(&self, teams: &BTreeMap<String, TeamUse>) -> Vec<(String, Decision)> {
+        let mut out = Vec::new();
+        for (name, e) in &self.fleet.jobs {
+            let Some(stop) = &e.stopping else { continue };
+            let spent = match stop.scope {
+                "job" => self.spend.of(name),
+                _ => teams.get(&stop.name).map_or(0.0, |t| t.spent),
+            };
+            let stopping = Stopping {
+                stop: stop.clone(),
+                checkpointed: e.record.checkpoint_at.is_some_and(|c| c > stop.since)
+                    && !e.record.drain_requested,
+                spent,
+                held: self.held_by(name),
+                ended: e.record.state.is_final(),
+            };
+            if let Some(d) = settle(stopping) {
+                out.push((name.clone(), d));
+            }
+        }
+        out
     }
 
     /// Every budget in force: each running job's own, and each team's.
@@ -151,163 +322,6 @@ impl Controller {
         out
     }
 
-    /// Warn once per budget; start stops for the jobs a budget reaching its end covers.
-    fn judge(&mut self, w: Watched, now: DateTime<Utc>) -> Result<()> {
-        let key = format!("{} {}", w.scope, w.name);
-        match verdict(&w, self.budget_lead_h()) {
-            Verdict::Fine => {
-                self.warned.remove(&key);
-                Ok(())
-            }
-            Verdict::Warn => {
-                if !self.warned.insert(key) {
-                    return Ok(());
-                }
-                let job = (w.scope == "job").then(|| w.name.clone());
-                let event = Event::BudgetWarning {
-                    job,
-                    scope: w.scope.into(),
-                    name: w.name,
-                    spent: w.spent,
-                    limit: w.limit,
-                };
-                self.emit(now, event)
-            }
-            Verdict::Stop => {
-                if w.scope == "team" {
-                    self.exhausted.insert(w.name.clone(), w.limit);
-                }
-                let jobs: Vec<String> = self
-                    .fleet
-                    .jobs
-                    .iter()
-                    .filter(|(n, e)| {
-                        !e.record.state.is_final()
-                            && e.stopping.is_none()
-                            && match w.scope {
-                                "job" => **n == w.name,
-                                _ => e.record.spec.team == w.name,
-                            }
-                    })
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                for job in jobs {
-                    self.start_stop(&job, &w, now)?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Ask `job` to checkpoint and stop (a job holding nothing stops at once).
-    fn start_stop(&mut self, job: &str, w: &Watched, now: DateTime<Utc>) -> Result<()> {
-        let holds = self.fleet.instances.count_of(job) > 0;
-        if !holds && w.then == Exhausted::Hold {
-            // Nothing runs: the room holds it back from here on.
-            return Ok(());
-        }
-        let then = match w.then {
-            Exhausted::Drain => "end over-budget",
-            Exhausted::Hold => "wait for budget",
-        };
-        self.emit(
-            now,
-            Event::OverBudget {
-                job: job.to_string(),
-                scope: w.scope.into(),
-                name: w.name.clone(),
-                spent: w.spent,
-                limit: w.limit,
-                then: then.into(),
-            },
-        )?;
-        let Some(e) = self.fleet.jobs.get_mut(job) else {
-            return Ok(());
-        };
-        e.stopping = Some(Stop {
-            since: now,
-            scope: w.scope,
-            name: w.name.clone(),
-            limit: w.limit,
-            then: w.then,
-        });
-        if holds && !e.record.drain_requested {
-            e.record.drain_requested = true;
-            self.store.set_drain(job, true, now)?;
-        }
-        Ok(())
-    }
-
-    /// Finish the stops whose checkpoint came, whose job holds nothing, or whose limit is
-    /// reached now.
-    async fn settle_stops(
-        &mut self,
-        teams: &BTreeMap<String, TeamUse>,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let mut done = Vec::new();
-        for (name, e) in &self.fleet.jobs {
-            let Some(stop) = &e.stopping else { continue };
-            let checkpointed =
-                e.record.checkpoint_at.is_some_and(|c| c > stop.since) && !e.record.drain_requested;
-            let spent = match stop.scope {
-                "job" => self.spend.of(name),
-                _ => teams.get(&stop.name).map_or(0.0, |t| t.spent),
-            };
-            let empty = self.fleet.instances.count_of(name) == 0;
-            if checkpointed || empty || spent >= stop.limit || e.record.state.is_final() {
-                done.push((name.clone(), stop.clone(), spent));
-            }
-        }
-        for (name, stop, spent) in done {
-            self.finish_stop(&name, stop, spent, now).await?;
-        }
-        Ok(())
-    }
-
-    async fn finish_stop(
-        &mut self,
-        name: &str,
-        stop: Stop,
-        spent: f64,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let Some(e) = self.fleet.jobs.get_mut(name) else {
-            return Ok(());
-        };
-        e.stopping = None;
-        if e.record.state.is_final() {
-            return Ok(());
-        }
-        e.record.drain_requested = false;
-        match stop.then {
-            Exhausted::Drain => {
-                let reason = format!(
-                    "over budget: {} {} spent ${spent:.2} of its ${:.2}",
-                    stop.scope, stop.name, stop.limit
-                );
-                e.record.state = JobState::OverBudget;
-                e.record.reason = Some(reason);
-                e.record.finished_at = Some(now);
-                e.dirty = true;
-                // Its capacity is released by the pass's triage, as for any ended job.
-                self.store.update_job(&e.record, now)?;
-                Ok(())
-            }
-            Exhausted::Hold => {
-                e.record.target_offer = None;
-                e.dirty = true;
-                self.store.update_job(&e.record, now)?;
-                self.store.set_drain(name, false, now)?;
-                let ids = self.held_by(name);
-                if ids.is_empty() {
-                    return Ok(());
-                }
-                self.carry_out(name, Decision::Release { ids }, now).await
-            }
-        }
-    }
-
     /// A new quota file from now on: a team whose budget it raises is no longer held, and
     /// every job is planned again against it at the next pass.
     pub fn set_limits(&mut self, limits: std::sync::Arc<crate::limits::Limits>) {
@@ -329,7 +343,98 @@ impl Controller {
         );
     }
 
-    /// End `name` over its own budget now (it holds nothing: a job being placed).
+    /// [`Decision::WarnBudget`]: the warning's event.
+    pub(super) fn warn_budget(
+        &mut self,
+        scope: &'static str,
+        budget: String,
+        (spent, limit): (f64, f64),
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let job = (scope == "job").then(|| budget.clone());
+        let event = Event::BudgetWarning {
+            job,
+            scope: scope.into(),
+            name: budget,
+            spent,
+            limit,
+        };
+        self.emit(now, event)
+    }
+
+    /// [`Decision::StopForBudget`]: say so, mark the job stopping, ask its workers to drain.
+    pub(super) fn stop_for_budget(
+        &mut self,
+        job: &str,
+        stop: Stop,
+        (spent, drain): (f64, bool),
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let then = match stop.then {
+            Exhausted::Drain => "end over-budget",
+            Exhausted::Hold => "wait for budget",
+        };
+        let event = Event::OverBudget {
+            job: job.to_string(),
+            scope: stop.scope.into(),
+            name: stop.name.clone(),
+            spent,
+            limit: stop.limit,
+            then: then.into(),
+        };
+        self.emit(now, event)?;
+        let Some(e) = self.fleet.jobs.get_mut(job) else {
+            return Ok(());
+        };
+        e.stopping = Some(stop);
+        if drain {
+            e.record.drain_requested = true;
+            self.store.set_drain(job, true, now)?;
+        }
+        Ok(())
+    }
+
+    /// [`Decision::EndForBudget`]: close the stop; end the job over budget, or hold it
+    /// (no target, no drain) and release what it holds.
+    pub(super) fn end_for_budget(
+        &mut self,
+        job: &str,
+        (stop, spent): (Stop, f64),
+        (release, closed): (Vec<InstanceId>, bool),
+        now: DateTime<Utc>,
+    ) -> Result<Option<Decision>> {
+        let Some(e) = self.fleet.jobs.get_mut(job) else {
+            return Ok(None);
+        };
+        e.stopping = None;
+        if closed {
+            return Ok(None);
+        }
+        e.record.drain_requested = false;
+        e.dirty = true;
+        match stop.then {
+            Exhausted::Drain => {
+                e.record.state = JobState::OverBudget;
+                e.record.reason = Some(format!(
+                    "over budget: {} {} spent ${spent:.2} of its ${:.2}",
+                    stop.scope, stop.name, stop.limit
+                ));
+                e.record.finished_at = Some(now);
+                // Its capacity is released by the pass's triage, as for any ended job.
+                self.store.update_job(&e.record, now)?;
+                Ok(None)
+            }
+            Exhausted::Hold => {
+                e.record.target_offer = None;
+                self.store.update_job(&e.record, now)?;
+                self.store.set_drain(job, false, now)?;
+                Ok((!release.is_empty()).then_some(Decision::Release { ids: release }))
+            }
+        }
+    }
+
+    /// [`Decision::EndOverBudget`]: end `name` over its own budget now (it holds nothing: a
+    /// job being placed).
     pub(super) fn end_over_budget(
         &mut self,
         name: &str,

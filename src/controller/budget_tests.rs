@@ -251,3 +251,198 @@ fn cancel_keeps_the_checkpoint(w: &SimWorld, before: f64) {
     );
     assert_eq!(j.checkpoint_samples, j.done_samples);
 }
+
+/// The decisions about budgets, as a table: each branch of `budget::judge` and
+/// `budget::settle`.
+mod table {
+    use super::super::budget::{Covered, Stop, Stopping, Watched, judge, settle};
+    use super::super::decide::Decision;
+    use crate::limits::Exhausted;
+    use chrono::{DateTime, Utc};
+
+    const LEAD_H: f64 = 0.5;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).expect("time")
+    }
+
+    fn watched(scope: &'static str, spent: f64, hourly: f64, then: Exhausted) -> Watched {
+        Watched {
+            scope,
+            name: if scope == "job" { "capped" } else { "nlp" }.into(),
+            limit: 10.0,
+            spent,
+            hourly,
+            then,
+        }
+    }
+
+    fn covered(name: &str, holds: bool, draining: bool) -> Covered {
+        Covered {
+            name: name.into(),
+            holds,
+            draining,
+        }
+    }
+
+    /// (job, drain) of each stop judged.
+    fn stops(decisions: &[(String, Decision)]) -> Vec<(String, bool)> {
+        decisions
+            .iter()
+            .map(|(job, d)| match d {
+                Decision::StopForBudget { drain, stop, .. } => {
+                    assert_eq!(stop.since, now());
+                    (job.clone(), *drain)
+                }
+                other => panic!("{job}: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_budget_verdict_is_a_row() {
+        let job = [covered("capped", true, false)];
+        // Under the line: nothing, and a warning given is forgotten.
+        let fine = judge(
+            &watched("job", 7.0, 1.0, Exhausted::Drain),
+            LEAD_H,
+            true,
+            &job,
+            now(),
+        );
+        assert_eq!(
+            (fine.decisions.len(), fine.warned, fine.exhausted),
+            (0, false, false)
+        );
+        // At 80 %: the warning once, named after the budget.
+        let warn = judge(
+            &watched("team", 8.0, 1.0, Exhausted::Hold),
+            LEAD_H,
+            false,
+            &job,
+            now(),
+        );
+        assert!(warn.warned && !warn.exhausted);
+        assert!(matches!(
+            &warn.decisions[..],
+            [(n, Decision::WarnBudget { scope: "team", budget, spent, limit })]
+                if n == "nlp" && budget == "nlp" && *spent == 8.0 && *limit == 10.0
+        ));
+        let again = judge(
+            &watched("team", 8.0, 1.0, Exhausted::Hold),
+            LEAD_H,
+            true,
+            &job,
+            now(),
+        );
+        assert_eq!((again.decisions.len(), again.warned), (0, true));
+        // The limit within the lead (9.6 + 1.0 × 0.5 ≥ 10): a job's own budget stops it,
+        // asking its workers to drain unless they were asked already.
+        let w = watched("job", 9.6, 1.0, Exhausted::Drain);
+        let stop = judge(&w, LEAD_H, true, &job, now());
+        assert_eq!(stops(&stop.decisions), [("capped".to_string(), true)]);
+        assert!(
+            stop.warned && !stop.exhausted,
+            "a stop keeps the warning as it was"
+        );
+        let asked = judge(&w, LEAD_H, false, &[covered("capped", true, true)], now());
+        assert_eq!(stops(&asked.decisions), [("capped".to_string(), false)]);
+        assert!(!asked.warned);
+        // A team's: every job it covers; on hold, one that holds nothing is left to the room.
+        let team = [covered("a", true, false), covered("b", false, false)];
+        let hold = judge(
+            &watched("team", 9.6, 1.0, Exhausted::Hold),
+            LEAD_H,
+            false,
+            &team,
+            now(),
+        );
+        assert_eq!(stops(&hold.decisions), [("a".to_string(), true)]);
+        assert!(hold.exhausted);
+        let drain = judge(
+            &watched("team", 9.6, 1.0, Exhausted::Drain),
+            LEAD_H,
+            false,
+            &team,
+            now(),
+        );
+        assert_eq!(
+            stops(&drain.decisions),
+            [("a".to_string(), true), ("b".to_string(), false)]
+        );
+        assert!(drain.exhausted);
+        // The stop carries the budget it is for.
+        let Decision::StopForBudget { stop, spent, .. } = &drain.decisions[0].1 else {
+            unreachable!()
+        };
+        assert_eq!(
+            (stop.scope, stop.name.as_str(), stop.limit),
+            ("team", "nlp", 10.0)
+        );
+        assert_eq!((stop.then, *spent), (Exhausted::Drain, 9.6));
+    }
+
+    fn stopping(then: Exhausted) -> Stopping {
+        Stopping {
+            stop: Stop {
+                since: now(),
+                scope: "team",
+                name: "nlp".into(),
+                limit: 10.0,
+                then,
+            },
+            checkpointed: false,
+            spent: 9.7,
+            held: vec![tern_cloud::InstanceId("i-1".into())],
+            ended: false,
+        }
+    }
+
+    /// (release, closed) of the end settled, or `None`.
+    fn ends(s: Stopping) -> Option<(usize, bool)> {
+        match settle(s)? {
+            Decision::EndForBudget {
+                release,
+                closed,
+                spent,
+                ..
+            } => {
+                assert!(spent > 0.0);
+                Some((release.len(), closed))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_end_of_a_budget_stop_is_a_row() {
+        for then in [Exhausted::Drain, Exhausted::Hold] {
+            // Still draining, under the limit: the stop goes on.
+            assert_eq!(ends(stopping(then)), None, "{then:?}");
+            // A hold releases what the job holds; a drain ends the job, and the pass's triage
+            // releases it as for any ended job.
+            let released = usize::from(then == Exhausted::Hold);
+            let checkpointed = Stopping {
+                checkpointed: true,
+                ..stopping(then)
+            };
+            assert_eq!(ends(checkpointed), Some((released, false)), "{then:?}");
+            let at_limit = Stopping {
+                spent: 10.0,
+                ..stopping(then)
+            };
+            assert_eq!(ends(at_limit), Some((released, false)), "{then:?}");
+            let empty = Stopping {
+                held: Vec::new(),
+                ..stopping(then)
+            };
+            assert_eq!(ends(empty), Some((0, false)), "{then:?}");
+            // A job that ended meanwhile (a cancel): only the stop is closed.
+            let ended = Stopping {
+                ended: true,
+                ..stopping(then)
+            };
+            assert_eq!(ends(ended), Some((0, true)), "{then:?}");
+        }
+    }
+}

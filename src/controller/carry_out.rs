@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{IntentKind, Offer};
 
 use super::decide::{self, Decision};
-use super::events::Event;
+use super::events::{Event, Placement};
 use super::{Controller, Result};
 
 impl Controller {
@@ -33,14 +33,18 @@ impl Controller {
         decision: Decision,
         now: DateTime<Utc>,
     ) -> Result<Option<Decision>> {
-        let decision = self.within_limits(name, decision);
         match decision {
             Decision::Nothing => Ok(None),
             Decision::Wait(reason) => self.wait(name, reason, now).map(|()| None),
-            Decision::Launch { offers, count, .. } => {
-                let kind = IntentKind::Launch { offers, count };
-                self.act(name, kind, now).await.map(|()| None)
-            }
+            Decision::Launch {
+                offers,
+                count,
+                planned,
+                ..
+            } => self
+                .launch_planned(name, (offers, count), planned, now)
+                .await
+                .map(|()| None),
             Decision::Replace {
                 offers,
                 missing,
@@ -82,27 +86,106 @@ impl Controller {
                     .await?;
                 Ok(Some(*then))
             }
+            Decision::WarnBudget {
+                scope,
+                budget,
+                spent,
+                limit,
+            } => self
+                .warn_budget(scope, budget, (spent, limit), now)
+                .map(|()| None),
+            Decision::StopForBudget { stop, spent, drain } => self
+                .stop_for_budget(name, stop, (spent, drain), now)
+                .map(|()| None),
+            Decision::EndForBudget {
+                stop,
+                spent,
+                release,
+                closed,
+            } => self.end_for_budget(name, (stop, spent), (release, closed), now),
+            Decision::EndOverBudget { reason, limit } => self
+                .end_over_budget(name, reason, limit, now)
+                .map(|()| None),
+            Decision::Finish {
+                late_h,
+                took_h,
+                then,
+            } => self
+                .finish(name, (late_h, took_h), now)
+                .map(|()| Some(*then)),
+            Decision::Unplaceable { reason } => {
+                self.mark_unplaceable(name, &reason, now).map(|()| None)
+            }
+            Decision::Probe(start) => self.begin_probe(name, *start, now).await.map(|()| None),
+            Decision::EndProbe(end) => self.finish_probe(name, *end, now),
+            Decision::MoveFromProbe {
+                from,
+                to,
+                count,
+                migrating,
+            } => self
+                .move_from_probe(name, (from, to, count), migrating, now)
+                .await
+                .map(|()| None),
         }
     }
 
-    /// A replacement or a move the limits hold back becomes a wait that says which limit, so
-    /// no `replace` or `migrate` event claims what will not happen. (Every launch is checked
-    /// again, and counted, where its intent is written: [`Controller::admit`].)
-    fn within_limits(&self, name: &str, decision: Decision) -> Decision {
-        let (offers, count) = match &decision {
-            Decision::Replace {
-                offers, missing, ..
-            } => (offers, *missing),
-            Decision::Move { step, to, .. } => (to, step.movers.len() as u32),
-            _ => return decision,
+    /// [`Decision::Finish`]: the job is finished, late by `late_h` hours if it is, and says so.
+    fn finish(
+        &mut self,
+        name: &str,
+        (late_h, took_h): (Option<f64>, f64),
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
         };
-        let Some(usage) = self.job_use(name) else {
-            return decision;
+        e.record.state = crate::store::JobState::Finished;
+        e.record.finished_at = Some(now);
+        e.record.reason = late_h.map(|h| format!("finished {h:.1} h after its deadline"));
+        self.store.update_job(&e.record, now)?;
+        let job = name.to_string();
+        self.emit(
+            now,
+            Event::Finished {
+                job,
+                late_h,
+                took_h,
+            },
+        )
+    }
+
+    /// A placed job's launch: admitted (the launch budget, the limits), then the job's aim
+    /// and the plan's event, then its intent; a launch the limits hold back is a wait that
+    /// says which, and no `plan` event claims what will not happen.
+    async fn launch_planned(
+        &mut self,
+        name: &str,
+        (offers, count): (Vec<Offer>, u32),
+        planned: Option<Box<Placement>>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(first) = offers.first().map(Offer::key) else {
+            return Ok(());
         };
-        match self.room.admit(&usage, offers, count) {
-            Ok(_) => decision,
-            Err(limit) => Decision::Wait(super::events::WaitReason::Limit { limit }),
+        let Some(offers) = self.admitted(name, offers, count, now)? else {
+            return Ok(());
+        };
+        if let Some(placement) = planned {
+            if let Some(e) = self.fleet.jobs.get_mut(name) {
+                e.record.target_offer = Some(first);
+                e.record.target_count = count;
+                e.record.planned_count = count;
+                e.waiting = None;
+                e.estimate_unsaved = false;
+                self.store.update_job(&e.record, now)?;
+            }
+            let job = name.to_string();
+            let placement = *placement;
+            self.emit(now, Event::Planned { job, placement })?;
         }
+        let kind = IntentKind::Launch { offers, count };
+        self.start_intent(name, kind, now).await
     }
 
     async fn replace_nodes(
@@ -113,6 +196,10 @@ impl Controller {
         on_demand: bool,
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let count = missing;
+        let Some(offers) = self.admitted(name, offers, count, now)? else {
+            return Ok(());
+        };
         if let Some(e) = self.fleet.jobs.get_mut(name) {
             e.waiting = None;
         }
@@ -125,8 +212,7 @@ impl Controller {
                 on_demand,
             },
         )?;
-        let count = missing;
-        self.act(name, IntentKind::Launch { offers, count }, now)
+        self.start_intent(name, IntentKind::Launch { offers, count }, now)
             .await
     }
 
@@ -190,6 +276,9 @@ impl Controller {
         let Some(lead) = step.movers.first() else {
             return Ok(());
         };
+        let Some(to) = self.admitted(name, to, k, now)? else {
+            return Ok(());
+        };
         self.emit(
             now,
             Event::Migrating {
@@ -209,7 +298,7 @@ impl Controller {
             },
         )?;
         let from = step.movers.iter().map(|i| i.id.clone()).collect();
-        self.act(name, IntentKind::Migrate { from, to, count: k }, now)
+        self.start_intent(name, IntentKind::Migrate { from, to, count: k }, now)
             .await
     }
 }

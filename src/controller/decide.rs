@@ -12,12 +12,15 @@
 //!
 //! [`fleet::spot_wait`]: tern_policies::fleet::spot_wait
 
+use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceId, Offer, Zone};
 use tern_policies::deadline::Placement as Policy;
 use tern_policies::fleet::{self, MoveInput, Node, Target};
 
+use super::budget::Stop;
 use super::events::{ResizeWhy, WaitReason};
 use super::policy::PolicyCall;
+use super::probe::{ProbeEnd, ProbeStart};
 use crate::store::InstanceRecord;
 
 /// Offers of `shape` and `capacity` that are not known to be unavailable, cheapest first;
@@ -208,6 +211,7 @@ pub(super) fn launch(v: &Launching<'_>) -> Decision {
         offers,
         count: v.nodes,
         why,
+        planned: None,
     }
 }
 
@@ -270,6 +274,9 @@ pub(super) enum Decision {
         offers: Vec<Offer>,
         count: u32,
         why: Option<String>,
+        /// The plan it carries out: once the launch is admitted, the job aims at it and its
+        /// `plan` event is reported.
+        planned: Option<Box<super::events::Placement>>,
     },
     /// Start `missing` nodes of a running job on the first of `offers` that takes them.
     Replace {
@@ -307,6 +314,97 @@ pub(super) enum Decision {
         why: ResizeWhy,
         then: Box<Decision>,
     },
+    /// A budget the job spends from is at 80 % (a team's names no job): the warning, once.
+    WarnBudget {
+        scope: &'static str,
+        budget: String,
+        spent: f64,
+        limit: f64,
+    },
+    /// A budget reaches its end within the lead: the job checkpoints and stops (`drain`: ask
+    /// its workers to, as it holds capacity and has not been asked).
+    StopForBudget {
+        stop: Stop,
+        spent: f64,
+        drain: bool,
+    },
+    /// The budget stop is over (its checkpoint came, it holds nothing, or the limit is
+    /// reached): end the job over budget, or hold it, releasing `release`. `closed`: the job
+    /// ended meanwhile, and only the stop is closed.
+    EndForBudget {
+        stop: Stop,
+        spent: f64,
+        release: Vec<InstanceId>,
+        closed: bool,
+    },
+    /// A job about to be placed whose own budget cannot pay for the rest of its work: it
+    /// ends over budget now (it holds nothing).
+    EndOverBudget {
+        reason: String,
+        limit: f64,
+    },
+    /// The job's work is done: it is finished (`late_h`: hours past its deadline; `took_h`:
+    /// since it was submitted), then `then` (what it holds goes).
+    Finish {
+        late_h: Option<f64>,
+        took_h: f64,
+        then: Box<Decision>,
+    },
+    /// No plan can place the job: it is unplaceable, saying why (once per reason).
+    Unplaceable {
+        reason: String,
+    },
+    /// Measure a job nobody has measured (or a second accelerator of one): a probe.
+    Probe(Box<ProbeStart>),
+    /// A probe is over: close it, then what its measurement leads to.
+    EndProbe(Box<ProbeEnd>),
+    /// Move the whole probe fleet `from` onto the plan's choice (`to`, its first, then
+    /// fallbacks), `count` nodes; `migrating`: the move's event.
+    MoveFromProbe {
+        from: Vec<InstanceId>,
+        to: Vec<Offer>,
+        count: u32,
+        migrating: Option<Box<super::events::Event>>,
+    },
+}
+
+/// A job that finished its work or ended, as its end is decided.
+#[derive(Debug, Clone)]
+pub(super) struct Ending {
+    /// Its work is done and it is not marked ended yet.
+    pub finishing: bool,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub submitted_at: DateTime<Utc>,
+    /// What it holds.
+    pub held: Vec<InstanceId>,
+    /// Its workers still run there, saving on the way out, within the stop grace: what it
+    /// holds is kept until they say they stopped.
+    pub saving: bool,
+    pub now: DateTime<Utc>,
+}
+
+/// The end of a job: finished (when its work is done), then what it holds released unless
+/// its workers are still saving.
+pub(super) fn end(v: &Ending) -> Decision {
+    let release = if v.held.is_empty() || v.saving {
+        Decision::Nothing
+    } else {
+        Decision::Release {
+            ids: v.held.clone(),
+        }
+    };
+    if !v.finishing {
+        return release;
+    }
+    let hours = super::hours;
+    Decision::Finish {
+        late_h: v
+            .deadline_at
+            .filter(|d| v.now > *d)
+            .map(|d| hours(v.now - d)),
+        took_h: hours(v.now - v.submitted_at),
+        then: Box::new(release),
+    }
 }
 
 /// A running job short of nodes: replace them (spot of its shape first; on-demand only when

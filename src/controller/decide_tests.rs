@@ -236,6 +236,23 @@ fn short(d: &Decision) -> String {
             step.to.zone,
             to.len() - 1
         ),
+        Decision::WarnBudget { budget, .. } => format!("warn {budget}"),
+        Decision::StopForBudget { stop, drain, .. } => {
+            format!("stop for {} drain={drain}", stop.name)
+        }
+        Decision::EndForBudget {
+            release, closed, ..
+        } => {
+            format!("end for budget, release {} closed={closed}", release.len())
+        }
+        Decision::EndOverBudget { limit, .. } => format!("end over budget ${limit}"),
+        Decision::Finish { late_h, then, .. } => {
+            format!("finish late {late_h:?}, then {}", short(then))
+        }
+        Decision::Unplaceable { reason } => format!("unplaceable: {reason}"),
+        Decision::Probe(p) => format!("probe {} on {}", p.nodes, p.offers[0].zone),
+        Decision::EndProbe(e) => format!("end probe: {}", e.outcome),
+        Decision::MoveFromProbe { count, .. } => format!("move {count} from the probe"),
     }
 }
 
@@ -579,4 +596,48 @@ fn a_jobs_own_nodes_are_room_in_their_pool_and_nobody_elses() {
     );
     // Nothing of another job's counts: no node of this job, the offers as the cloud said.
     assert_eq!(with_own_room(&offers, &[]), offers);
+}
+
+/// The end of a job, a row per branch of `decide::end`: finished or already ended, what it
+/// holds released or kept while its workers save.
+#[test]
+fn every_end_of_a_job_is_a_row() {
+    let t0 = chrono::DateTime::UNIX_EPOCH;
+    let h = chrono::TimeDelta::hours;
+    let ending = |finishing: bool, held: usize, saving: bool, due: Option<i64>| Ending {
+        finishing,
+        deadline_at: due.map(|d| t0 + h(d)),
+        submitted_at: t0,
+        held: (0..held)
+            .map(|k| format!("i-{k}").as_str().into())
+            .collect(),
+        saving,
+        now: t0 + h(10),
+    };
+    let rows = [
+        (
+            (true, 2, false, Some(12)),
+            "finish late None, then release 2",
+        ),
+        (
+            (true, 2, false, Some(8)),
+            "finish late Some(2.0), then release 2",
+        ),
+        ((true, 2, true, None), "finish late None, then nothing"),
+        ((true, 0, false, None), "finish late None, then nothing"),
+        ((false, 2, false, None), "release 2"),
+        ((false, 2, true, None), "nothing"),
+        ((false, 0, false, None), "nothing"),
+    ];
+    for ((finishing, held, saving, due), want) in rows {
+        let got = short(&end(&ending(finishing, held, saving, due)));
+        assert_eq!(
+            got, want,
+            "finishing {finishing}, {held} held, saving {saving}"
+        );
+    }
+    let Decision::Finish { took_h, .. } = end(&ending(true, 0, false, None)) else {
+        panic!("a job whose work is done finishes")
+    };
+    assert_eq!(took_h, 10.0);
 }

@@ -106,9 +106,43 @@ async fn run_flapping(gap_seconds: u32, seed: u64) -> String {
             "{case}: {} started {worst} in an hour (bound {bound})",
             j.name()
         );
+        // The launch budget is asked before anything is said: no plan, replacement or move
+        // is announced that it then holds back.
+        let events = ctl.typed_events(Some(j.name())).expect("events");
+        for pair in events.windows(2) {
+            let held = matches!(
+                &pair[1],
+                Event::Waiting {
+                    reason: WaitReason::LaunchBudget { .. } | WaitReason::Limit { .. },
+                    ..
+                }
+            );
+            let announced = matches!(
+                &pair[0],
+                Event::Planned { .. } | Event::Replacing { .. } | Event::Migrating { .. }
+            );
+            assert!(
+                !(held && announced),
+                "{case}: {:?} then {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        let held = events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::Waiting {
+                        reason: WaitReason::LaunchBudget { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
         let all = usage.iter().filter(|u| u.job == j.name()).count();
         summary.push(format!(
-            "{}: {all} launches, worst hour {worst}/{bound}",
+            "{}: {all} launches, worst hour {worst}/{bound}, {held} launch-budget waits",
             j.name()
         ));
     }

@@ -73,19 +73,47 @@ impl Controller {
         kind: IntentKind,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let starts = match &kind {
-            IntentKind::Launch { count, .. } | IntentKind::Migrate { count, .. } => *count,
-            _ => 0,
+        let kind = match kind {
+            IntentKind::Launch { offers, count } => match self.admitted(job, offers, count, now)? {
+                Some(offers) => IntentKind::Launch { offers, count },
+                None => return Ok(()),
+            },
+            IntentKind::Migrate { from, to, count } => match self.admitted(job, to, count, now)? {
+                Some(to) => IntentKind::Migrate { from, to, count },
+                None => return Ok(()),
+            },
+            other => other,
         };
-        if starts > 0 && !self.within_launch_budget(job, starts, now)? {
-            return Ok(());
-        }
-        let Some(kind) = self.admit(job, kind, now)? else {
-            return Ok(());
-        };
+        self.start_intent(job, kind, now).await
+    }
+
+    /// Write a new intent, already admitted, and carry it out at once.
+    pub(super) async fn start_intent(
+        &mut self,
+        job: &str,
+        kind: IntentKind,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         let intent = self.new_intent(job, kind, now)?;
         self.execute(intent, now).await?;
         Ok(())
+    }
+
+    /// The one check of a start of capacity, asked before anything about it is said or
+    /// written: the job's hourly launch budget, then the limits (quotas, team budgets and
+    /// $/h), whose room is taken for it. The offers that fit, or `None` once the job's wait
+    /// is reported.
+    pub(super) fn admitted(
+        &mut self,
+        job: &str,
+        offers: Vec<Offer>,
+        count: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<Offer>>> {
+        if count > 0 && !self.within_launch_budget(job, count, now)? {
+            return Ok(None);
+        }
+        self.admit(job, offers, count, now)
     }
 
     /// Whether `job` may launch `count` more instances now; says why not when it may not.

@@ -453,3 +453,73 @@ async fn a_quota_the_cloud_refuses_with_is_kept_and_planned_within() {
         "{kept:?}"
     );
 }
+
+/// A launch is admitted (the launch budget, the limits) before anything is said or written:
+/// one the limits hold back is a wait naming the limit, with no `plan` event and no aim; the
+/// same launch admitted aims the job, says its plan and starts its capacity.
+#[tokio::test]
+async fn a_launch_the_limits_hold_back_is_a_wait_and_never_a_plan() {
+    use super::decide::Decision;
+    use super::events::Placement;
+
+    let sim = sim(vec![tern_sim::testkit::trace("us-west-2a", vec![8; 100])]);
+    let config = ControllerConfig {
+        limits: Arc::new(Limits::parse("[team.t]\ntotal_usd = 5\n", "q.toml").expect("file")),
+        ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
+    };
+    let store = Arc::new(Store::in_memory().expect("store"));
+    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let now = sim.now();
+    ctl.submit(spec("j").team("t").build(), now)
+        .expect("submit");
+    let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
+    let offer = offers[0].clone();
+    let placement = Placement {
+        solver: "milp".into(),
+        nodes: 1,
+        instance_type: offer.instance_type.name.clone(),
+        capacity: offer.capacity,
+        zone: offer.zone.to_string(),
+        expected_cost: 4.0,
+        finish_h: 4.0,
+        deadline_h: None,
+        versus_cheapest: None,
+        policy: None,
+        basis: None,
+    };
+    let launch = Decision::Launch {
+        offers: vec![offer.clone()],
+        count: 1,
+        why: None,
+        planned: Some(Box::new(placement)),
+    };
+    let said = |ctl: &Controller| -> Vec<String> {
+        let events = ctl.typed_events(Some("j")).expect("events");
+        events.iter().map(|e| e.kind().to_string()).collect()
+    };
+    // The team's budget ran out: the room holds the launch back.
+    ctl.exhausted.insert("t".into(), 5.0);
+    ctl.watch_budgets(now).await.expect("room");
+    ctl.carry_out("j", launch.clone(), now)
+        .await
+        .expect("carry out");
+    let waits = waits(&ctl, "j");
+    assert!(
+        waits.iter().any(|w| w.contains("budget ran out")),
+        "{waits:?}"
+    );
+    assert!(
+        !said(&ctl).contains(&"plan".to_string()),
+        "{:?}",
+        said(&ctl)
+    );
+    assert_eq!(ctl.job("j").expect("job").target_offer, None);
+    assert_eq!(ctl.instances().count(), 0);
+    // Raised: the same launch is admitted, aims the job and says its plan.
+    ctl.exhausted.clear();
+    ctl.watch_budgets(now).await.expect("room");
+    ctl.carry_out("j", launch, now).await.expect("carry out");
+    assert!(said(&ctl).contains(&"plan".to_string()), "{:?}", said(&ctl));
+    assert_eq!(ctl.job("j").expect("job").target_offer, Some(offer.key()));
+    assert_eq!(ctl.instances().count(), 1);
+}

@@ -84,6 +84,15 @@ fn kind(d: &Decision) -> &'static str {
         Decision::Move { .. } => "move",
         Decision::Release { .. } => "release",
         Decision::CancelQueued { .. } => "cancel-queued",
+        Decision::WarnBudget { .. } => "warn-budget",
+        Decision::StopForBudget { .. } => "stop-for-budget",
+        Decision::EndForBudget { .. } => "end-for-budget",
+        Decision::EndOverBudget { .. } => "end-over-budget",
+        Decision::Finish { .. } => "finish",
+        Decision::Unplaceable { .. } => "unplaceable",
+        Decision::Probe(_) => "probe",
+        Decision::EndProbe(_) => "end-probe",
+        Decision::MoveFromProbe { .. } => "move-from-probe",
     }
 }
 

@@ -514,3 +514,163 @@ fn the_choice_between_probing_and_planning() {
         Start::Plan { .. }
     ));
 }
+
+/// A probe's start and end as decisions, a row per branch of `probe::steps`.
+mod steps_table {
+    use tern_cloud::testkit::offer;
+    use tern_cloud::{Capacity, InstanceState, IntentId, Offer};
+    use tern_plan::{Config, JobPlan};
+
+    use super::super::decide::Decision;
+    use super::super::events::WaitReason;
+    use super::super::probe::{ProbeBounds, steps};
+    use crate::store::InstanceRecord;
+
+    fn spot(shape: &str, zone: &str, price: f64) -> Offer {
+        offer(shape, zone, Capacity::Spot).price(price).build()
+    }
+
+    fn node(o: &Offer) -> InstanceRecord {
+        InstanceRecord {
+            id: format!("i-{}", o.zone).as_str().into(),
+            job: "cold".into(),
+            intent: IntentId::from_uuid(uuid::Uuid::nil()),
+            offer: o.clone(),
+            state: InstanceState::Running,
+            draining: false,
+            launched_at: chrono::DateTime::UNIX_EPOCH,
+            ended_at: None,
+        }
+    }
+
+    fn config(o: &Offer, nodes: u32) -> Config {
+        Config {
+            offer: o.key(),
+            cloud: "sim".into(),
+            region: o.region.to_string(),
+            zone: o.zone.to_string(),
+            instance_type: o.instance_type.name.clone(),
+            capacity: o.capacity,
+            accelerator: "V100".into(),
+            nodes,
+            workers: nodes,
+            price_per_hour: o.price_per_hour,
+            hourly: o.price_per_hour * f64::from(nodes),
+            price_per_accelerator_hour: o.price_per_hour,
+            expected_cost: 12.5,
+            finish_h: 10.0,
+            finish_high_h: 12.0,
+            hazard_per_hour: 0.0,
+            prior: false,
+        }
+    }
+
+    /// What `steps::outcome` reads: the plan, the fleet, unmeasured, the staying net.
+    type Given<'a> = (Option<&'a JobPlan>, &'a [InstanceRecord], bool, Option<f64>);
+
+    fn plan(choice: Option<Config>, placed: bool, reason: Option<&str>) -> JobPlan {
+        JobPlan {
+            job: "cold".into(),
+            team: "t".into(),
+            placed,
+            choice,
+            reason: reason.map(str::to_string),
+            deadline_h: Some(48.0),
+            alternatives: Vec::new(),
+            versus_cheapest_per_accelerator_hour: None,
+        }
+    }
+
+    #[test]
+    fn every_start_of_a_probe_is_a_row() {
+        let (a, b) = (
+            spot("p3.2xlarge", "us-west-2a", 0.9),
+            spot("p3.2xlarge", "us-west-2b", 1.1),
+        );
+        let od = offer("p3.2xlarge", "us-west-2a", Capacity::OnDemand)
+            .price(3.06)
+            .build();
+        let allowed = [b.clone(), od.clone(), a.clone()];
+        let v100 = ["V100".to_string()];
+        let bounds = ProbeBounds::default();
+        let start = |gang: bool, on_demand: bool| {
+            steps::start(&allowed, (&v100, 1, gang), on_demand, bounds, "cold".into())
+        };
+        // The cheapest offer first, its shape's other spot offers as fallbacks; none for a gang.
+        let Decision::Probe(p) = start(false, false) else {
+            panic!()
+        };
+        assert_eq!(p.offers, [a.clone(), b.clone()]);
+        assert_eq!((p.nodes, p.from.len(), p.since), (1, 0, None));
+        let Decision::Probe(p) = start(true, false) else {
+            panic!()
+        };
+        assert_eq!(p.offers, std::slice::from_ref(&a));
+        // A deadline that cannot afford a reclaimed probe: on-demand.
+        let Decision::Probe(p) = start(false, true) else {
+            panic!()
+        };
+        assert_eq!(p.offers, [od]);
+        // Nothing holds the job's accelerator: it waits for capacity.
+        let none = steps::start(
+            &allowed,
+            (&["H100".to_string()], 1, false),
+            false,
+            bounds,
+            "x".into(),
+        );
+        assert_eq!(none, Decision::Wait(WaitReason::NoCapacity));
+    }
+
+    #[test]
+    fn every_end_of_a_probe_is_a_row() {
+        let here = spot("p3.2xlarge", "us-west-2a", 0.9);
+        let there = spot("p3.8xlarge", "us-west-2b", 2.0);
+        let fleet = [node(&here)];
+        let keep = plan(Some(config(&here, 1)), true, None);
+        let elsewhere = plan(Some(config(&there, 2)), true, None);
+        let at_expected = plan(Some(config(&there, 2)), true, Some("at the expected speed"));
+        let unplaced = plan(None, false, Some("no offer meets the deadline"));
+        let none: &[InstanceRecord] = &[];
+        let check = |row: &str, given: Given<'_>, (says, retargets, moves): (&str, bool, bool)| {
+            let (plan, fleet, unmeasured, stay) = given;
+            let (text, retarget, moving) = steps::outcome(plan, fleet, unmeasured, stay);
+            assert!(text.contains(says), "{row}: {text}");
+            assert_eq!(retarget.is_some(), retargets, "{row}: {retarget:?}");
+            assert_eq!(moving.is_some(), moves, "{row}");
+        };
+        let gone = "capacity is gone";
+        check(
+            "unmeasured, gone",
+            (None, none, true, None),
+            (gone, false, false),
+        );
+        let runs = "keeps running on the probe";
+        check(
+            "unmeasured, runs",
+            (None, &fleet, true, None),
+            (runs, false, false),
+        );
+        let no_plan = (Some(&unplaced), &fleet[..], false, None);
+        check("no plan", no_plan, ("no plan meets", false, false));
+        let kept = (Some(&keep), &fleet[..], false, None);
+        check("plan keeps it", kept, ("the plan keeps 1×", true, false));
+        let anew = (Some(&elsewhere), none, false, None);
+        check("fleet gone", anew, ("placed like any job", false, false));
+        let stays = (Some(&elsewhere), &fleet[..], false, Some(-0.5));
+        check("staying pays", stays, ("moving saves nothing", true, false));
+        let moves = (Some(&elsewhere), &fleet[..], false, None);
+        check("moves", moves, ("moving to 2×", false, true));
+        let said = (Some(&at_expected), &fleet[..], false, None);
+        check(
+            "moves, says the speed",
+            said,
+            ("; at the expected speed", false, true),
+        );
+        // Kept: the plan's count on its offer; staying against the plan: the fleet's own.
+        let (_, kept, _) = steps::outcome(Some(&keep), &fleet, false, None);
+        assert_eq!(kept, Some((here.key(), 1)));
+        let (_, stayed, _) = steps::outcome(Some(&elsewhere), &fleet, false, Some(0.0));
+        assert_eq!(stayed, Some((here.key(), 1)));
+    }
+}

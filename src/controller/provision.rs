@@ -10,7 +10,7 @@ use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
 use super::decide::{self, Decision};
 use super::events::{Event, Placement, WaitReason};
-use super::{Controller, Result, delta, hours};
+use super::{Controller, Result, delta};
 use crate::store::{InstanceRecord, JobState};
 
 /// How long a cancelled or over-budget job's instances are kept for its agents to save a
@@ -251,57 +251,38 @@ impl Controller {
     /// Mark a job whose work is done finished; terminate what it (or a cancelled one) holds,
     /// once its workers' last reports are in.
     async fn release(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
-        let ids = self.held_by(name);
-        if let Some(e) = self.fleet.jobs.get_mut(name)
-            && !e.record.state.is_final()
-        {
-            let late_h = e
-                .record
-                .deadline_at
-                .filter(|d| now > *d)
-                .map(|d| hours(now - d));
-            e.record.state = JobState::Finished;
-            e.record.finished_at = Some(now);
-            e.record.reason = late_h.map(|h| format!("finished {h:.1} h after its deadline"));
-            self.store.update_job(&e.record, now)?;
-            let took_h = hours(now - e.record.submitted_at);
-            self.emit(
-                now,
-                Event::Finished {
-                    job: name.to_string(),
-                    late_h,
-                    took_h,
-                },
-            )?;
-        }
-        if ids.is_empty() || self.saving_after_stop(name, &ids, now)? {
-            return Ok(());
-        }
-        self.carry_out(name, Decision::Release { ids }, now).await
-    }
-
-    /// A job that ended (its work done, cancelled, or stopped over budget) while its workers
-    /// still run on `ids`: their agents are told the job is over, and the training saves on
-    /// the way out (at the job's end, its final checkpoint: the trained model, which a
-    /// terminated instance could cut off mid-write). Its instances are kept until every worker
-    /// said it stopped, for at most [`STOP_GRACE`] after the job ended (an agent that never
-    /// answers does not hold them longer).
-    fn saving_after_stop(
-        &self,
-        name: &str,
-        ids: &[InstanceId],
-        now: DateTime<Utc>,
-    ) -> Result<bool> {
         let Some(e) = self.fleet.jobs.get(name) else {
-            return Ok(false);
+            return Ok(());
         };
         let r = &e.record;
-        let in_grace = r.finished_at.is_some_and(|t| now - t < STOP_GRACE);
-        let stopped = matches!(
-            r.state,
-            JobState::Finished | JobState::Cancelled | JobState::OverBudget
-        );
-        if !stopped || ids.is_empty() || !in_grace {
+        let finishing = !r.state.is_final();
+        let held = self.held_by(name);
+        // A job finishing now ends now: within the grace, its workers saving.
+        let ended = finishing
+            || matches!(
+                r.state,
+                JobState::Finished | JobState::Cancelled | JobState::OverBudget
+            );
+        let in_grace = finishing || r.finished_at.is_some_and(|t| now - t < STOP_GRACE);
+        let ending = decide::Ending {
+            finishing,
+            deadline_at: r.deadline_at,
+            submitted_at: r.submitted_at,
+            saving: ended && in_grace && self.workers_run_on(name, &held)?,
+            held,
+            now,
+        };
+        self.carry_out(name, decide::end(&ending), now).await
+    }
+
+    /// Whether a worker of the job's current incarnation still runs on one of `ids` (a job
+    /// that ended while its workers run: their agents are told the job is over, and the
+    /// training saves on the way out; at the job's end, its final checkpoint, the trained
+    /// model, which a terminated instance could cut off mid-write). Its instances are kept
+    /// until every worker said it stopped, for at most [`STOP_GRACE`] after the job ended (an
+    /// agent that never answers does not hold them longer).
+    fn workers_run_on(&self, name: &str, ids: &[InstanceId]) -> Result<bool> {
+        if ids.is_empty() {
             return Ok(false);
         }
         let current = self.store.incarnation(name)?;
@@ -391,11 +372,13 @@ impl Controller {
             }
             match self.plan_job(name, now) {
                 Some(j) => jobs.push(j),
-                None => self.mark_unplaceable(
-                    name,
-                    "its spec cannot be forecast (no observations or local_batch)",
-                    now,
-                )?,
+                None => {
+                    let reason = "its spec cannot be forecast (no observations or local_batch)";
+                    let unplaceable = Decision::Unplaceable {
+                        reason: reason.into(),
+                    };
+                    self.carry_out(name, unplaceable, now).await?;
+                }
             }
         }
         if jobs.is_empty() {
@@ -498,7 +481,11 @@ impl Controller {
         let reason = format!(
             "over budget: job {name} spent ${spent:.2} of its ${total:.2}, and the rest of its work is expected to cost ${rest:.2}"
         );
-        self.end_over_budget(name, reason, total, now)?;
+        let end = Decision::EndOverBudget {
+            reason,
+            limit: total,
+        };
+        self.carry_out(name, end, now).await?;
         Ok(true)
     }
 
@@ -536,7 +523,8 @@ impl Controller {
             let reason = jp
                 .reason
                 .unwrap_or_else(|| "no feasible configuration".into());
-            return self.mark_unplaceable(&jp.job, &reason, now);
+            let unplaceable = Decision::Unplaceable { reason };
+            return self.carry_out(&jp.job, unplaceable, now).await;
         };
         let offers = &self.allowed_offers(&jp.job, offers)[..];
         let Some(offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {
@@ -564,46 +552,33 @@ impl Controller {
             offers,
             policy,
         };
-        let decision = decide::launch(&view);
-        let Decision::Launch {
-            offers: list, why, ..
-        } = &decision
-        else {
-            return self.carry_out(&jp.job, decision, now).await;
-        };
-        let offer = list[0].clone();
-        let why = why.clone();
-        if let Some(e) = self.fleet.jobs.get_mut(&jp.job) {
-            e.record.target_offer = Some(offer.key());
-            e.record.target_count = choice.nodes;
-            e.record.planned_count = choice.nodes;
-            e.waiting = None;
-            e.estimate_unsaved = false;
-            self.store.update_job(&e.record, now)?;
+        let mut decision = decide::launch(&view);
+        if let Decision::Launch {
+            offers: list,
+            why,
+            planned,
+            ..
+        } = &mut decision
+        {
+            let offer = &list[0];
+            *planned = Some(Box::new(Placement {
+                solver: solver.to_string(),
+                nodes: choice.nodes,
+                instance_type: choice.instance_type.clone(),
+                capacity: offer.capacity,
+                zone: offer.zone.to_string(),
+                expected_cost: choice.expected_cost,
+                finish_h: choice.finish_h,
+                deadline_h: jp.deadline_h,
+                versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),
+                policy: why.clone(),
+                basis: self.basis_note(&jp.job, &choice.accelerator, choice.workers, choice.nodes),
+            }));
         }
-        let placement = Placement {
-            solver: solver.to_string(),
-            nodes: choice.nodes,
-            instance_type: choice.instance_type.clone(),
-            capacity: offer.capacity,
-            zone: offer.zone.to_string(),
-            expected_cost: choice.expected_cost,
-            finish_h: choice.finish_h,
-            deadline_h: jp.deadline_h,
-            versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),
-            policy: why,
-            basis: self.basis_note(&jp.job, &choice.accelerator, choice.workers, choice.nodes),
-        };
-        self.emit(
-            now,
-            Event::Planned {
-                job: jp.job.clone(),
-                placement,
-            },
-        )?;
         self.carry_out(&jp.job, decision, now).await
     }
 
+    /// [`Decision::Unplaceable`].
     pub(super) fn mark_unplaceable(
         &mut self,
         name: &str,

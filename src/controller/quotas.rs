@@ -4,7 +4,7 @@
 //! every launch's check ([`super::room`]).
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{IntentKind, Offer, ProviderError, QuotaScope};
+use tern_cloud::{Offer, ProviderError, QuotaScope};
 
 use super::events::WaitReason;
 use tern_plan::{Quota, QuotaUnit};
@@ -105,39 +105,22 @@ impl Controller {
         }
     }
 
-    /// Check a launch or a move against the room: the offers it may use, or `None` (the job
-    /// waits, saying which limit held it) when none.
+    /// Whether `count` starts on `offers` fit the limits: the offers that fit, their room
+    /// taken; or `None` once the job's wait for the limit is reported.
     pub(super) fn admit(
         &mut self,
         job: &str,
-        kind: IntentKind,
+        offers: Vec<Offer>,
+        count: u32,
         now: DateTime<Utc>,
-    ) -> super::Result<Option<IntentKind>> {
-        let (offers, count) = match &kind {
-            IntentKind::Launch { offers, count }
-            | IntentKind::Migrate {
-                to: offers, count, ..
-            } => (offers, *count),
-            _ => return Ok(Some(kind)),
-        };
+    ) -> super::Result<Option<Vec<Offer>>> {
         let Some(usage) = self.job_use(job) else {
-            return Ok(Some(kind));
+            return Ok(Some(offers));
         };
-        match self.room.admit(&usage, offers, count) {
+        match self.room.admit(&usage, &offers, count) {
             Ok(fits) => {
                 self.room.take(&usage.team, &fits, count);
-                Ok(Some(match kind {
-                    IntentKind::Launch { count, .. } => IntentKind::Launch {
-                        offers: fits,
-                        count,
-                    },
-                    IntentKind::Migrate { from, count, .. } => IntentKind::Migrate {
-                        from,
-                        to: fits,
-                        count,
-                    },
-                    other => other,
-                }))
+                Ok(Some(fits))
             }
             Err(limit) => {
                 self.wait(job, WaitReason::Limit { limit }, now)?;

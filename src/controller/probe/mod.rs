@@ -9,11 +9,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{Availability, Capacity, InstanceState, IntentKind, Offer, ProbeSpec};
+use tern_cloud::{Availability, Capacity, InstanceState, Offer, ProbeSpec};
 use tern_plan::JobPlan;
 
+use super::decide::Decision;
 use super::events::{Event, Placement};
-use super::{Controller, Result, fallbacks};
+use super::{Controller, Result};
 use crate::store::{InstanceRecord, ProbeRecord};
 
 /// A probe's bounds: seconds of running capacity and dollars.
@@ -242,7 +243,8 @@ impl Controller {
                 Ok(true)
             }
             Start::Refuse(why) => {
-                self.mark_unplaceable(name, &why, now)?;
+                let unplaceable = Decision::Unplaceable { reason: why };
+                self.carry_out(name, unplaceable, now).await?;
                 Ok(false)
             }
         }
@@ -299,6 +301,7 @@ impl Controller {
         report.jobs.first().is_some_and(|j| j.placed)
     }
 
+    /// A first probe of the job on its allowed offers, or a wait when none can hold it.
     async fn start_probe(
         &mut self,
         name: &str,
@@ -313,103 +316,9 @@ impl Controller {
             return Ok(());
         };
         let spec = &e.record.spec;
-        let Some((offer, nodes)) =
-            probe_offer(&allowed, &spec.accelerators, spec.workers.min, on_demand)
-        else {
-            return self.wait(name, super::events::WaitReason::NoCapacity, now);
-        };
-        self.launch_probe(name, &allowed, offer, nodes, bounds, why, now)
-            .await
-    }
-
-    /// Launch a probe of `nodes` × `offer` for job `name` and record it.
-    #[allow(clippy::too_many_arguments)]
-    async fn launch_probe(
-        &mut self,
-        name: &str,
-        allowed: &[Offer],
-        offer: Offer,
-        nodes: u32,
-        bounds: ProbeBounds,
-        why: String,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        if let Some(e) = self.fleet.jobs.get_mut(name) {
-            e.record.target_offer = Some(offer.key());
-            e.record.target_count = nodes;
-            e.record.planned_count = nodes;
-            e.waiting = None;
-            e.estimate_unsaved = false;
-        }
-        self.open_probe(name, &offer, nodes, bounds, None, why, now)?;
-        let kind = IntentKind::Launch {
-            offers: self.with_fallbacks(name, allowed, &offer),
-            count: nodes,
-        };
-        self.act(name, kind, now).await
-    }
-
-    /// Record a probe of `nodes` × `offer` on the job (written with the job's other changes)
-    /// and report it. `since`: when the job's probing began, for a second probe.
-    #[allow(clippy::too_many_arguments)]
-    fn open_probe(
-        &mut self,
-        name: &str,
-        offer: &Offer,
-        nodes: u32,
-        bounds: ProbeBounds,
-        since: Option<DateTime<Utc>>,
-        why: String,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let probe = ProbeRecord {
-            accelerator: offer
-                .accelerator()
-                .map(|a| a.name.clone())
-                .unwrap_or_default(),
-            instance_type: offer.instance_type.name.clone(),
-            offer: offer.key(),
-            nodes,
-            price_per_hour: offer.price_per_hour,
-            max_seconds: bounds.max_seconds,
-            max_usd: bounds.max_usd,
-            started_at: now,
-            running_at: None,
-            probing_since: since,
-            ended_at: None,
-            outcome: None,
-        };
-        if let Some(e) = self.fleet.jobs.get_mut(name) {
-            e.record.probe = Some(probe);
-            self.store.update_job(&e.record, now)?;
-        }
-        self.emit(
-            now,
-            Event::Probing {
-                job: name.to_string(),
-                nodes,
-                instance_type: offer.instance_type.name.clone(),
-                capacity: offer.capacity,
-                zone: offer.zone.clone(),
-                max_seconds: bounds.max_seconds,
-                max_usd: bounds.max_usd,
-                why,
-            },
-        )
-    }
-
-    /// `offer` then, unless the job is a gang, the other offers of its shape and capacity.
-    fn with_fallbacks(&self, name: &str, allowed: &[Offer], offer: &Offer) -> Vec<Offer> {
-        let mut list = vec![offer.clone()];
-        if !self
-            .fleet
-            .jobs
-            .get(name)
-            .is_some_and(|e| e.record.spec.gang)
-        {
-            list.extend(fallbacks(allowed, offer));
-        }
-        list
+        let job = (&spec.accelerators[..], spec.workers.min, spec.gang);
+        let decision = steps::start(&allowed, job, on_demand, bounds, why);
+        self.carry_out(name, decision, now).await
     }
 
     /// Open probes whose capacity runs: which end at this pass (they measured enough, or
@@ -546,135 +455,57 @@ impl Controller {
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let decision = self.probe_end(name, p, why, offers, now).await;
+        self.carry_out(name, decision, now).await
+    }
+
+    /// What ends probe `p`: the next probe where measuring another accelerator pays, else
+    /// the plan made on what it measured, kept or moved to.
+    async fn probe_end(
+        &self,
+        name: &str,
+        p: ProbeRecord,
+        why: Ended,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Decision {
+        let unmeasured = self.unmeasured(name);
         if p.probing_since.is_none()
-            && !self.unmeasured(name)
+            && !unmeasured
             && let Some(next) = self
                 .second_probe(name, offers, Some(&p.accelerator), now)
                 .await
         {
-            return self.probe_next(name, p, why, next, offers, now).await;
+            return self.probe_next(name, p, why, next, offers, now);
         }
-        let plan = if self.unmeasured(name) {
-            None
-        } else {
-            self.plan_one(name, offers, now).await
+        let plan = match unmeasured {
+            true => None,
+            false => self.plan_one(name, offers, now).await,
         };
         let fleet: Vec<InstanceRecord> = self.live_of(name).into_iter().cloned().collect();
-        let (outcome, moving) = self.after_probe(name, plan.as_ref(), &fleet, now)?;
-        self.close_probe(name, p, why, outcome, now)?;
-        // Acted on only once the probe's end is written: a crash in between leaves the job
-        // running on the probe's capacity, planned again like any running job.
-        match moving {
-            Some(c) => self.move_from_probe(name, &fleet, &c, offers, now).await,
-            None => Ok(()),
-        }
+        let placed = plan.as_ref().filter(|jp| jp.placed);
+        let stay = match placed.and_then(|jp| jp.choice.as_ref()) {
+            Some(c) if !steps::keeps(&fleet, c) && !fleet.is_empty() => {
+                self.staying_pays(name, &fleet, c, now)
+            }
+            _ => None,
+        };
+        let (outcome, retarget, moving) = steps::outcome(plan.as_ref(), &fleet, unmeasured, stay);
+        let then = moving.and_then(|c| self.move_off_probe(name, &fleet, &c, offers));
+        Decision::EndProbe(Box::new(ProbeEnd {
+            probe: p,
+            why,
+            outcome,
+            planned: placed.and_then(|jp| self.placement_after_probe(jp)),
+            retarget,
+            then,
+        }))
     }
 
-    /// Write probe `p` ended at `now` with `outcome`, and report it.
-    pub(super) fn close_probe(
-        &mut self,
-        name: &str,
-        mut p: ProbeRecord,
-        why: Ended,
-        outcome: String,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let (seconds, usd) = (p.seconds(now), spent(&p, now));
-        p.ended_at = Some(now);
-        p.outcome = Some(outcome.clone());
-        if let Some(e) = self.fleet.jobs.get_mut(name) {
-            e.record.probe = Some(p);
-            e.last_migrate_check = None;
-            self.store.update_job(&e.record, now)?;
-        }
-        self.emit(
-            now,
-            Event::Probed {
-                job: name.to_string(),
-                why: why.as_str().to_string(),
-                seconds,
-                usd,
-                outcome,
-            },
-        )
-    }
-
-    /// What a probe's end leads to: the outcome its event reports, and the plan's choice when
-    /// the job moves from the probe's capacity (acted on once the end is written). A plan
-    /// that keeps the probe's capacity retargets the job here.
-    fn after_probe(
-        &mut self,
-        name: &str,
-        plan: Option<&JobPlan>,
-        fleet: &[InstanceRecord],
-        now: DateTime<Utc>,
-    ) -> Result<(String, Option<tern_plan::Config>)> {
-        let mut moving = None;
-        if let Some(jp) = plan.filter(|jp| jp.placed) {
-            self.plan_after_probe(jp, now)?;
-        }
-        let outcome = match plan.and_then(|jp| jp.choice.as_ref().filter(|_| jp.placed)) {
-            None if self.unmeasured(name) && fleet.is_empty() => {
-                "no step was measured and its capacity is gone: the job is placed again".to_string()
-            }
-            None if self.unmeasured(name) => {
-                "no step was measured: the job keeps running on the probe's capacity".to_string()
-            }
-            None => format!(
-                "no plan meets the job's constraints now ({}); it keeps the probe's capacity",
-                plan.and_then(|jp| jp.reason.clone()).unwrap_or_default()
-            ),
-            Some(c) if fleet.first().is_some_and(|i| i.offer.key() == c.offer) => {
-                self.retarget(name, &c.offer, c.nodes, now)?;
-                format!(
-                    "the plan keeps {}× {} (expected ${:.2})",
-                    c.nodes, c.instance_type, c.expected_cost
-                )
-            }
-            Some(c) if fleet.is_empty() => format!(
-                "the plan wants {}× {} (expected ${:.2}); placed like any job",
-                c.nodes, c.instance_type, c.expected_cost
-            ),
-            Some(c) if let Some(net) = self.staying_pays(name, fleet, c, now) => {
-                let here = &fleet[0].offer;
-                self.retarget(name, &here.key(), fleet.len() as u32, now)?;
-                format!(
-                    "the plan wants {}× {} (expected ${:.2}), but moving saves nothing after \
-                     the restart (net ${net:.2}): the job keeps {}× {} {} in {}",
-                    c.nodes,
-                    c.instance_type,
-                    c.expected_cost,
-                    fleet.len(),
-                    here.instance_type.name,
-                    here.capacity,
-                    here.zone
-                )
-            }
-            Some(c) => {
-                moving = Some(c.clone());
-                format!(
-                    "moving to {}× {} {} (expected ${:.2}) from the probe's checkpoint",
-                    c.nodes, c.instance_type, c.capacity, c.expected_cost
-                )
-            }
-        };
-        // A plan made at the expected speed says so in its reason.
-        let outcome = match plan.and_then(|jp| jp.reason.as_ref().filter(|_| jp.placed)) {
-            Some(r) => format!("{outcome}; {r}"),
-            None => outcome,
-        };
-        Ok((outcome, moving))
-    }
-
-    /// The plan made at the probe's end is the job's first real plan: its estimate is the
-    /// cost report's plan (the probe itself is billed apart), and its `plan` event is what
-    /// cost attribution measures the run against.
-    fn plan_after_probe(&mut self, jp: &JobPlan, now: DateTime<Utc>) -> Result<()> {
-        let Some(c) = &jp.choice else {
-            return Ok(());
-        };
-        self.remember_plan_estimate(&jp.job, c.expected_cost);
-        let placement = Placement {
+    /// The `plan` event's placement of the plan made at a probe's end.
+    fn placement_after_probe(&self, jp: &JobPlan) -> Option<Placement> {
+        let c = jp.choice.as_ref()?;
+        Some(Placement {
             solver: "milp".to_string(),
             nodes: c.nodes,
             instance_type: c.instance_type.clone(),
@@ -686,14 +517,7 @@ impl Controller {
             versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),
             policy: None,
             basis: self.basis_note(&jp.job, &c.accelerator, c.workers, c.nodes),
-        };
-        self.emit(
-            now,
-            Event::Planned {
-                job: jp.job.clone(),
-                placement,
-            },
-        )
+        })
     }
 
     /// The job's plan alone on its allowed offers ([`super::provision::solve_alone`]).
@@ -705,65 +529,56 @@ impl Controller {
         super::provision::solve_alone(job, offers, options).await
     }
 
-    /// The job aims at `nodes` of `offer` from now on (the probe's own capacity kept).
-    fn retarget(&mut self, name: &str, offer: &str, nodes: u32, now: DateTime<Utc>) -> Result<()> {
-        if let Some(e) = self.fleet.jobs.get_mut(name) {
-            e.record.target_offer = Some(offer.to_string());
-            e.record.target_count = nodes;
-            e.record.planned_count = nodes;
-            self.store.update_job(&e.record, now)?;
-        }
-        Ok(())
-    }
-
-    /// Move the whole probe fleet onto the plan's choice: the new nodes come up, the job
+    /// Moving the whole probe fleet onto the plan's choice: the new nodes come up, the job
     /// checkpoints, the probe's nodes go (a migration; the job is retargeted when it ends).
-    async fn move_from_probe(
-        &mut self,
+    /// `None` when the choice is no longer among the job's offers.
+    fn move_off_probe(
+        &self,
         name: &str,
         fleet: &[InstanceRecord],
         choice: &tern_plan::Config,
         offers: &[Offer],
-        now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Option<Decision> {
         let allowed = self.allowed_offers(name, offers).into_owned();
-        let Some(to) = allowed.iter().find(|o| o.key() == choice.offer).cloned() else {
-            return Ok(());
-        };
+        let to = allowed.iter().find(|o| o.key() == choice.offer).cloned()?;
         let from_rate: f64 = fleet.iter().map(|i| i.offer.price_per_hour).sum();
-        let lead = fleet.first().map(|i| i.offer.clone());
         let work_h = self
             .throughput(name, &to, choice.nodes)
             .map_or(0.0, |(expected, _)| self.work_hours(name, expected));
-        if let Some(lead) = lead {
-            self.emit(
-                now,
-                Event::Migrating {
-                    job: name.to_string(),
-                    moved: fleet.len() as u32,
-                    of: fleet.len() as u32,
-                    from_capacity: lead.capacity,
-                    from_price: lead.price_per_hour,
-                    from_zone: lead.zone.clone(),
-                    to_capacity: to.capacity,
-                    to_price: to.price_per_hour,
-                    to_zone: to.zone.clone(),
-                    net_saving: 0.0,
-                    work_h,
-                    budget: 1.0,
-                    policy: Some(format!(
-                        "the probe measured the job; the plan wants {}× {} instead of {:.2} $/h",
-                        choice.nodes, choice.instance_type, from_rate
-                    )),
-                },
-            )?;
-        }
-        let kind = IntentKind::Migrate {
+        let migrating = fleet.first().map(|lead| {
+            Box::new(Event::Migrating {
+                job: name.to_string(),
+                moved: fleet.len() as u32,
+                of: fleet.len() as u32,
+                from_capacity: lead.offer.capacity,
+                from_price: lead.offer.price_per_hour,
+                from_zone: lead.offer.zone.clone(),
+                to_capacity: to.capacity,
+                to_price: to.price_per_hour,
+                to_zone: to.zone.clone(),
+                net_saving: 0.0,
+                work_h,
+                budget: 1.0,
+                policy: Some(format!(
+                    "the probe measured the job; the plan wants {}× {} instead of {:.2} $/h",
+                    choice.nodes, choice.instance_type, from_rate
+                )),
+            })
+        });
+        Some(Decision::MoveFromProbe {
             from: fleet.iter().map(|i| i.id.clone()).collect(),
-            to: self.with_fallbacks(name, &allowed, &to),
+            to: steps::with_fallbacks(&allowed, to, self.is_gang(name)),
             count: choice.nodes,
-        };
-        self.act(name, kind, now).await
+            migrating,
+        })
+    }
+
+    /// Whether the job's nodes must stay together (no fallbacks in another zone).
+    pub(super) fn is_gang(&self, name: &str) -> bool {
+        self.fleet
+            .jobs
+            .get(name)
+            .is_some_and(|e| e.record.spec.gang)
     }
 }
 
@@ -779,4 +594,6 @@ fn rate(p: &ProbeRecord) -> f64 {
 
 mod second;
 mod stay;
+pub(in crate::controller) mod steps;
 pub use second::SecondProbe;
+pub(in crate::controller) use steps::{ProbeEnd, ProbeStart};

@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tern_cloud::{InstanceId, IntentKind, Offer};
+use tern_cloud::Offer;
 use tern_plan::{Throughput, ThroughputModel};
 
-use super::{Ended, ProbeBounds, probe_offer};
+use super::steps::with_fallbacks;
+use super::{Ended, ProbeBounds, ProbeEnd, ProbeStart, probe_offer};
+use crate::controller::decide::Decision;
 use crate::controller::{Controller, Result};
 use crate::store::ProbeRecord;
 
@@ -50,46 +52,61 @@ impl Controller {
             value.accelerator, value.after_usd, value.probe_usd, value.now_usd
         );
         let allowed = self.allowed_offers(name, offers).into_owned();
-        self.launch_probe(name, &allowed, offer, nodes, bounds, why, now)
+        let start = ProbeStart {
+            offers: with_fallbacks(&allowed, offer, self.is_gang(name)),
+            nodes,
+            bounds,
+            why,
+            from: Vec::new(),
+            since: None,
+        };
+        self.carry_out(name, Decision::Probe(Box::new(start)), now)
             .await?;
         Ok(true)
     }
 
     /// End probe `p` and start one of another accelerator, moving the job there from the
     /// first probe's checkpoint; both are one window of probe spend.
-    pub(super) async fn probe_next(
-        &mut self,
+    pub(super) fn probe_next(
+        &self,
         name: &str,
         p: ProbeRecord,
         why: Ended,
         (value, offer, nodes): (SecondProbe, Offer, u32),
         offers: &[Offer],
         now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Decision {
         let outcome = format!(
             "probing {} next: expected ${:.2} with it (${:.2} of probe) against ${:.2} without",
             value.accelerator, value.after_usd, value.probe_usd, value.now_usd
         );
-        let since = p.probing_since.or(p.running_at).unwrap_or(now);
+        let since = Some(p.probing_since.or(p.running_at).unwrap_or(now));
         let bounds = ProbeBounds {
             max_seconds: p.max_seconds,
             max_usd: p.max_usd,
         };
-        self.close_probe(name, p, why, outcome, now)?;
-        let why = format!(
+        let why_next = format!(
             "{} is still a prior, and measuring it is expected to pay: ${:.2} with a probe \
              against ${:.2} without",
             value.accelerator, value.after_usd, value.now_usd
         );
-        self.open_probe(name, &offer, nodes, bounds, Some(since), why, now)?;
-        let fleet: Vec<InstanceId> = self.live_of(name).iter().map(|i| i.id.clone()).collect();
         let allowed = self.allowed_offers(name, offers).into_owned();
-        let kind = IntentKind::Migrate {
-            from: fleet,
-            to: self.with_fallbacks(name, &allowed, &offer),
-            count: nodes,
+        let next = ProbeStart {
+            offers: with_fallbacks(&allowed, offer, self.is_gang(name)),
+            nodes,
+            bounds,
+            why: why_next,
+            from: self.live_of(name).iter().map(|i| i.id.clone()).collect(),
+            since,
         };
-        self.act(name, kind, now).await
+        Decision::EndProbe(Box::new(ProbeEnd {
+            probe: p,
+            why,
+            outcome,
+            planned: None,
+            retarget: None,
+            then: Some(Decision::Probe(Box::new(next))),
+        }))
     }
 }
 
