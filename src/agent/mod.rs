@@ -48,7 +48,7 @@ use progress::{Complaints, ProgressFile};
 pub use restarts::hang_limit;
 use restarts::{Ended, Exited, Restarts};
 use start::{Signals, give_up, resolve_address, resolve_instance, spawn_training, start};
-use step::{Event, State, Step, next};
+use step::{Seen, State, Step, next};
 use tree::Tree;
 
 use crate::api::client::{Client, ClientError};
@@ -243,7 +243,7 @@ impl Run<'_> {
             tokio::select! {
                 _ = tokio::time::sleep(self.config.interval) => {}
                 _ = signals.next() => {
-                    if let Step::Stop { why, again } = next(&self.state(), Event::Signal) {
+                    if let Step::Stop { why, again } = next(&self.state(), Seen::Signal) {
                         return self.drain(why, again).await;
                     }
                 }
@@ -262,7 +262,7 @@ impl Run<'_> {
             }
             let (event, refusal) = match self.report(false, false, None).await {
                 Ok(r) => (
-                    Event::Answered {
+                    Seen::Answered {
                         drain: r.drain,
                         stop: r.stop,
                     },
@@ -274,12 +274,12 @@ impl Run<'_> {
                 return Ok(end);
             }
             if metadata::noticed(self.http, self.config.notice, &self.config.metadata_url).await
-                && let Step::Stop { why, again } = next(&self.state(), Event::Notice)
+                && let Step::Stop { why, again } = next(&self.state(), Seen::Notice)
             {
                 return self.drain(why, again).await;
             }
             if let Some(quiet) = self.hung_for()
-                && next(&self.state(), Event::Hung) == Step::StopHung
+                && next(&self.state(), Seen::Hung) == Step::StopHung
             {
                 return self.hang(quiet).await;
             }
@@ -297,17 +297,17 @@ impl Run<'_> {
 
     /// A report the controller did not take, as an event: a refusal's action (on `Done`, with
     /// whether the job's work is finished), or no answer.
-    async fn refused(&self, e: &ClientError) -> Event {
+    async fn refused(&self, e: &ClientError) -> Seen {
         match e.action() {
-            Some(Action::Done) => Event::Refused {
+            Some(Action::Done) => Seen::Refused {
                 action: Action::Done,
                 finished: job_over(self.client, &self.config.job, &["finished"]).await,
             },
-            Some(action) => Event::Refused {
+            Some(action) => Seen::Refused {
                 action,
                 finished: false,
             },
-            None => Event::Unanswered,
+            None => Seen::Unanswered,
         }
     }
 

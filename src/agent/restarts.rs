@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::step::{Event, State, Step, next};
+use super::step::{Seen, State, Step, next};
 use super::{AgentError, Run, Signals, give_up};
 
 /// Restarts in a row, with exponential backoff: `used` counts failures without progress and
@@ -115,7 +115,7 @@ impl Run<'_> {
             s.done_samples >= s.total_samples
                 || ["finished", "cancelled"].contains(&s.state.as_str())
         });
-        let event = Event::Exited {
+        let event = Seen::Exited {
             success: status.success(),
             progressed,
             over,
@@ -176,7 +176,7 @@ impl Run<'_> {
         restarts: &mut Restarts,
         signals: &mut Signals,
     ) -> Result<bool, AgentError> {
-        let delay = match next(&after(restarts), Event::StoppedHung) {
+        let delay = match next(&after(restarts), Seen::StoppedHung) {
             Step::Restart {
                 delay,
                 restarts: counted,

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::contract::{stop_file, training_env};
-use super::step::{Event, State, Step, next};
+use super::step::{Seen, State, Step, next};
 use super::tree::{Spawn, Tree};
 use super::{AgentConfig, AgentError, metadata};
 use crate::api::client::Client;
@@ -81,7 +81,7 @@ pub(super) async fn start(
             Err(e) => e,
         };
         state.asking_for = asked.elapsed();
-        let event = Event::StartRefused {
+        let event = Seen::StartRefused {
             action: e.action(),
             retryable: e.is_retryable(),
         };

@@ -1,5 +1,5 @@
 //! The agent's choices as values. [`next`] maps what the agent knows ([`State`]) and what just
-//! happened ([`Event`]) to the one thing it does ([`Step`]); `mod.rs` and `restarts.rs` carry
+//! happened ([`Seen`]) to the one thing it does ([`Step`]); `mod.rs` and `restarts.rs` carry
 //! the steps out (processes, reports, sleeps) and say what they did. Every branch has a row in
 //! the table test below, so a change of behaviour is a change of a value.
 
@@ -27,7 +27,7 @@ pub(super) struct State {
 
 /// What just happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Event {
+pub(super) enum Seen {
     /// The controller did not start workers here: its `action` (409), or no answer it could
     /// give (`retryable`: unreachable, a 5xx, a 429).
     StartRefused {
@@ -99,10 +99,10 @@ pub(super) enum Step {
 }
 
 /// The agent's one choice for `event`, given `state`.
-pub(super) fn next(state: &State, event: Event) -> Step {
+pub(super) fn next(state: &State, event: Seen) -> Step {
     let mut restarts = state.restarts;
     match event {
-        Event::StartRefused { action, retryable } => match action {
+        Seen::StartRefused { action, retryable } => match action {
             Some(Action::Done) => Step::NothingToStart,
             Some(Action::Exit) if state.trained_here => Step::LeftTheJob,
             Some(Action::Exit) if state.asking_for >= UNKNOWN_FOR => Step::Refuse,
@@ -110,20 +110,20 @@ pub(super) fn next(state: &State, event: Event) -> Step {
             None if retryable => Step::AskAgain,
             None => Step::Fail,
         },
-        Event::Signal => Step::Stop {
+        Seen::Signal => Step::Stop {
             why: Why::Signal,
             again: false,
         },
-        Event::Answered { drain: true, .. } => Step::Stop {
+        Seen::Answered { drain: true, .. } => Step::Stop {
             why: Why::Drain,
             again: true,
         },
-        Event::Answered { stop: true, .. } => Step::Stop {
+        Seen::Answered { stop: true, .. } => Step::Stop {
             why: Why::Restart,
             again: true,
         },
-        Event::Answered { .. } | Event::Unanswered => Step::Continue,
-        Event::Refused { action, finished } => match action {
+        Seen::Answered { .. } | Seen::Unanswered => Step::Continue,
+        Seen::Refused { action, finished } => match action {
             Action::Stop => Step::Kill,
             Action::Done => Step::Finish {
                 wait_exit: finished,
@@ -131,12 +131,12 @@ pub(super) fn next(state: &State, event: Event) -> Step {
             Action::Exit => Step::Leave,
             Action::Wait => Step::Continue,
         },
-        Event::Notice => Step::Stop {
+        Seen::Notice => Step::Stop {
             why: Why::Notice,
             again: false,
         },
-        Event::Hung => Step::StopHung,
-        Event::StoppedHung => match restarts.delay() {
+        Seen::Hung => Step::StopHung,
+        Seen::StoppedHung => match restarts.delay() {
             Some(delay) => Step::Restart {
                 delay,
                 restarts,
@@ -144,7 +144,7 @@ pub(super) fn next(state: &State, event: Event) -> Step {
             },
             None => Step::GiveUp { restarts },
         },
-        Event::Exited {
+        Seen::Exited {
             success,
             progressed,
             over,
@@ -203,12 +203,12 @@ mod tests {
         }
     }
 
-    fn refused(action: Option<Action>, retryable: bool) -> Event {
-        Event::StartRefused { action, retryable }
+    fn refused(action: Option<Action>, retryable: bool) -> Seen {
+        Seen::StartRefused { action, retryable }
     }
 
-    fn exited(success: bool, progressed: bool, over: bool) -> Event {
-        Event::Exited {
+    fn exited(success: bool, progressed: bool, over: bool) -> Seen {
+        Seen::Exited {
             success,
             progressed,
             over,
@@ -219,7 +219,7 @@ mod tests {
     #[test]
     fn every_choice_of_the_agent_is_a_row() {
         let fresh = state(false, 0, 0, 0);
-        let rows: Vec<(&str, State, Event, Step)> = vec![
+        let rows: Vec<(&str, State, Seen, Step)> = vec![
             // Before the workers start.
             (
                 "job over",
@@ -265,11 +265,11 @@ mod tests {
             ),
             ("bad request", fresh, refused(None, false), Step::Fail),
             // While they run.
-            ("signal", fresh, Event::Signal, stop(Why::Signal, false)),
+            ("signal", fresh, Seen::Signal, stop(Why::Signal, false)),
             (
                 "drain",
                 fresh,
-                Event::Answered {
+                Seen::Answered {
                     drain: true,
                     stop: true,
                 },
@@ -278,7 +278,7 @@ mod tests {
             (
                 "another node stopped",
                 fresh,
-                Event::Answered {
+                Seen::Answered {
                     drain: false,
                     stop: true,
                 },
@@ -287,17 +287,17 @@ mod tests {
             (
                 "report taken",
                 fresh,
-                Event::Answered {
+                Seen::Answered {
                     drain: false,
                     stop: false,
                 },
                 Step::Continue,
             ),
-            ("report lost", fresh, Event::Unanswered, Step::Continue),
+            ("report lost", fresh, Seen::Unanswered, Step::Continue),
             (
                 "stale workers",
                 fresh,
-                Event::Refused {
+                Seen::Refused {
                     action: Action::Stop,
                     finished: false,
                 },
@@ -306,7 +306,7 @@ mod tests {
             (
                 "job finished",
                 fresh,
-                Event::Refused {
+                Seen::Refused {
                     action: Action::Done,
                     finished: true,
                 },
@@ -315,7 +315,7 @@ mod tests {
             (
                 "job cancelled",
                 fresh,
-                Event::Refused {
+                Seen::Refused {
                     action: Action::Done,
                     finished: false,
                 },
@@ -324,7 +324,7 @@ mod tests {
             (
                 "not the job's",
                 fresh,
-                Event::Refused {
+                Seen::Refused {
                     action: Action::Exit,
                     finished: false,
                 },
@@ -333,25 +333,25 @@ mod tests {
             (
                 "wait while running",
                 fresh,
-                Event::Refused {
+                Seen::Refused {
                     action: Action::Wait,
                     finished: false,
                 },
                 Step::Continue,
             ),
-            ("notice", fresh, Event::Notice, stop(Why::Notice, false)),
-            ("hang", fresh, Event::Hung, Step::StopHung),
+            ("notice", fresh, Seen::Notice, stop(Why::Notice, false)),
+            ("hang", fresh, Seen::Hung, Step::StopHung),
             // After they ended by themselves.
             (
                 "hung, restarts left",
                 state(false, 0, 1, 0),
-                Event::StoppedHung,
+                Seen::StoppedHung,
                 restart(2, 2, 0, false),
             ),
             (
                 "hung, none left",
                 state(false, 0, 3, 0),
-                Event::StoppedHung,
+                Seen::StoppedHung,
                 Step::GiveUp {
                     restarts: restarts(3, 0),
                 },

@@ -381,14 +381,14 @@ fn print_new_events(
 struct EventLog {
     verbose: bool,
     /// Jobs waiting, with the retry events held back since their last wait.
-    waiting: std::collections::HashMap<String, Vec<tern::store::Event>>,
+    waiting: std::collections::HashMap<String, Vec<tern::store::StoredEvent>>,
     hidden: usize,
 }
 
 impl EventLog {
     /// The lines to print for one pass's events.
-    fn pass(&mut self, events: &[tern::store::Event], start: DateTime<Utc>) -> Vec<String> {
-        let mut shown: Vec<tern::store::Event> = Vec::new();
+    fn pass(&mut self, events: &[tern::store::StoredEvent], start: DateTime<Utc>) -> Vec<String> {
+        let mut shown: Vec<tern::store::StoredEvent> = Vec::new();
         for e in events {
             let Some(job) = e.job.as_deref().filter(|_| !self.verbose) else {
                 shown.push(e.clone());
@@ -680,8 +680,8 @@ fn realised_saving(
 mod tests {
     use super::*;
 
-    fn event(id: i64, kind: &str) -> tern::store::Event {
-        tern::store::Event {
+    fn event(id: i64, kind: &str) -> tern::store::StoredEvent {
+        tern::store::StoredEvent {
             id,
             at: DateTime::from_timestamp(1_800_000_000 + id * 60, 0).expect("time"),
             job: Some("j".into()),

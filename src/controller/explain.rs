@@ -35,8 +35,8 @@ const CHANGES: &[&str] = &[
 ];
 
 /// The timeline of `job` from its stored events (oldest first; others' events are skipped).
-pub fn timeline(job: &str, events: &[store::Event]) -> Timeline {
-    let mine: Vec<&store::Event> = events
+pub fn timeline(job: &str, events: &[store::StoredEvent]) -> Timeline {
+    let mine: Vec<&store::StoredEvent> = events
         .iter()
         .filter(|e| e.job.as_deref() == Some(job))
         .collect();
@@ -86,7 +86,7 @@ pub fn timeline(job: &str, events: &[store::Event]) -> Timeline {
 
 /// For a move started at `at`: the hours both old and new nodes ran (to the `migrated` event)
 /// and the hours after, to the job's next change; `None` until both are in the log.
-fn realised(later: &[&store::Event], at: DateTime<Utc>) -> Option<(f64, f64)> {
+fn realised(later: &[&store::StoredEvent], at: DateTime<Utc>) -> Option<(f64, f64)> {
     let done = later.iter().position(|e| e.kind == "migrated")?;
     if later[..done]
         .iter()
@@ -393,8 +393,8 @@ mod tests {
     }
 
     /// A stored event as the controller writes it: kind, message and typed fields.
-    fn stored(id: i64, minutes: i64, e: &Event) -> store::Event {
-        store::Event {
+    fn stored(id: i64, minutes: i64, e: &Event) -> store::StoredEvent {
+        store::StoredEvent {
             id,
             at: at(minutes),
             job: e.job().map(str::to_string),
@@ -500,14 +500,14 @@ mod tests {
         // Minutes of each event: the first move at 60, its old nodes released at 90, the
         // resize at 240 (2.5 h later); the second move has nothing after it.
         let minutes = [0, 0, 1, 2, 10, 20, 21, 60, 90, 240, 300];
-        let mut log: Vec<store::Event> = events
+        let mut log: Vec<store::StoredEvent> = events
             .iter()
             .zip(minutes)
             .enumerate()
             .map(|(i, (e, m))| stored(i as i64 + 1, m, e))
             .collect();
         // An event stored before events carried fields: its kind and message still count.
-        log.push(store::Event {
+        log.push(store::StoredEvent {
             id: 99,
             at: at(400),
             job: Some(j()),
@@ -585,7 +585,7 @@ mod tests {
             },
             Event::Cancelled { job: j() },
         ];
-        let log: Vec<store::Event> = events
+        let log: Vec<store::StoredEvent> = events
             .iter()
             .zip([0, 30, 150])
             .enumerate()

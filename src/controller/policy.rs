@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceState, Offer, Zone};
-use tern_policies::deadline::{self, Job, JobState, Observation, Placement, Step, Tern, ZoneView};
+use tern_policies::deadline::{self, Job, JobProgress, Placement, Step, Tern, TickView, ZoneView};
 use tern_policies::fleet::EGRESS_DOLLARS_PER_GB;
 
 use super::{Controller, Result, hours};
@@ -303,7 +303,7 @@ impl PolicyCall {
 #[derive(Debug)]
 pub(super) struct PolicyInput {
     pub(super) job: Job,
-    pub(super) state: JobState,
+    pub(super) state: JobProgress,
     pub(super) histories: Vec<Vec<u32>>,
     pub(super) prices: Vec<f64>,
     pub(super) regions: Vec<usize>,
@@ -331,7 +331,7 @@ impl PolicyInput {
     /// Ask `policy`, exactly as the replay does.
     pub(super) fn step(&self, policy: &mut dyn deadline::DeadlinePolicy) -> Step {
         let views = self.views();
-        let obs = Observation {
+        let obs = TickView {
             tick: self.tick,
             zones: &views,
             on_demand_price: self.on_demand_price,
@@ -419,9 +419,15 @@ impl Controller {
     }
 
     /// What the job is doing now, in the policy's terms.
-    fn policy_state(&self, name: &str, job: &Job, zones: &[Zone], now: DateTime<Utc>) -> JobState {
+    fn policy_state(
+        &self,
+        name: &str,
+        job: &Job,
+        zones: &[Zone],
+        now: DateTime<Utc>,
+    ) -> JobProgress {
         let Some(r) = self.fleet.jobs.get(name).map(|e| &e.record) else {
-            return JobState::new();
+            return JobProgress::new();
         };
         let sub = self.policy_tick(r.submitted_at);
         let k = self.job_ticks(r);
@@ -462,7 +468,7 @@ impl Controller {
         } else {
             1.0
         };
-        JobState {
+        JobProgress {
             done: (fraction * f64::from(job.total())).floor() as u32,
             placement,
             booting,

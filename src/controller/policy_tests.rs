@@ -7,7 +7,7 @@
 //! the policy, asked through `deadline::step` as the replay asks it, must decide the same on
 //! both for the job's state.
 
-use tern_policies::deadline::{self, Observation, Placement, Tern, ZoneView};
+use tern_policies::deadline::{self, Placement, Tern, TickView, ZoneView};
 use tern_sim::{SimCloud, Trace};
 
 use super::decide::{self, Decision};
@@ -278,7 +278,7 @@ async fn check_seed(seed: u64, seen: &mut std::collections::BTreeSet<&'static st
             Some(input.histories.clone()),
             "seed {seed}, tick {t}: the kept histories drifted from the logs"
         );
-        let replay = Observation {
+        let replay = TickView {
             tick: t as u32,
             zones: &views,
             on_demand_price: 3.06,

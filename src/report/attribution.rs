@@ -137,7 +137,7 @@ pub struct JobRun<'a> {
 
 /// The stored events that carry their typed fields, by job, oldest first.
 pub fn typed_events(
-    events: &[crate::store::Event],
+    events: &[crate::store::StoredEvent],
 ) -> BTreeMap<String, Vec<(DateTime<Utc>, Event)>> {
     let mut out: BTreeMap<String, Vec<(DateTime<Utc>, Event)>> = BTreeMap::new();
     for e in events {

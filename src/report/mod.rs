@@ -72,7 +72,7 @@ pub struct Ledger {
     /// Team → budget (from the quota/budget file).
     pub budgets: BTreeMap<String, Budget>,
     /// The controller's events, oldest first: what attribution reads (plans, notices, moves).
-    pub events: Vec<crate::store::Event>,
+    pub events: Vec<crate::store::StoredEvent>,
 }
 
 impl Ledger {

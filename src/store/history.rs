@@ -42,7 +42,7 @@ impl Store {
     }
 
     /// Events with id > `after`, oldest first; `job` filters to one job.
-    pub fn events(&self, after: i64, job: Option<&str>) -> Result<Vec<Event>> {
+    pub fn events(&self, after: i64, job: Option<&str>) -> Result<Vec<StoredEvent>> {
         self.query(
             "SELECT id, at, job, kind, message, fields FROM events
              WHERE id > ?1 AND (CAST(?2 AS TEXT) IS NULL OR job = ?2) ORDER BY id",
@@ -50,7 +50,7 @@ impl Store {
         )?
         .iter()
         .map(|r| {
-            Ok(Event {
+            Ok(StoredEvent {
                 id: r.int(0)?,
                 at: time(r.int(1)?),
                 job: r.opt_text(2)?,
@@ -63,7 +63,12 @@ impl Store {
     }
 
     /// Events with id > `after` of `team`'s jobs only (a team token's view of the log).
-    pub fn team_events(&self, after: i64, job: Option<&str>, team: &str) -> Result<Vec<Event>> {
+    pub fn team_events(
+        &self,
+        after: i64,
+        job: Option<&str>,
+        team: &str,
+    ) -> Result<Vec<StoredEvent>> {
         let all = self.events(after, job)?;
         let mine: std::collections::BTreeSet<String> = self
             .query("SELECT name FROM jobs WHERE team = ?1", params![team])?

@@ -233,7 +233,7 @@ impl Usage {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub struct StoredEvent {
     pub id: i64,
     pub at: DateTime<Utc>,
     pub job: Option<String>,

@@ -6,7 +6,7 @@
 //! A window starts at every stride offset. Online policies see each zone's history up to the
 //! current tick only; `optimal` sees the whole window. Everything here is deterministic.
 use tern_policies::deadline::{
-    self, DeadlinePolicy, Greedy, Job, JobState, Observation, OnDemandOnly, Placement, Tern,
+    self, DeadlinePolicy, Greedy, Job, JobProgress, OnDemandOnly, Placement, Tern, TickView,
     UniformProgress, ZoneFuture, ZoneView,
 };
 
@@ -525,7 +525,7 @@ impl Prepared {
         mut trace: Option<&mut Vec<TickUse>>,
     ) -> WindowResult {
         let job = &self.job;
-        let mut s = JobState::new();
+        let mut s = JobProgress::new();
         let mut out = WindowResult::default();
         let (mut starts, mut last_spot) = (0u32, None);
         // Region of the current on-demand run (the cheapest net of moving the checkpoint).
@@ -545,7 +545,7 @@ impl Prepared {
                     region,
                 },
             ));
-            let obs = Observation {
+            let obs = TickView {
                 tick: t,
                 zones: &views,
                 on_demand_price: self.on_demand_price,
@@ -595,7 +595,7 @@ impl Prepared {
         act: Placement,
         od_region: usize,
         t: u32,
-        s: &mut JobState,
+        s: &mut JobProgress,
         out: &mut WindowResult,
         last_spot: &mut Option<usize>,
     ) {
@@ -685,7 +685,7 @@ impl Prepared {
 
     /// The region an on-demand start at window tick `t` runs in: the one whose cheapest zone
     /// costs least for the work left, net of moving the checkpoint there (egress).
-    fn on_demand_region(&self, s: &JobState) -> usize {
+    fn on_demand_region(&self, s: &JobProgress) -> usize {
         let left = f64::from(self.job.ticks_left(s.done).max(1))
             * f64::from(self.job.nodes)
             * self.tick_hours;

@@ -1,7 +1,7 @@
 //! The simple online policies tern is measured against: on-demand only, greedy spot, and
 //! Uniform Progress. Kept apart from tern's policy so the baselines stay easy to audit.
 
-use super::{DeadlinePolicy, Job, JobState, Observation, Placement};
+use super::{DeadlinePolicy, Job, JobProgress, Placement, TickView};
 
 /// On-demand only: the reference every cost ratio divides by (up to the restart overhead).
 #[derive(Debug, Default)]
@@ -11,7 +11,7 @@ impl DeadlinePolicy for OnDemandOnly {
     fn name(&self) -> &'static str {
         "od"
     }
-    fn decide(&mut self, _: &Job, _: &JobState, _: &Observation<'_>) -> Placement {
+    fn decide(&mut self, _: &Job, _: &JobProgress, _: &TickView<'_>) -> Placement {
         Placement::OnDemand
     }
 }
@@ -24,7 +24,7 @@ impl DeadlinePolicy for Greedy {
     fn name(&self) -> &'static str {
         "greedy"
     }
-    fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement {
+    fn decide(&mut self, job: &Job, state: &JobProgress, obs: &TickView<'_>) -> Placement {
         if state.placement == Placement::OnDemand {
             return Placement::OnDemand;
         }
@@ -42,7 +42,7 @@ impl DeadlinePolicy for UniformProgress {
     fn name(&self) -> &'static str {
         "up"
     }
-    fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement {
+    fn decide(&mut self, job: &Job, state: &JobProgress, obs: &TickView<'_>) -> Placement {
         let t = u64::from(obs.tick);
         let remaining = u64::from(job.deadline.saturating_sub(obs.tick));
         let work_left = u64::from(job.ticks_left(state.done));

@@ -36,8 +36,8 @@
 //! observations of the past and present). [`safe`] wraps every decision so that no policy can
 //! miss a deadline that was feasible at the start. [`optimal`] is the omniscient yardstick.
 //!
-//! This module holds what every policy shares: the job and tick model ([`Job`], [`JobState`]),
-//! what a policy observes ([`Observation`]), the [`DeadlinePolicy`] trait and the [`safe`]
+//! This module holds what every policy shares: the job and tick model ([`Job`], [`JobProgress`]),
+//! what a policy observes ([`TickView`]), the [`DeadlinePolicy`] trait and the [`safe`]
 //! filter. The policies live in submodules by kind (the baselines, the omniscient optimum,
 //! tern's own) and are re-exported here, so every path is `deadline::X`.
 
@@ -79,7 +79,7 @@ pub struct Job {
     /// Fewest instances it can run on (`M`, 1 ≤ M ≤ K). `M = K` is a gang: spot is usable only
     /// when `K` are available.
     pub min_nodes: u32,
-    /// Progress units per full-speed tick. [`JobState::done`] counts these units.
+    /// Progress units per full-speed tick. [`JobProgress::done`] counts these units.
     pub unit: u32,
     /// Progress units per tick with `n` working nodes, `n = 0..=nodes`: 0 below `min_nodes`,
     /// `unit` at `nodes`.
@@ -203,7 +203,7 @@ impl Job {
 
     /// One tick of a run on `act` (not idle): a booting run boots on; spot gains by the nodes
     /// working in its zone (`zones[z]`'s history up to this tick); on-demand a full unit.
-    pub fn advance(&self, s: &mut JobState, act: Placement, zones: &[ZoneView<'_>]) {
+    pub fn advance(&self, s: &mut JobProgress, act: Placement, zones: &[ZoneView<'_>]) {
         if s.booting > 0 {
             s.booting -= 1;
         } else if let Placement::Spot(z) = act {
@@ -305,14 +305,14 @@ pub fn relative_throughput(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
     Idle,
-    /// Spot in the zone with this index in [`Observation::zones`].
+    /// Spot in the zone with this index in [`TickView::zones`].
     Spot(usize),
     OnDemand,
 }
 
 /// The job's progress as the replay engine (or a controller) tracks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobState {
+pub struct JobProgress {
     /// Work done, in progress units ([`Job::unit`] per full-speed tick).
     pub done: u32,
     pub placement: Placement,
@@ -328,9 +328,9 @@ pub struct JobState {
     pub working: u32,
 }
 
-impl JobState {
-    pub fn new() -> JobState {
-        JobState {
+impl JobProgress {
+    pub fn new() -> JobProgress {
+        JobProgress {
             done: 0,
             placement: Placement::Idle,
             booting: 0,
@@ -342,9 +342,9 @@ impl JobState {
     }
 }
 
-impl Default for JobState {
+impl Default for JobProgress {
     fn default() -> Self {
-        JobState::new()
+        JobProgress::new()
     }
 }
 
@@ -368,7 +368,7 @@ impl ZoneView<'_> {
 
 /// Everything a policy observes at one tick.
 #[derive(Debug, Clone, Copy)]
-pub struct Observation<'a> {
+pub struct TickView<'a> {
     /// Window-relative tick.
     pub tick: u32,
     pub zones: &'a [ZoneView<'a>],
@@ -380,7 +380,7 @@ pub struct Observation<'a> {
     pub egress_cost: f64,
 }
 
-impl Observation<'_> {
+impl TickView<'_> {
     pub fn any_up(&self, nodes: u32) -> bool {
         self.zones.iter().any(|z| z.up(nodes))
     }
@@ -478,8 +478,8 @@ impl Step {
 pub fn step(
     policy: &mut dyn DeadlinePolicy,
     job: &Job,
-    state: &JobState,
-    obs: &Observation<'_>,
+    state: &JobProgress,
+    obs: &TickView<'_>,
 ) -> Step {
     let wanted = policy.decide(job, state, obs);
     Step {
@@ -493,7 +493,7 @@ pub fn step(
 /// policy keep caches (running estimates, value tables) between ticks of one window.
 pub trait DeadlinePolicy {
     fn name(&self) -> &'static str;
-    fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement;
+    fn decide(&mut self, job: &Job, state: &JobProgress, obs: &TickView<'_>) -> Placement;
 
     /// Why the last [`DeadlinePolicy::decide`] chose what it did, when the policy can say.
     fn why(&self) -> Option<Why> {
@@ -511,7 +511,7 @@ pub trait DeadlinePolicy {
 ///
 /// Work is in progress units; a spot tick is credited with exactly what the replay will give it
 /// (the working count and re-rendezvous rule of [`Job`]), so for a gang this is the tick rule.
-pub fn safe(job: &Job, state: &JobState, obs: &Observation<'_>, want: Placement) -> Placement {
+pub fn safe(job: &Job, state: &JobProgress, obs: &TickView<'_>, want: Placement) -> Placement {
     let remaining = i64::from(job.deadline) - i64::from(obs.tick);
     let work_left = i64::from(job.total()) - i64::from(state.done);
     let spot_ok = |z: usize| obs.zones.get(z).is_some_and(|v| v.up(job.min_nodes));

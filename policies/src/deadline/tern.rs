@@ -3,7 +3,7 @@
 //! place because the three only make sense together: the table is solved for the model the
 //! counts give, and the decision reads both.
 
-use super::{DeadlinePolicy, INF, Job, JobState, Observation, Placement, Why};
+use super::{DeadlinePolicy, INF, Job, JobProgress, Placement, TickView, Why};
 use crate::migrate::{self, MoveCandidate, MoveRule};
 
 mod counts;
@@ -305,7 +305,7 @@ impl Tern {
     }
 
     /// Fold history ticks not yet seen into the per-zone counts.
-    fn learn(&mut self, job: &Job, obs: &Observation<'_>) {
+    fn learn(&mut self, job: &Job, obs: &TickView<'_>) {
         let len = obs.zones.iter().map(|z| z.history.len()).min().unwrap_or(0);
         if self.counts.len() != obs.zones.len() {
             self.start_counting(obs);
@@ -334,7 +334,7 @@ impl Tern {
     }
 
     /// Fresh counts for every zone, with a prior worth one hour of ticks.
-    fn start_counting(&mut self, obs: &Observation<'_>) {
+    fn start_counting(&mut self, obs: &TickView<'_>) {
         let prior = (1.0 / obs.tick_hours).max(1.0);
         self.counts = vec![
             Counts {
@@ -356,13 +356,13 @@ impl Tern {
     /// on-demand ending when slack is short). A fixed price per restart got one end wrong:
     /// at on-demand it made noisy hazard gaps between zones of one price look worth a move
     /// with slack to spare, at the spot price it sent tight jobs to cheap, flaky zones.
-    fn zone_score(&self, job: &Job, obs: &Observation<'_>, z: usize, lost: f64) -> f64 {
+    fn zone_score(&self, job: &Job, obs: &TickView<'_>, z: usize, lost: f64) -> f64 {
         let h = self.counts.get(z).map_or(0.5, Counts::hazard);
         self.score_at(job, obs, z, h, lost)
     }
 
     /// [`Tern::zone_score`] at hazard `h`.
-    fn score_at(&self, job: &Job, obs: &Observation<'_>, z: usize, h: f64, lost: f64) -> f64 {
+    fn score_at(&self, job: &Job, obs: &TickView<'_>, z: usize, h: f64, lost: f64) -> f64 {
         let k = f64::from(job.nodes) * obs.tick_hours;
         let boot = f64::from(job.restart) * obs.zones[z].spot_price * k;
         obs.zones[z].spot_price * k + h * (boot + lost)
@@ -371,7 +371,7 @@ impl Tern {
     /// The model of zone `z` alone: its own hazards and recovery, no other zone to fall back
     /// on. With one zone this is the pooled model; with several, [`Tern::pooled_model`]
     /// takes "some zone is up" from its own series instead.
-    fn zone_model(&self, job: &Job, obs: &Observation<'_>, z: usize) -> Model {
+    fn zone_model(&self, job: &Job, obs: &TickView<'_>, z: usize) -> Model {
         let k = f64::from(job.nodes) * obs.tick_hours;
         let c = self.counts.get(z).copied().unwrap_or_default();
         Model {
@@ -385,7 +385,7 @@ impl Tern {
         }
     }
 
-    fn pooled_model(&self, job: &Job, obs: &Observation<'_>, best: usize) -> Model {
+    fn pooled_model(&self, job: &Job, obs: &TickView<'_>, best: usize) -> Model {
         let alone = self.zone_model(job, obs, best);
         if self.counts.len() == 1 {
             return alone;
@@ -401,7 +401,7 @@ impl Tern {
 
     /// Which zones are up now, which score best, and whether the job's spot zone still holds.
     /// `lost` prices the slack of a restart, as in [`Tern::zone_score`].
-    fn zones(&self, job: &Job, state: &JobState, obs: &Observation<'_>, lost: f64) -> Zones {
+    fn zones(&self, job: &Job, state: &JobProgress, obs: &TickView<'_>, lost: f64) -> Zones {
         let up: Vec<usize> = (0..obs.zones.len())
             .filter(|&z| obs.zones[z].up(job.min_nodes))
             .collect();
@@ -425,7 +425,7 @@ impl Tern {
     fn best_zone(
         &self,
         job: &Job,
-        obs: &Observation<'_>,
+        obs: &TickView<'_>,
         zones: impl Iterator<Item = usize>,
         lost: f64,
     ) -> Option<usize> {
@@ -441,7 +441,7 @@ impl Tern {
     fn refresh_table(
         &mut self,
         job: &Job,
-        obs: &Observation<'_>,
+        obs: &TickView<'_>,
         raw: Model,
         rem: i64,
         sigma: i64,
@@ -455,7 +455,7 @@ impl Tern {
     fn choose(
         &self,
         job: &Job,
-        state: &JobState,
+        state: &JobProgress,
         zones: &Zones,
         m: &Model,
         rem: i64,
@@ -494,7 +494,7 @@ impl Tern {
     fn start_spot_cost(
         &self,
         job: &Job,
-        state: &JobState,
+        state: &JobProgress,
         best_up: Option<usize>,
         m: &Model,
         rem: i64,
@@ -517,7 +517,14 @@ impl Tern {
     /// [`Tern::slack_value`], bounded by finishing the work left on on-demand instead of
     /// spot: where one more restart could miss the deadline, the table calls it priceless,
     /// but ranking zones needs a number.
-    fn restart_value(&self, job: &Job, state: &JobState, m: &Model, rem: i64, sigma: i64) -> f64 {
+    fn restart_value(
+        &self,
+        job: &Job,
+        state: &JobProgress,
+        m: &Model,
+        rem: i64,
+        sigma: i64,
+    ) -> f64 {
         let cap = f64::from(job.ticks_left(state.done)) * (m.od_tick - m.spot_tick).max(0.0);
         self.slack_value(job, m, rem, sigma).min(cap)
     }
@@ -554,7 +561,7 @@ impl Tern {
     fn wait_for_cheaper(
         &mut self,
         job: &Job,
-        obs: &Observation<'_>,
+        obs: &TickView<'_>,
         m: &Model,
         (b, c): (usize, usize),
         lost: f64,
@@ -582,8 +589,8 @@ impl Tern {
     fn move_candidate(
         &self,
         job: &Job,
-        state: &JobState,
-        obs: &Observation<'_>,
+        state: &JobProgress,
+        obs: &TickView<'_>,
         cur: usize,
         best: usize,
         lost: f64,
@@ -654,7 +661,7 @@ impl DeadlinePolicy for Tern {
         self.last
     }
 
-    fn decide(&mut self, job: &Job, state: &JobState, obs: &Observation<'_>) -> Placement {
+    fn decide(&mut self, job: &Job, state: &JobProgress, obs: &TickView<'_>) -> Placement {
         self.learn(job, obs);
         let rule = *self.rule.get_or_insert_with(|| {
             MoveRule::for_job(

@@ -12,7 +12,7 @@ fn zones_that_fail_together_are_learned_as_one_outage() {
         spot_price: 0.9,
         region,
     });
-    let obs = Observation {
+    let obs = TickView {
         tick: 0,
         zones: &zones,
         on_demand_price: 3.0,
@@ -47,8 +47,8 @@ fn cycle(len: usize, up: usize, down: usize) -> Vec<u32> {
     (0..len).map(|i| u32::from(i % (up + down) < up)).collect()
 }
 
-fn obs<'a>(tick: u32, zones: &'a [ZoneView<'a>]) -> Observation<'a> {
-    Observation {
+fn obs<'a>(tick: u32, zones: &'a [ZoneView<'a>]) -> TickView<'a> {
+    TickView {
         tick,
         zones,
         on_demand_price: 3.0,
@@ -97,7 +97,7 @@ fn nothing_seen_yet_is_no_reason_to_commit_to_on_demand() {
     let decide = |ticks: usize| {
         let zones = [view(&down[..ticks]), view(&down[..ticks])];
         let mut tern = Tern::new();
-        let choice = tern.decide(&job, &JobState::new(), &obs(ticks as u32 - 1, &zones));
+        let choice = tern.decide(&job, &JobProgress::new(), &obs(ticks as u32 - 1, &zones));
         (choice, tern.why().map(|w| (w.on_demand, w.wait)))
     };
     let (first, first_why) = decide(1);
@@ -113,9 +113,9 @@ fn move_rates(here: &[u32], there: &[u32], lost: f64) -> (f64, f64) {
     let job = Job::gang(4000, 4600, 2, 1);
     let mut tern = Tern::new();
     tern.learn(&job, &obs);
-    let state = JobState {
+    let state = JobProgress {
         placement: Placement::Spot(0),
-        ..JobState::new()
+        ..JobProgress::new()
     };
     let c = tern.move_candidate(&job, &state, &obs, 0, 1, lost);
     (c.current_rate, c.candidate_rate)
@@ -161,7 +161,7 @@ fn start_beside_a_cheaper_zone_that_is_down(dear: f64, deadline: u32) -> Placeme
     ];
     let job = Job::gang(100, deadline, 2, 1);
     let mut tern = Tern::new();
-    tern.decide(&job, &JobState::new(), &obs(0, &zones))
+    tern.decide(&job, &JobProgress::new(), &obs(0, &zones))
 }
 
 /// With slack to spare, a start in a dearer zone waits for a cheaper one that is down but

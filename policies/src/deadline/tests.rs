@@ -121,7 +121,7 @@ fn zone<'a>(a: &'a [u32], p: &'a [f64]) -> [ZoneFuture<'a>; 1] {
 /// Runs an online policy on one zone the way the replay engine does (on-demand $1/h per
 /// node, one-hour ticks); returns units done and dollars spent.
 fn replay_online(p: &mut dyn DeadlinePolicy, j: &Job, avail: &[u32], spot: f64) -> (u32, f64) {
-    let mut s = JobState::new();
+    let mut s = JobProgress::new();
     let mut cost = 0.0;
     for t in 0..j.deadline {
         if s.done >= j.total() {
@@ -132,7 +132,7 @@ fn replay_online(p: &mut dyn DeadlinePolicy, j: &Job, avail: &[u32], spot: f64) 
             spot_price: spot,
             region: 0,
         }];
-        let obs = Observation {
+        let obs = TickView {
             tick: t,
             zones: &views,
             on_demand_price: 1.0,
@@ -447,14 +447,14 @@ fn safety_forces_on_demand_at_the_last_safe_moment() {
         spot_price: 0.3,
         region: 0,
     }];
-    let obs = |tick| Observation {
+    let obs = |tick| TickView {
         tick,
         zones: &views,
         on_demand_price: 1.0,
         tick_hours: 1.0,
         egress_cost: 0.0,
     };
-    let idle = JobState::new();
+    let idle = JobProgress::new();
     // 14 ticks left, 10 work, restart 2: idling one tick leaves 13 ≥ 10 + 2.
     assert_eq!(safe(&j, &idle, &obs(0), Placement::Idle), Placement::Idle);
     // 12 ticks left: idling leaves 11 < 12.
@@ -462,10 +462,10 @@ fn safety_forces_on_demand_at_the_last_safe_moment() {
         safe(&j, &idle, &obs(2), Placement::Idle),
         Placement::OnDemand
     );
-    let running = JobState {
+    let running = JobProgress {
         done: 3,
         placement: Placement::Spot(0),
-        ..JobState::new()
+        ..JobProgress::new()
     };
     // 9 left, 7 work: continuing spot leaves 8 ≥ 6 + 2.
     assert_eq!(
