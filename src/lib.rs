@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod api;
 pub mod controller;
+pub mod event;
 pub mod http;
 pub mod jobs;
 pub mod limits;

@@ -559,7 +559,7 @@ fn migrations(ledger: &Ledger, now: DateTime<Utc>) -> anyhow::Result<Vec<Migrati
         .events
         .iter()
         .filter(|e| e.kind == "migrate")
-        .filter_map(|e| Some((e.at, serde_json::from_value(e.fields.clone()?).ok()?)))
+        .filter_map(|e| Some((e.at, tern::event::read(e.fields.as_ref()?)?)))
         .collect();
     let (usage, prices) = (&ledger.usage, &ledger.prices);
     let mut out = Vec::new();

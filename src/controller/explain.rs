@@ -42,10 +42,7 @@ pub fn timeline(job: &str, events: &[store::StoredEvent]) -> Timeline {
         .collect();
     let mut decisions = Vec::new();
     for (i, e) in mine.iter().enumerate() {
-        let typed = e
-            .fields
-            .clone()
-            .and_then(|f| serde_json::from_value::<Event>(f).ok());
+        let typed = e.fields.as_ref().and_then(crate::event::read);
         let Some((kind, numbers)) = (match &typed {
             Some(t) => decision(t),
             // Stored before events carried their fields: the kind and message only.

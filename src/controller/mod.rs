@@ -42,7 +42,6 @@ mod room;
 pub mod service;
 mod spend;
 mod sync;
-mod wait;
 pub mod workload;
 pub mod world;
 
@@ -202,7 +201,7 @@ struct JobEntry {
     /// Set by events (notice, loss, capacity error) to reconcile now, not at the next period.
     dirty: bool,
     /// The job's current wait: reported once as an event, its text kept up to date.
-    waiting: Option<wait::Current>,
+    waiting: Option<events::Current>,
     /// `record.planned_cost` was set in memory and not written yet (the next write of the
     /// record carries it; a job that waits writes it then).
     estimate_unsaved: bool,

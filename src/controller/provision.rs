@@ -626,7 +626,7 @@ impl Controller {
             w.reason = reason.to_string();
             return Ok(());
         }
-        e.waiting = Some(super::wait::Current {
+        e.waiting = Some(super::events::Current {
             key,
             reason: reason.to_string(),
             since: now,

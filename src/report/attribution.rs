@@ -30,12 +30,13 @@ use tern_cloud::{Capacity, OfferKey};
 use super::Window;
 use super::bill::{Billed, dollars_within};
 use crate::api::wire::costs::Attribution;
+use crate::event::Event;
 use crate::store::{JobRecord, PriceLog, Usage};
 
-/// What attribution reads of a job's stored events, parsed from their JSON fields (the
-/// controller's `Event`, tagged by `event`), so the report needs no controller types.
+/// What attribution reads of a job's events: the changes of its nodes and their causes, taken
+/// from the typed events ([`crate::event::Event`]) the controller stored.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub enum Change {
     /// `plan`: the placement's pool, size and estimate.
     Planned {
         zone: String,
@@ -63,46 +64,32 @@ pub enum Event {
     WorkersStarted { instance: String },
 }
 
-impl Event {
-    /// The event a stored event's fields describe; `None` for kinds attribution ignores and
-    /// for fields it cannot read.
-    pub fn parse(fields: &serde_json::Value) -> Option<Event> {
-        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
-        let ids = |f: &serde_json::Value| -> Vec<String> {
-            f["ids"]
-                .as_array()
-                .map(|a| a.iter().filter_map(text).collect())
-                .unwrap_or_default()
-        };
-        let count = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
-        Some(match fields["event"].as_str()? {
-            "plan" => {
-                let p = &fields["placement"];
-                Event::Planned {
-                    zone: text(&p["zone"])?,
-                    instance_type: text(&p["instance_type"])?,
-                    capacity: serde_json::from_value(p["capacity"].clone()).ok()?,
-                    nodes: count(&p["nodes"])?,
-                    expected_cost: p["expected_cost"].as_f64()?,
-                    finish_h: p["finish_h"].as_f64()?,
-                }
-            }
-            "notice" => Event::Notice { ids: ids(fields) },
-            "preempted" => Event::Preempted {
-                ids: ids(fields),
-                lost_samples: fields["lost_samples"].as_f64().unwrap_or(0.0),
+impl Change {
+    /// The change an event makes; `None` for kinds attribution ignores.
+    pub fn of(event: &Event) -> Option<Change> {
+        Some(match event {
+            Event::Planned { placement: p, .. } => Change::Planned {
+                zone: p.zone.clone(),
+                instance_type: p.instance_type.clone(),
+                capacity: p.capacity,
+                nodes: p.nodes,
+                expected_cost: p.expected_cost,
+                finish_h: p.finish_h,
             },
-            "replace" => Event::Replacing,
-            "migrate" => Event::Migrating {
-                moved: count(&fields["moved"])?,
+            Event::Notice { ids, .. } => Change::Notice { ids: ids.clone() },
+            Event::Preempted {
+                ids, lost_samples, ..
+            } => Change::Preempted {
+                ids: ids.clone(),
+                lost_samples: *lost_samples,
             },
-            "migrated" => Event::Migrated,
-            "resize" => Event::Resized {
-                to: count(&fields["to"])?,
-            },
-            "regroup" => Event::Regrouped,
-            "workers" => Event::WorkersStarted {
-                instance: text(&fields["instance"])?,
+            Event::Replacing { .. } => Change::Replacing,
+            Event::Migrating { moved, .. } => Change::Migrating { moved: *moved },
+            Event::Migrated { .. } => Change::Migrated,
+            Event::Resized { to, .. } => Change::Resized { to: *to },
+            Event::Regrouped { .. } => Change::Regrouped,
+            Event::WorkersStarted { instance, .. } => Change::WorkersStarted {
+                instance: instance.clone(),
             },
             _ => return None,
         })
@@ -128,7 +115,7 @@ pub struct JobRun<'a> {
     pub billed: Vec<(&'a Usage, &'a [Billed])>,
     pub prices: &'a PriceLog,
     /// The job's typed events, oldest first.
-    pub events: Vec<(DateTime<Utc>, Event)>,
+    pub events: Vec<(DateTime<Utc>, Change)>,
     /// The job's probe window.
     pub probe: Option<Window>,
     /// Work per node-hour by instance type (accelerators × relative speed), where known.
@@ -138,14 +125,14 @@ pub struct JobRun<'a> {
 /// The stored events that carry their typed fields, by job, oldest first.
 pub fn typed_events(
     events: &[crate::store::StoredEvent],
-) -> BTreeMap<String, Vec<(DateTime<Utc>, Event)>> {
-    let mut out: BTreeMap<String, Vec<(DateTime<Utc>, Event)>> = BTreeMap::new();
+) -> BTreeMap<String, Vec<(DateTime<Utc>, Change)>> {
+    let mut out: BTreeMap<String, Vec<(DateTime<Utc>, Change)>> = BTreeMap::new();
     for e in events {
         let (Some(job), Some(fields)) = (&e.job, &e.fields) else {
             continue;
         };
-        if let Some(typed) = Event::parse(fields) {
-            out.entry(job.clone()).or_default().push((e.at, typed));
+        if let Some(change) = crate::event::read(fields).as_ref().and_then(Change::of) {
+            out.entry(job.clone()).or_default().push((e.at, change));
         }
     }
     out
@@ -245,7 +232,7 @@ fn within(b: &Billed, (from, to): Window) -> (f64, f64) {
 /// at that time; without one, the first instance's launch.
 fn basis(run: &JobRun<'_>) -> Basis {
     let placed = run.events.iter().find_map(|(at, e)| match e {
-        Event::Planned {
+        Change::Planned {
             zone,
             instance_type,
             capacity,
@@ -333,15 +320,17 @@ fn price_at(prices: &PriceLog, key: &str, at: DateTime<Utc>) -> Option<f64> {
 }
 
 /// The latest change of nodes at or before `u`'s launch.
-fn cause_of(u: &Usage, events: &[(DateTime<Utc>, Event)]) -> Cause {
+fn cause_of(u: &Usage, events: &[(DateTime<Utc>, Change)]) -> Cause {
     events
         .iter()
         .take_while(|(at, _)| *at <= u.started_at)
         .filter_map(|(_, e)| match e {
-            Event::Notice { .. } | Event::Preempted { .. } | Event::Replacing => {
+            Change::Notice { .. } | Change::Preempted { .. } | Change::Replacing => {
                 Some(Cause::Replacement)
             }
-            Event::Migrating { .. } | Event::Resized { .. } | Event::Regrouped => Some(Cause::Move),
+            Change::Migrating { .. } | Change::Resized { .. } | Change::Regrouped => {
+                Some(Cause::Move)
+            }
             _ => None,
         })
         .last()
@@ -380,8 +369,8 @@ fn overhead_hours(run: &JobRun<'_>, basis: &Basis, hours: f64) -> (f64, f64) {
     let mut moves = 0.0;
     for (i, (at, e)) in run.events.iter().enumerate() {
         match e {
-            Event::Notice { ids, .. } => interruptions += of_ids(ids) * restore_h,
-            Event::Preempted {
+            Change::Notice { ids, .. } => interruptions += of_ids(ids) * restore_h,
+            Change::Preempted {
                 ids, lost_samples, ..
             } => {
                 interruptions += of_ids(ids) * restore_h;
@@ -389,14 +378,14 @@ fn overhead_hours(run: &JobRun<'_>, basis: &Basis, hours: f64) -> (f64, f64) {
                     interruptions += lost_samples.max(0.0) / per_hour;
                 }
             }
-            Event::Migrating { moved, .. } => {
+            Change::Migrating { moved, .. } => {
                 let overlap_h = run.events[i + 1..]
                     .iter()
-                    .find(|(_, e)| matches!(e, Event::Migrated))
+                    .find(|(_, e)| matches!(e, Change::Migrated))
                     .map_or(0.0, |(end, _)| hours_between(*at, *end));
                 moves += f64::from(*moved) * (overlap_h + restore_h) * launched_from(*at);
             }
-            Event::Resized { to, .. } => {
+            Change::Resized { to, .. } => {
                 moves += f64::from(*to) * restore_h * launched_from(*at);
             }
             _ => {}
@@ -412,7 +401,7 @@ fn boot_of_replacements(run: &JobRun<'_>, ratio_of: &dyn Fn(&str) -> f64) -> f64
             .iter()
             .rev()
             .fold(BTreeMap::new(), |mut m, (at, e)| {
-                if let Event::WorkersStarted { instance } = e {
+                if let Change::WorkersStarted { instance } = e {
                     m.insert(instance.as_str(), *at);
                 }
                 m

@@ -39,11 +39,11 @@ fn usage(id: &str, key: &str, price: f64, from: f64, to: f64) -> Usage {
     }
 }
 
-fn planned(at: f64, key: &str, nodes: u32, cost: f64) -> (DateTime<Utc>, Event) {
+fn planned(at: f64, key: &str, nodes: u32, cost: f64) -> (DateTime<Utc>, Change) {
     let (zone, instance_type, capacity) = pool_of(key).expect("key");
     (
         t(at),
-        Event::Planned {
+        Change::Planned {
             zone,
             instance_type,
             capacity,
@@ -59,7 +59,7 @@ struct Case {
     record: JobRecord,
     usage: Vec<Usage>,
     prices: PriceLog,
-    events: Vec<(DateTime<Utc>, Event)>,
+    events: Vec<(DateTime<Utc>, Change)>,
     probe: Option<Window>,
     rates: BTreeMap<String, f64>,
 }
@@ -171,7 +171,7 @@ fn a_move_to_a_cheaper_pool_shows_its_overlap_against_its_saving() {
         events: vec![
             planned(0.0, SPOT_A, 1, 10.0),
             (t(2.0), migrating(1)),
-            (t(2.5), Event::Migrated),
+            (t(2.5), Change::Migrated),
         ],
         probe: None,
         rates: BTreeMap::new(),
@@ -183,8 +183,8 @@ fn a_move_to_a_cheaper_pool_shows_its_overlap_against_its_saving() {
     assert!(close(a.total(), diff));
 }
 
-fn migrating(moved: u32) -> Event {
-    Event::Migrating { moved }
+fn migrating(moved: u32) -> Change {
+    Change::Migrating { moved }
 }
 
 #[test]
@@ -204,14 +204,14 @@ fn a_reclaim_costs_the_redone_work_the_restore_and_the_replacements_boot() {
             planned(0.0, SPOT_A, 1, 4.0),
             (
                 t(2.0),
-                Event::Preempted {
+                Change::Preempted {
                     ids: vec!["i-1".into()],
                     lost_samples: 100.0,
                 },
             ),
             (
                 t(2.1),
-                Event::WorkersStarted {
+                Change::WorkersStarted {
                     instance: "i-2".into(),
                 },
             ),
@@ -245,7 +245,7 @@ fn hours_of_another_instance_type_count_by_the_work_they_do() {
             planned(0.0, P4D, 1, 16.0),
             (
                 t(1.0),
-                Event::Notice {
+                Change::Notice {
                     ids: vec!["i-1".into()],
                 },
             ),
@@ -411,7 +411,7 @@ fn build(r: &Random) -> Case {
             usage.push(usage_at(&me, SPOT_A, &prices, 0.0, split));
             events.push((
                 t(split),
-                Event::Preempted {
+                Change::Preempted {
                     ids: vec![me],
                     lost_samples: 500.0 * d.next(),
                 },
@@ -419,7 +419,7 @@ fn build(r: &Random) -> Case {
             let next = id();
             events.push((
                 t(split + 0.05),
-                Event::WorkersStarted {
+                Change::WorkersStarted {
                     instance: next.clone(),
                 },
             ));
@@ -429,7 +429,7 @@ fn build(r: &Random) -> Case {
             let overlap = 0.2 * d.next();
             usage.push(usage_at(&me, SPOT_A, &prices, 0.0, split + overlap));
             events.push((t(split), migrating(1)));
-            events.push((t(split + overlap), Event::Migrated));
+            events.push((t(split + overlap), Change::Migrated));
             usage.push(usage_at(&id(), G5_B, &prices, split, ran_h));
         } else if r.fallback && d.next() < 0.7 {
             usage.push(usage_at(&me, SPOT_A, &prices, 0.0, split));
@@ -501,15 +501,29 @@ proptest! {
 }
 
 #[test]
-fn stored_event_fields_parse_into_what_attribution_reads() {
-    let plan = serde_json::json!({
-        "event": "plan", "job": "j",
-        "placement": {"solver": "milp", "nodes": 2, "instance_type": "p4d.24xlarge",
-            "capacity": "spot", "zone": "use1-az1", "expected_cost": 42.5, "finish_h": 6.0}
-    });
+fn stored_event_fields_are_read_as_typed_events_into_what_attribution_reads() {
+    use crate::event::{Event, Placement, read};
+    let change = |v: &serde_json::Value| read(v).as_ref().and_then(Change::of);
+    let planned = Event::Planned {
+        job: "j".into(),
+        placement: Placement {
+            solver: "milp".into(),
+            nodes: 2,
+            instance_type: "p4d.24xlarge".into(),
+            capacity: Capacity::Spot,
+            zone: "use1-az1".into(),
+            expected_cost: 42.5,
+            finish_h: 6.0,
+            deadline_h: None,
+            versus_cheapest: None,
+            policy: None,
+            basis: None,
+        },
+    };
+    let plan = serde_json::to_value(&planned).expect("json");
     assert_eq!(
-        Event::parse(&plan),
-        Some(Event::Planned {
+        change(&plan),
+        Some(Change::Planned {
             zone: "use1-az1".into(),
             instance_type: "p4d.24xlarge".into(),
             capacity: Capacity::Spot,
@@ -518,20 +532,31 @@ fn stored_event_fields_parse_into_what_attribution_reads() {
             finish_h: 6.0,
         })
     );
+    // Stored before lost_samples was recorded (and a placement before its optional notes).
     let gone = serde_json::json!({"event": "preempted", "job": "j", "ids": ["i-1"]});
     assert_eq!(
-        Event::parse(&gone),
-        Some(Event::Preempted {
+        change(&gone),
+        Some(Change::Preempted {
             ids: vec!["i-1".into()],
             lost_samples: 0.0
-        }),
-        "stored before lost_samples was recorded"
+        })
     );
-    let moved = serde_json::json!({"event": "migrate", "moved": 3, "of": 4});
-    assert_eq!(Event::parse(&moved), Some(Event::Migrating { moved: 3 }));
+    let mut old_plan = plan.clone();
+    for note in ["deadline_h", "versus_cheapest", "policy", "basis"] {
+        old_plan["placement"]
+            .as_object_mut()
+            .expect("object")
+            .remove(note);
+    }
+    assert_eq!(change(&old_plan), change(&plan));
+    let finished = Event::Finished {
+        job: "j".into(),
+        late_h: None,
+        took_h: 1.0,
+    };
     assert_eq!(
-        Event::parse(&serde_json::json!({"event": "finished"})),
+        change(&serde_json::to_value(&finished).expect("json")),
         None
     );
-    assert_eq!(Event::parse(&serde_json::json!({"event": "plan"})), None);
+    assert_eq!(change(&serde_json::json!({"event": "plan"})), None);
 }

@@ -64,15 +64,6 @@ impl fmt::Display for WaitReason {
     }
 }
 
-/// A job's current wait: `key` names the kind (a policy's reasons carry costs that move every
-/// pass, so they share one key), `reason` is the latest text, `since` when this kind began.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Current {
-    pub key: String,
-    pub reason: String,
-    pub since: chrono::DateTime<chrono::Utc>,
-}
-
 /// Why an elastic job changes size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "why", content = "wait", rename_all = "kebab-case")]
