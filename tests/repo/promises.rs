@@ -33,6 +33,7 @@ fn files(exts: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for root in [
         "src",
+        "cloud",
         "providers",
         "policies",
         "pricing",
