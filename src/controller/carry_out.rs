@@ -113,6 +113,11 @@ impl Controller {
             } => self
                 .finish(name, (late_h, took_h), now)
                 .map(|()| Some(*then)),
+            Decision::TimeOut { id, offer, after } => self
+                .time_out(name, id, (offer, after), now)
+                .await
+                .map(|()| None),
+            Decision::CollectLeak { id } => self.collect(name, id, now).await.map(|()| None),
             Decision::Unplaceable { reason } => {
                 self.mark_unplaceable(name, &reason, now).map(|()| None)
             }
@@ -128,6 +133,44 @@ impl Controller {
                 .await
                 .map(|()| None),
         }
+    }
+
+    /// [`Decision::TimeOut`]: decided once; the intent is resumed until the cloud ends the
+    /// launch, and the offer is avoided from now.
+    async fn time_out(
+        &mut self,
+        name: &str,
+        id: tern_cloud::InstanceId,
+        (offer, after): (String, std::time::Duration),
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.terminate_now(name, vec![id.clone()], now).await?;
+        let avoided = self.avoid(offer.clone(), now);
+        let job = name.to_string();
+        let event = Event::LaunchTimedOut {
+            job,
+            id,
+            after,
+            offer,
+            avoided,
+        };
+        self.emit(now, event)?;
+        self.mark_dirty(name);
+        Ok(())
+    }
+
+    /// [`Decision::CollectLeak`]: its termination, and once the cloud ends it, its event.
+    async fn collect(
+        &mut self,
+        name: &str,
+        id: tern_cloud::InstanceId,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if !self.terminate_now(name, vec![id.clone()], now).await? {
+            return Ok(());
+        }
+        let job = (!name.is_empty()).then(|| name.to_string());
+        self.emit(now, Event::LeakCollected { job, id })
     }
 
     /// [`Decision::Finish`]: the job is finished, late by `late_h` hours if it is, and says so.

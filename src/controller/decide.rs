@@ -350,6 +350,17 @@ pub(super) enum Decision {
         took_h: f64,
         then: Box<Decision>,
     },
+    /// A launch not running after the launch timeout (`after`): terminated by intent, and its
+    /// offer avoided.
+    TimeOut {
+        id: InstanceId,
+        offer: String,
+        after: std::time::Duration,
+    },
+    /// An owned instance nothing accounts for, past the leak grace: terminated by intent.
+    CollectLeak {
+        id: InstanceId,
+    },
     /// No plan can place the job: it is unplaceable, saying why (once per reason).
     Unplaceable {
         reason: String,
@@ -405,6 +416,38 @@ pub(super) fn end(v: &Ending) -> Decision {
         took_h: hours(v.now - v.submitted_at),
         then: Box::new(release),
     }
+}
+
+/// A launch still pending `timeout` after it was made times out (one already being
+/// terminated is left to its intent).
+pub(super) fn timed_out(
+    i: &InstanceRecord,
+    (now, timeout): (DateTime<Utc>, std::time::Duration),
+    terminating: bool,
+) -> Decision {
+    let late = chrono::TimeDelta::from_std(timeout).is_ok_and(|t| now - i.launched_at > t);
+    if i.state != tern_cloud::InstanceState::Pending || !late || terminating {
+        return Decision::Nothing;
+    }
+    Decision::TimeOut {
+        id: i.id.clone(),
+        offer: i.offer.key(),
+        after: timeout,
+    }
+}
+
+/// An instance nothing accounts for, first seen unaccounted at `first`, is collected once the
+/// leak grace has passed (one already being terminated is left to its intent).
+pub(super) fn leak(
+    id: &InstanceId,
+    (first, now, grace): (DateTime<Utc>, DateTime<Utc>, std::time::Duration),
+    terminating: bool,
+) -> Decision {
+    let past = chrono::TimeDelta::from_std(grace).is_ok_and(|g| now - first >= g);
+    if !past || terminating {
+        return Decision::Nothing;
+    }
+    Decision::CollectLeak { id: id.clone() }
 }
 
 /// A running job short of nodes: replace them (spot of its shape first; on-demand only when

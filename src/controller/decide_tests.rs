@@ -249,6 +249,8 @@ fn short(d: &Decision) -> String {
         Decision::Finish { late_h, then, .. } => {
             format!("finish late {late_h:?}, then {}", short(then))
         }
+        Decision::TimeOut { id, .. } => format!("time out {id}"),
+        Decision::CollectLeak { id } => format!("collect {id}"),
         Decision::Unplaceable { reason } => format!("unplaceable: {reason}"),
         Decision::Probe(p) => format!("probe {} on {}", p.nodes, p.offers[0].zone),
         Decision::EndProbe(e) => format!("end probe: {}", e.outcome),
@@ -640,4 +642,48 @@ fn every_end_of_a_job_is_a_row() {
         panic!("a job whose work is done finishes")
     };
     assert_eq!(took_h, 10.0);
+}
+
+/// A launch that never came up, and an instance nothing accounts for: a row per branch of
+/// `decide::timed_out` and `decide::leak`.
+#[test]
+fn every_timeout_and_leak_is_a_row() {
+    let t0 = chrono::DateTime::UNIX_EPOCH;
+    let ten = std::time::Duration::from_secs(600);
+    let at = |s: i64| t0 + chrono::TimeDelta::seconds(s);
+    let pending = InstanceRecord {
+        state: InstanceState::Pending,
+        ..node("i-1", "a-1a", Capacity::Spot)
+    };
+    let rows = [
+        (&pending, 601, false, "time out i-1"),
+        (&pending, 600, false, "nothing"),
+        (&pending, 601, true, "nothing"),
+        (&node("i-1", "a-1a", Capacity::Spot), 601, false, "nothing"),
+    ];
+    for (i, s, terminating, want) in rows {
+        let got = short(&timed_out(i, (at(s), ten), terminating));
+        assert_eq!(
+            got, want,
+            "{:?} at {s} s, terminating {terminating}",
+            i.state
+        );
+    }
+    let Decision::TimeOut { offer, after, .. } = timed_out(&pending, (at(601), ten), false) else {
+        panic!("a pending launch past the timeout times out")
+    };
+    assert_eq!((offer, after), (pending.offer.key(), ten));
+    let id: tern_cloud::InstanceId = "i-9".into();
+    let rows = [
+        ((at(0), at(600)), false, "collect i-9"),
+        ((at(0), at(599)), false, "nothing"),
+        ((at(0), at(900)), true, "nothing"),
+    ];
+    for ((first, now), terminating, want) in rows {
+        let got = short(&leak(&id, (first, now, ten), terminating));
+        assert_eq!(
+            got, want,
+            "seen at {first}, now {now}, terminating {terminating}"
+        );
+    }
 }

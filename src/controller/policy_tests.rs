@@ -89,6 +89,8 @@ fn kind(d: &Decision) -> &'static str {
         Decision::EndForBudget { .. } => "end-for-budget",
         Decision::EndOverBudget { .. } => "end-over-budget",
         Decision::Finish { .. } => "finish",
+        Decision::TimeOut { .. } => "time-out",
+        Decision::CollectLeak { .. } => "collect-leak",
         Decision::Unplaceable { .. } => "unplaceable",
         Decision::Probe(_) => "probe",
         Decision::EndProbe(_) => "end-probe",

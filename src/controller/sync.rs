@@ -114,24 +114,10 @@ impl Controller {
     /// has stayed so for the grace period.
     async fn collect_leak(&mut self, inst: Instance, now: DateTime<Utc>) -> Result<()> {
         let first = *self.cloud.unaccounted.entry(inst.id.clone()).or_insert(now);
-        if now - first < delta(self.config.leak_grace) {
-            return Ok(());
-        }
-        if self.terminating(&inst.id) {
-            return Ok(());
-        }
-        let job = inst.job().map(String::from);
-        let ended = self
-            .terminate_now(
-                job.as_deref().unwrap_or_default(),
-                vec![inst.id.clone()],
-                now,
-            )
-            .await?;
-        if !ended {
-            return Ok(());
-        }
-        self.emit(now, Event::LeakCollected { job, id: inst.id })
+        let seen = (first, now, self.config.leak_grace);
+        let decision = decide::leak(&inst.id, seen, self.terminating(&inst.id));
+        self.carry_out(inst.job().unwrap_or_default(), decision, now)
+            .await
     }
 
     /// Tracked instances the cloud no longer lists are gone (preempted, terminated).
@@ -155,34 +141,18 @@ impl Controller {
     /// Launches not running after the timeout are terminated (by intent) and their offer
     /// avoided.
     async fn time_out_launches(&mut self, now: DateTime<Utc>) -> Result<()> {
-        let timeout = delta(self.config.launch_timeout);
-        let mut stuck: Vec<InstanceRecord> = self
+        let mut pending: Vec<InstanceRecord> = self
             .fleet
             .instances
             .values()
-            .filter(|i| i.state == InstanceState::Pending && now - i.launched_at > timeout)
+            .filter(|i| i.state == InstanceState::Pending)
             .cloned()
             .collect();
-        stuck.sort_by(|a, b| a.id.cmp(&b.id));
-        for i in stuck {
-            if self.terminating(&i.id) {
-                continue;
-            }
-            // Decided once: the intent is resumed until the cloud ends it, and the offer is
-            // avoided from now.
-            self.terminate_now(&i.job, vec![i.id.clone()], now).await?;
-            let avoided = self.avoid(i.offer.key(), now);
-            self.emit(
-                now,
-                Event::LaunchTimedOut {
-                    job: i.job.clone(),
-                    id: i.id.clone(),
-                    after: self.config.launch_timeout,
-                    offer: i.offer.key(),
-                    avoided,
-                },
-            )?;
-            self.mark_dirty(&i.job);
+        pending.sort_by(|a, b| a.id.cmp(&b.id));
+        for i in pending {
+            let timeout = (now, self.config.launch_timeout);
+            let decision = decide::timed_out(&i, timeout, self.terminating(&i.id));
+            self.carry_out(&i.job, decision, now).await?;
         }
         Ok(())
     }
