@@ -118,6 +118,7 @@ impl Controller {
                 .await
                 .map(|()| None),
             Decision::CollectLeak { id } => self.collect(name, id, now).await.map(|()| None),
+            Decision::PlanCold { why } => self.plan_cold(name, why, now).map(|()| None),
             Decision::Unplaceable { reason } => {
                 self.mark_unplaceable(name, &reason, now).map(|()| None)
             }
@@ -171,6 +172,16 @@ impl Controller {
         }
         let job = (!name.is_empty()).then(|| name.to_string());
         self.emit(now, Event::LeakCollected { job, id })
+    }
+
+    /// [`Decision::PlanCold`]: noted on the job (its plans' events say it) and said.
+    fn plan_cold(&mut self, name: &str, why: String, now: DateTime<Utc>) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        e.cold_plan = Some(why.clone());
+        let job = name.to_string();
+        self.emit(now, Event::ColdStart { job, why })
     }
 
     /// [`Decision::Finish`]: the job is finished, late by `late_h` hours if it is, and says so.

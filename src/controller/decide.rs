@@ -361,6 +361,11 @@ pub(super) enum Decision {
     CollectLeak {
         id: InstanceId,
     },
+    /// A job nobody has measured is planned on its hint without a probe, for `why` (said
+    /// once, and noted in its plans' events).
+    PlanCold {
+        why: String,
+    },
     /// No plan can place the job: it is unplaceable, saying why (once per reason).
     Unplaceable {
         reason: String,

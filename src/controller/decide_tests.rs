@@ -251,6 +251,7 @@ fn short(d: &Decision) -> String {
         }
         Decision::TimeOut { id, .. } => format!("time out {id}"),
         Decision::CollectLeak { id } => format!("collect {id}"),
+        Decision::PlanCold { why } => format!("plan cold: {why}"),
         Decision::Unplaceable { reason } => format!("unplaceable: {reason}"),
         Decision::Probe(p) => format!("probe {} on {}", p.nodes, p.offers[0].zone),
         Decision::EndProbe(e) => format!("end probe: {}", e.outcome),

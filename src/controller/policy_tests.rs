@@ -91,6 +91,7 @@ fn kind(d: &Decision) -> &'static str {
         Decision::Finish { .. } => "finish",
         Decision::TimeOut { .. } => "time-out",
         Decision::CollectLeak { .. } => "collect-leak",
+        Decision::PlanCold { .. } => "plan-cold",
         Decision::Unplaceable { .. } => "unplaceable",
         Decision::Probe(_) => "probe",
         Decision::EndProbe(_) => "end-probe",

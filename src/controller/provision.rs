@@ -398,7 +398,8 @@ impl Controller {
             }
             if !jp.placed && self.held_by_limits(&jp.job, offers, now).await {
                 let limit = jp.reason.clone().unwrap_or_else(|| "the limits".into());
-                self.wait(&jp.job, WaitReason::Limit { limit }, now)?;
+                let wait = Decision::Wait(WaitReason::Limit { limit });
+                self.carry_out(&jp.job, wait, now).await?;
                 continue;
             }
             self.take_plan(jp, report.solver_family, offers, now)

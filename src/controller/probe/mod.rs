@@ -227,18 +227,14 @@ impl Controller {
                 Ok(false)
             }
             Start::Plan { why } => {
-                let Some(e) = self.fleet.jobs.get_mut(name) else {
-                    return Ok(false);
-                };
-                if e.cold_plan.is_none() {
-                    e.cold_plan = Some(why.clone());
-                    self.emit(
-                        now,
-                        Event::ColdStart {
-                            job: name.to_string(),
-                            why,
-                        },
-                    )?;
+                let said = self
+                    .fleet
+                    .jobs
+                    .get(name)
+                    .is_some_and(|e| e.cold_plan.is_some());
+                if !said {
+                    self.carry_out(name, Decision::PlanCold { why }, now)
+                        .await?;
                 }
                 Ok(true)
             }
