@@ -154,3 +154,86 @@ fn every_function_type_and_test_architecture_names_exists() {
         "{NAMING_DOCS:?} name what the tree no longer has (renamed or removed?): {missing:?}"
     );
 }
+
+/// The function names the data flow of one pass lists under `NAME:` in the block after
+/// `<!-- pass:order -->`, by section, in order.
+fn documented_pass() -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(Path::new(REPO).join("ARCHITECTURE.md")).expect("read");
+    let block = text
+        .split("<!-- pass:order -->")
+        .nth(1)
+        .and_then(|rest| rest.split("```").nth(1))
+        .expect("a code block after <!-- pass:order -->");
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for line in block.lines() {
+        let Some(first) = line.split_whitespace().next() else {
+            continue;
+        };
+        if let Some(section) = first.strip_suffix(':') {
+            out.push((section.to_string(), Vec::new()));
+        } else if line.starts_with("   ")
+            && !line.starts_with("    ")
+            && let Some((_, names)) = out.last_mut()
+        {
+            names.push(first.to_string());
+        }
+    }
+    out
+}
+
+/// The `self.NAME(` calls in the body of `fn NAME(` in `file`, in order, each with whether
+/// its statement awaits it.
+fn calls_in(file: &str, function: &str) -> Vec<(String, bool)> {
+    let text = std::fs::read_to_string(Path::new(REPO).join(file)).expect("read");
+    let start = text
+        .find(&format!("fn {function}("))
+        .unwrap_or_else(|| panic!("{file} has no fn {function}"));
+    let body = &text[start..];
+    let body = &body[..body.find("\n    }\n").expect("the function's end")];
+    body.split("self.")
+        .skip(1)
+        .filter_map(|rest| {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let statement = rest.split([';', '{']).next().unwrap_or_default();
+            let awaited = statement.contains(".await");
+            rest[name.len()..]
+                .starts_with('(')
+                .then_some((name, awaited))
+        })
+        .collect()
+}
+
+/// ARCHITECTURE.md's data flow of one pass names, in order, the functions the pass runs:
+/// every call of `phases`, and of `reconcile_jobs` every step it awaits, in the order they
+/// are called.
+#[test]
+fn the_data_flow_names_the_pass_in_order() {
+    let documented = documented_pass();
+    let sections: Vec<&str> = documented.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(sections, ["phases", "reconcile_jobs"], "{documented:?}");
+    let phases: Vec<String> = calls_in("src/controller/mod.rs", "phases")
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        documented[0].1, phases,
+        "phases, as documented and as called"
+    );
+    let calls = calls_in("src/controller/provision.rs", "reconcile_jobs");
+    let mut at = 0;
+    for name in &documented[1].1 {
+        match calls[at..].iter().position(|(c, _)| c == name) {
+            Some(k) => at += k + 1,
+            None => panic!("reconcile_jobs calls {name} not after the steps before it: {calls:?}"),
+        }
+    }
+    for (name, awaited) in &calls {
+        assert!(
+            !awaited || documented[1].1.contains(name),
+            "reconcile_jobs awaits {name}, which the data flow does not name"
+        );
+    }
+}
