@@ -451,11 +451,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         metrics,
         clock,
     };
+    // Open before a SQLite controller binds, so its first request is never answered as a
+    // standby's (a PostgreSQL standby has listened all along, pointing at the leader).
+    gate.open(router(state));
     let (server, listener_addr) = match early {
         Some(listening) => listening,
         None => listen(&args, tls.clone(), &gate).await?,
     };
-    gate.open(router(state));
     let scheme = tern::serve::scheme(tls.as_ref());
     tracing::info!(
         "leading as {}; serving the API on {scheme}://{listener_addr} (state {}, {})",
