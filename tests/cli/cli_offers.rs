@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output};
 
-use crate::run::{last_json, tern};
+use crate::common::{last_json, tern_output};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -20,7 +20,7 @@ fn shared(rel: &str) -> String {
 
 #[test]
 fn offers_json_finds_the_cheapest_on_demand_t4_on_aws() {
-    let o = tern(&[
+    let o = tern_output(&[
         "offers",
         "-a",
         "T4:1",
@@ -43,7 +43,7 @@ fn offers_json_finds_the_cheapest_on_demand_t4_on_aws() {
 
 #[test]
 fn offers_table_shows_spot_and_on_demand_side_by_side_sorted_by_price() {
-    let o = tern(&[
+    let o = tern_output(&[
         "offers", "-a", "A100:8", "--cloud", "gcp", "--limit", "0", "--json",
     ]);
     assert!(o.status.success());
@@ -74,7 +74,7 @@ fn offers_table_shows_spot_and_on_demand_side_by_side_sorted_by_price() {
     let per = rows[0]["on_demand_per_accelerator_hour"].as_f64().unwrap();
     assert!((od / 8.0 - per).abs() < 1e-9);
 
-    let o = tern(&["offers", "-a", "A100:8", "--cloud", "gcp", "--limit", "2"]);
+    let o = tern_output(&["offers", "-a", "A100:8", "--cloud", "gcp", "--limit", "2"]);
     let text = stdout(&o);
     assert!(
         text.contains("ON-DEMAND $/h")
@@ -87,7 +87,7 @@ fn offers_table_shows_spot_and_on_demand_side_by_side_sorted_by_price() {
 
 #[test]
 fn offers_filters_apply() {
-    let o = tern(&[
+    let o = tern_output(&[
         "offers",
         "--cloud",
         "aws",
@@ -119,7 +119,7 @@ fn offers_filters_apply() {
 
 #[test]
 fn bad_input_gets_a_clear_error_and_no_panic() {
-    let o = tern(&["offers", "-a", "H10:8"]);
+    let o = tern_output(&["offers", "-a", "H10:8"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -128,11 +128,11 @@ fn bad_input_gets_a_clear_error_and_no_panic() {
     );
     assert!(!err.contains("panicked"));
 
-    let o = tern(&["offers", "--region", "us-est-1"]);
+    let o = tern_output(&["offers", "--region", "us-est-1"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("us-east-1"), "{err}");
 
-    let o = tern(&["offers", "--max-price", "-3"]);
+    let o = tern_output(&["offers", "--max-price", "-3"]);
     assert!(!o.status.success());
 
     let dir = tempfile::tempdir().unwrap();
@@ -140,7 +140,7 @@ fn bad_input_gets_a_clear_error_and_no_panic() {
     let mut text = std::fs::read_to_string(shared("aws/vms.excerpt.csv")).unwrap();
     text = text.replacen(",0.526,", ",-0.526,", 1);
     std::fs::write(&bad, text).unwrap();
-    let o = tern(&["offers", "--catalog", bad.to_str().unwrap()]);
+    let o = tern_output(&["offers", "--catalog", bad.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
@@ -157,7 +157,7 @@ fn prices_import_and_history_round_trip() {
     let db = dir.path().join("tern.db");
     let db = db.to_str().unwrap();
     let aws = shared("aws/vms.excerpt.csv");
-    let o = tern(&[
+    let o = tern_output(&[
         "prices",
         "import",
         &aws,
@@ -185,7 +185,7 @@ fn prices_import_and_history_round_trip() {
     );
     assert_ne!(new_line, line);
     std::fs::write(&changed, text.replacen(line, &new_line, 1)).unwrap();
-    let o = tern(&[
+    let o = tern_output(&[
         "prices",
         "import",
         changed.to_str().unwrap(),
@@ -199,7 +199,7 @@ fn prices_import_and_history_round_trip() {
     assert_eq!(last_json(&o)["snapshots"][0]["changed"], 1);
 
     let zone = fields[1];
-    let o = tern(&[
+    let o = tern_output(&[
         "prices",
         "history",
         "--instance-type",
@@ -223,7 +223,7 @@ fn prices_import_and_history_round_trip() {
             .starts_with("2026-01-01")
     );
 
-    let o = tern(&[
+    let o = tern_output(&[
         "prices",
         "history",
         "--instance-type",
@@ -238,7 +238,7 @@ fn prices_import_and_history_round_trip() {
     );
 
     let missing = dir.path().join("none.db");
-    let o = tern(&[
+    let o = tern_output(&[
         "prices",
         "history",
         "--instance-type",
@@ -252,7 +252,7 @@ fn prices_import_and_history_round_trip() {
 
 #[test]
 fn bench_catalog_prints_a_json_summary() {
-    let o = tern(&["bench", "catalog", "--iterations", "1", "--json"]);
+    let o = tern_output(&["bench", "catalog", "--iterations", "1", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = last_json(&o);
     assert_eq!(v["rows"], 30_510 + 600);
@@ -263,7 +263,7 @@ fn bench_catalog_prints_a_json_summary() {
 fn each_gpu_on_one_gcp_host_type_is_its_own_row() {
     // n1-highmem-8 is sold bare and with one T4, P4 or V100 in us-central1-a: four rows, each
     // with its own accelerator and price (they were once merged into one row).
-    let out = tern(&[
+    let out = tern_output(&[
         "offers",
         "--cloud",
         "gcp",

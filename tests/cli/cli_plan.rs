@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::run::{last_json, tern};
+use crate::common::{last_json, tern_output};
 
 fn examples() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs");
@@ -53,7 +53,7 @@ fn every_example_is_planned_by_the_milp_with_explanations() {
     args.extend(examples());
     args.push("--json".into());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = tern(&args);
+    let o = tern_output(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = last_json(&o);
     assert_eq!(v["solver_family"], "milp");
@@ -81,7 +81,7 @@ fn every_example_is_planned_by_the_milp_with_explanations() {
     let mut args = vec!["plan".to_string()];
     args.extend(examples());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let text = String::from_utf8_lossy(&tern(&args).stdout).into_owned();
+    let text = String::from_utf8_lossy(&tern_output(&args).stdout).into_owned();
     assert!(
         text.contains("expected $") && text.contains("instead of") && text.contains("solver: Milp"),
         "{text}"
@@ -100,7 +100,7 @@ fn infeasible_jobs_say_why_per_job() {
         "quota.toml",
         "[[quota]]\ncloud = \"aws\"\nfamily = \"V100\"\nlimit = 0\n\n[[quota]]\ncloud = \"gcp\"\nfamily = \"V100\"\nlimit = 0\n",
     );
-    let o = tern(&["plan", &ok, &short, &none, "--json"]);
+    let o = tern_output(&["plan", &ok, &short, &none, "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = last_json(&o);
     let by_name = |n: &str| {
@@ -128,7 +128,7 @@ fn infeasible_jobs_say_why_per_job() {
             .contains("no offer has an allowed accelerator")
     );
 
-    let o = tern(&["plan", &ok, "--quota", &quota, "--json"]);
+    let o = tern_output(&["plan", &ok, "--quota", &quota, "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = last_json(&o);
     assert_eq!(v["jobs"][0]["placed"], false);
@@ -151,7 +151,7 @@ fn bad_quota_and_spec_files_name_the_place() {
         "q.toml",
         "[[quota]]\ncloud = \"aws\"\nfamily = \"V100\"\nlimit = -1\n",
     );
-    let o = tern(&["plan", &ok, "--quota", &bad]);
+    let o = tern_output(&["plan", &ok, "--quota", &bad]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("q.toml:4"), "{err}");
@@ -161,7 +161,8 @@ fn bad_quota_and_spec_files_name_the_place() {
         "t.toml",
         "[[quota]]\ncloud = \"aws\"\nfamly = \"V100\"\nlimit = 1\n",
     );
-    let err = String::from_utf8_lossy(&tern(&["plan", &ok, "--quota", &typo]).stderr).into_owned();
+    let err =
+        String::from_utf8_lossy(&tern_output(&["plan", &ok, "--quota", &typo]).stderr).into_owned();
     assert!(err.contains("t.toml:") && err.contains("famly"), "{err}");
 
     let spec = write(
@@ -169,18 +170,18 @@ fn bad_quota_and_spec_files_name_the_place() {
         "s.toml",
         &job("s", "V100", "3d").replace("workers = 1", "workers = 0"),
     );
-    let o = tern(&["plan", &spec]);
+    let o = tern_output(&["plan", &spec]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("s.toml") && err.contains("workers"), "{err}");
 
-    let twice = tern(&["plan", &ok, &ok]);
+    let twice = tern_output(&["plan", &ok, &ok]);
     assert!(String::from_utf8_lossy(&twice.stderr).contains("unique"));
 }
 
 #[test]
 fn bench_plan_prints_a_json_summary() {
-    let o = tern(&[
+    let o = tern_output(&[
         "bench",
         "plan",
         "--jobs",
@@ -204,7 +205,7 @@ fn availability_history_sets_the_spot_hazard() {
     let plan = |extra: &[&str]| {
         let mut args = vec!["plan", spec.as_str(), "--json", "--alternatives", "0"];
         args.extend_from_slice(extra);
-        let o = tern(&args);
+        let o = tern_output(&args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         last_json(&o)["jobs"][0]["choice"].clone()
     };
@@ -233,7 +234,7 @@ fn availability_history_sets_the_spot_hazard() {
         "the flaky offer should lose: {with}"
     );
 
-    let o = tern(&["plan", spec.as_str(), "--availability", "nonsense"]);
+    let o = tern_output(&["plan", spec.as_str(), "--availability", "nonsense"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("ZONE:TYPE=FILE"));
 }
@@ -260,7 +261,7 @@ fn unknown_quota_families_regions_and_teams_are_refused() {
         ),
     ] {
         let q = write(dir.path(), name, text);
-        let o = tern(&["plan", &ok, "--quota", &q]);
+        let o = tern_output(&["plan", &ok, "--quota", &q]);
         assert!(!o.status.success(), "{name} accepted");
         let err = String::from_utf8_lossy(&o.stderr);
         for w in wants {
@@ -286,7 +287,7 @@ fn availability_for_an_unknown_zone_or_type_is_refused() {
         ),
         (format!("use1-az1:p9.huge={trace}"), "types offered there"),
     ] {
-        let o = tern(&["plan", spec.as_str(), "--availability", &key]);
+        let o = tern_output(&["plan", spec.as_str(), "--availability", &key]);
         assert!(!o.status.success(), "{key} accepted");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
@@ -305,7 +306,7 @@ fn placement_constraints_steer_the_plan_and_typos_are_refused() {
         let text = job("fenced", "V100", "48h")
             .replace("workers = 1\n", &format!("workers = 1\n{extra}\n"));
         let spec = write(dir.path(), "fenced.toml", &text);
-        let o = tern(&["plan", spec.as_str(), "--json"]);
+        let o = tern_output(&["plan", spec.as_str(), "--json"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         last_json(&o)["jobs"][0]["choice"].clone()
     };
@@ -323,7 +324,7 @@ fn placement_constraints_steer_the_plan_and_typos_are_refused() {
     let text = job("typo", "V100", "48h")
         .replace("workers = 1\n", "workers = 1\nregions = [\"us-est-1\"]\n");
     let spec = write(dir.path(), "typo.toml", &text);
-    let o = tern(&["plan", spec.as_str()]);
+    let o = tern_output(&["plan", spec.as_str()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -354,7 +355,7 @@ fn fairness_shares_a_contended_quota_between_teams() {
         args.extend(specs.iter().map(String::as_str));
         args.extend(["--quota", quota]);
         args.extend(extra);
-        tern(&args)
+        tern_output(&args)
     };
     let team = |r: &serde_json::Value, name: &str| -> serde_json::Value {
         r["teams"]

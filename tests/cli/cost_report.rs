@@ -8,8 +8,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tern::report::{self, CostQuery, GroupBy, Ledger};
 use tern::store::{JobRecord, Store, pg_cluster};
 use tern_cloud::{
-    Availability, Capacity, Cloud, Instance, InstanceId, InstanceState, InstanceType, Intent,
-    IntentId, IntentKind, IntentState, Offer, Region, Tags, Zone,
+    Capacity, Cloud, Instance, InstanceId, InstanceState, Intent, IntentId, IntentKind,
+    IntentState, Offer, Tags,
 };
 
 use crate::common;
@@ -27,11 +27,6 @@ fn spec(name: &str, team: &str, workers: &str, samples: u64) -> String {
         .samples(samples)
         .section("[checkpoint]\ninterval = \"10m\"\nsize_gb = 1\nsave_seconds = 10\nrestore_seconds = 20")
         .text()
-}
-
-/// `tern ARGS` with this file's token: (success, stdout, stderr).
-fn tern(args: &[&str]) -> (bool, String, String) {
-    crate::run::tern_as(TOKEN, None, args)
 }
 
 #[test]
@@ -67,16 +62,25 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
         std::thread::sleep(Duration::from_millis(300));
     }
     // Through the API (GET /v1/costs, bearer auth) while the controller runs.
-    let (ok, api, err) = tern(&["cost-report", "--server", &server, "--json"]);
+    let (ok, api, err) =
+        common::tern_as(TOKEN, None, &["cost-report", "--server", &server, "--json"]);
     assert!(ok, "{err}");
     let api: serde_json::Value = serde_json::from_str(api.trim()).expect("json");
-    let (ok, bad, _) = tern(&["cost-report", "--server", &server, "--job", "nope"]);
+    let (ok, bad, _) = common::tern_as(
+        TOKEN,
+        None,
+        &["cost-report", "--server", &server, "--job", "nope"],
+    );
     assert!(!ok && bad.is_empty());
 
     let sim = sim_report(&sim_url, Some(&state), TOKEN);
     drop(std::mem::replace(&mut controller, Reaper(Vec::new())));
     drop(std::mem::replace(&mut reaper, Reaper(Vec::new())));
-    let (ok, out, err) = tern(&["cost-report", "--state", &state, "--json", "--split"]);
+    let (ok, out, err) = common::tern_as(
+        TOKEN,
+        None,
+        &["cost-report", "--state", &state, "--json", "--split"],
+    );
     assert!(ok, "{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
     let total = &report["total"];
@@ -121,7 +125,11 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
 
     // Other groupings add up to the same total; CSV and HTML carry it too.
     for by in ["team", "day", "cloud", "capacity", "instance-type"] {
-        let (ok, out, err) = tern(&["cost-report", "--state", &state, "--json", "--by", by]);
+        let (ok, out, err) = common::tern_as(
+            TOKEN,
+            None,
+            &["cost-report", "--state", &state, "--json", "--by", by],
+        );
         assert!(ok, "{by}: {err}");
         let r: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
         let sum: f64 = r["rows"]
@@ -132,7 +140,11 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
             .sum();
         assert!((sum - cost).abs() < 1e-6, "{by}: {sum} vs {cost}");
     }
-    let (ok, csv, err) = tern(&["cost-report", "--state", &state, "--format", "csv"]);
+    let (ok, csv, err) = common::tern_as(
+        TOKEN,
+        None,
+        &["cost-report", "--state", &state, "--format", "csv"],
+    );
     assert!(ok, "{err}");
     let total_line = csv
         .lines()
@@ -144,15 +156,19 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
     );
     let html = dir.path().join("report.html");
     let html_s = html.display().to_string();
-    let (ok, _, err) = tern(&[
-        "cost-report",
-        "--state",
-        &state,
-        "--format",
-        "html",
-        "-o",
-        &html_s,
-    ]);
+    let (ok, _, err) = common::tern_as(
+        TOKEN,
+        None,
+        &[
+            "cost-report",
+            "--state",
+            &state,
+            "--format",
+            "html",
+            "-o",
+            &html_s,
+        ],
+    );
     assert!(ok, "{err}");
     let page = std::fs::read_to_string(&html).expect("html");
     assert!(page.contains(&format!("id=\"total-cost\">${cost:.2}<")));
@@ -180,7 +196,7 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
     for (extra, expected) in cases {
         let mut args = vec!["cost-report", "--state", &state];
         args.extend_from_slice(extra);
-        let (ok, out, err) = tern(&args);
+        let (ok, out, err) = common::tern_as(TOKEN, None, &args);
         assert!(!ok && out.is_empty(), "{extra:?}: {out}");
         assert!(err.contains(expected), "{extra:?}: {err}");
     }
@@ -190,18 +206,22 @@ fn the_report_bills_what_the_simulated_cloud_billed() {
 fn unreachable_servers_missing_and_newer_stores_are_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port();
-    let (ok, _, err) = tern(&[
-        "cost-report",
-        "--server",
-        &format!("http://127.0.0.1:{port}"),
-    ]);
+    let (ok, _, err) = common::tern_as(
+        TOKEN,
+        None,
+        &[
+            "cost-report",
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+        ],
+    );
     assert!(
         !ok && err.contains(&format!("127.0.0.1:{port}")) && err.contains("running there"),
         "{err}"
     );
 
     let missing = dir.path().join("none.db").display().to_string();
-    let (ok, _, err) = tern(&["cost-report", "--state", &missing]);
+    let (ok, _, err) = common::tern_as(TOKEN, None, &["cost-report", "--state", &missing]);
     assert!(!ok && err.contains("no state store at"), "{err}");
     assert!(
         !dir.path().join("none.db").exists(),
@@ -213,7 +233,11 @@ fn unreachable_servers_missing_and_newer_stores_are_clear_errors() {
     let db = rusqlite::Connection::open(&newer).expect("sqlite");
     db.pragma_update(None, "user_version", 99).expect("version");
     drop(db);
-    let (ok, _, err) = tern(&["cost-report", "--state", &newer.display().to_string()]);
+    let (ok, _, err) = common::tern_as(
+        TOKEN,
+        None,
+        &["cost-report", "--state", &newer.display().to_string()],
+    );
     assert!(!ok && err.contains("use a newer tern"), "{err}");
 }
 
@@ -222,23 +246,13 @@ fn t(h: f64) -> DateTime<Utc> {
         + TimeDelta::seconds((h * 3600.0) as i64)
 }
 
-fn offer(zone: &str, capacity: Capacity, price: f64) -> Offer {
-    Offer {
-        cloud: Cloud::Aws,
-        region: Region::new("us-east-1"),
-        zone: Zone::new(zone),
-        instance_type: InstanceType {
-            name: "p3.2xlarge".into(),
-            vcpus: 8.0,
-            memory_gib: 61.0,
-            accelerator: Some(tern_cloud::Accelerator::new("V100", 1)),
-        },
-        capacity,
-        price_per_hour: price,
-        observed_at: None,
-        breakdown: vec![],
-        availability: Availability::Available(None),
-    }
+/// A V100 offer on AWS in us-east-1 (the testkit's, priced).
+fn v100(zone: &str, capacity: Capacity, price: f64) -> Offer {
+    tern_cloud::testkit::offer("p3.2xlarge", zone, capacity)
+        .cloud(Cloud::Aws)
+        .region("us-east-1")
+        .price(price)
+        .build()
 }
 
 /// One history written through the store's own calls: a job with three recoveries and a
@@ -254,7 +268,7 @@ fn write_history(store: &Store) {
     store.insert_job(&job, t(0.0)).expect("job");
     job.planned_cost = Some(5.0);
     store.update_job(&job, t(0.0)).expect("update");
-    let spot = offer("use1-az1", Capacity::Spot, 1.0);
+    let spot = v100("use1-az1", Capacity::Spot, 1.0);
     store
         .record_prices(t(0.0), &[(spot.key(), 1.0)])
         .expect("price");
@@ -270,7 +284,7 @@ fn write_history(store: &Store) {
     .into_iter()
     .enumerate()
     {
-        let o = offer(
+        let o = v100(
             "use1-az1",
             capacity,
             if capacity == Capacity::Spot { 1.0 } else { 3.0 },

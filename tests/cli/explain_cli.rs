@@ -10,13 +10,8 @@ use common::{Reaper, free_port, sim_controller, start_sim, submit, tern_json, wa
 
 const TOKEN: &str = "explain-token";
 
-/// `tern ARGS` with this file's token: (success, stdout, stderr).
-fn tern(args: &[&str]) -> (bool, String, String) {
-    crate::run::tern_as(TOKEN, None, args)
-}
-
 fn json(args: &[&str]) -> serde_json::Value {
-    let (ok, out, err) = tern(args);
+    let (ok, out, err) = common::tern_as(TOKEN, None, args);
     assert!(ok, "tern {args:?}: {err}");
     serde_json::from_str(out.trim()).expect("json")
 }
@@ -66,7 +61,7 @@ fn explain_reads_the_same_timeline_from_the_store_as_from_the_api() {
     let by_env: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("json");
     assert_eq!(by_env, api, "TERN_SERVER reaches the same controller");
-    let (ok, _, err) = tern(&["explain", "nope", "--server", &server]);
+    let (ok, _, err) = common::tern_as(TOKEN, None, &["explain", "nope", "--server", &server]);
     assert!(!ok, "an unknown job fails");
     assert!(
         err.contains("no job named 'nope'") && err.contains("bert"),
@@ -93,7 +88,7 @@ fn explain_reads_the_same_timeline_from_the_store_as_from_the_api() {
     );
     assert!(plan["expected_saving"].is_null() && plan["realised_saving"].is_null());
 
-    let (ok, text, err) = tern(&["explain", "bert", "--state", &state]);
+    let (ok, text, err) = common::tern_as(TOKEN, None, &["explain", "bert", "--state", &state]);
     assert!(ok, "{err}");
     assert!(
         text.starts_with(&format!("bert: {} decision(s)\n", decisions.len())),
@@ -108,7 +103,7 @@ fn explain_reads_the_same_timeline_from_the_store_as_from_the_api() {
         );
     }
 
-    let (ok, out, err) = tern(&["explain", "nope", "--state", &state]);
+    let (ok, out, err) = common::tern_as(TOKEN, None, &["explain", "nope", "--state", &state]);
     assert!(!ok && out.is_empty(), "{out}");
     assert!(
         err.contains("no job named 'nope' in this store (known: bert)"),
@@ -123,7 +118,11 @@ fn explain_shows_the_demos_move_with_the_saving_the_demo_billed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("demo.db").display().to_string();
     let html = dir.path().join("demo.html").display().to_string();
-    let (ok, out, err) = tern(&["demo", "--state", &state, "--json", "--report", &html]);
+    let (ok, out, err) = common::tern_as(
+        TOKEN,
+        None,
+        &["demo", "--state", &state, "--json", "--report", &html],
+    );
     assert!(ok, "{err}");
     let summary: serde_json::Value =
         serde_json::from_str(out.lines().last().expect("a summary line")).expect("json");
@@ -149,7 +148,7 @@ fn explain_shows_the_demos_move_with_the_saving_the_demo_billed() {
             (got - billed).abs() <= 0.05 + 0.02 * billed.abs(),
             "explain ${got} vs the demo's bill ${billed}"
         );
-        let (ok, text, err) = tern(&["explain", job, "--state", &state]);
+        let (ok, text, err) = common::tern_as(TOKEN, None, &["explain", job, "--state", &state]);
         assert!(ok, "{err}");
         assert!(text.contains(" move      "), "{text}");
         assert!(text.contains("saving: expected $"), "{text}");
@@ -178,7 +177,7 @@ fn explain_reads_beside_a_write_lock_and_creates_no_store() {
     let state = path.display().to_string();
     let t = json(&["explain", "j1", "--state", &state, "--json"]);
     assert_eq!(t, serde_json::json!({"job": "j1", "decisions": []}));
-    let (ok, text, err) = tern(&["explain", "j1", "--state", &state]);
+    let (ok, text, err) = common::tern_as(TOKEN, None, &["explain", "j1", "--state", &state]);
     assert!(ok && text == "j1: no decisions yet\n", "{text}{err}");
     writer.execute_batch("ROLLBACK").expect("rollback");
     drop(writer);
@@ -189,7 +188,11 @@ fn explain_reads_beside_a_write_lock_and_creates_no_store() {
     );
 
     let missing = dir.path().join("none.db");
-    let (ok, _, err) = tern(&["explain", "j1", "--state", &missing.display().to_string()]);
+    let (ok, _, err) = common::tern_as(
+        TOKEN,
+        None,
+        &["explain", "j1", "--state", &missing.display().to_string()],
+    );
     assert!(!ok && err.contains("--state PATH"), "{err}");
     assert!(!missing.exists(), "a store was created");
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::run::tern;
+use crate::common::tern_output;
 
 fn last_json(o: &Output) -> serde_json::Value {
     let out = String::from_utf8_lossy(&o.stdout);
@@ -51,7 +51,7 @@ fn rows_in(files: &[String]) -> (usize, usize) {
 fn evaluate(dir: &str, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["forecast", "evaluate", "--profile", dir, "--json"];
     args.extend_from_slice(extra);
-    last_json(&tern(&args))
+    last_json(&tern_output(&args))
 }
 
 fn mape(v: &serde_json::Value) -> f64 {
@@ -203,7 +203,7 @@ fn bad_profiles_are_reported_with_file_and_line() {
         ("empty", "", "empty file"),
     ] {
         let dir = scratch(name, text);
-        let o = tern(&[
+        let o = tern_output(&[
             "forecast",
             "evaluate",
             "--profile",
@@ -234,7 +234,7 @@ fn every_example_job_parses_validates_and_forecasts() {
         let text = std::fs::read_to_string(&path).expect("read");
         let shown = path.display().to_string();
         let spec = tern_cloud::parse_job_spec(&text, &shown).expect("valid example");
-        let v = last_json(&tern(&["forecast", "--job", &shown, "--json"]));
+        let v = last_json(&tern_output(&["forecast", "--job", &shown, "--json"]));
         assert_eq!(v["job"].as_str(), Some(spec.name.as_str()));
         let rows = v["forecasts"].as_array().expect("forecasts");
         for acc in &spec.accelerators {
@@ -264,7 +264,7 @@ fn a_typo_in_a_job_spec_names_file_line_and_field() {
     std::fs::create_dir_all(&dir).expect("mkdir");
     let bad = dir.join("job.toml");
     std::fs::write(&bad, &text).expect("write");
-    let o = tern(&["forecast", "--job", bad.to_str().expect("utf8")]);
+    let o = tern_output(&["forecast", "--job", bad.to_str().expect("utf8")]);
     let err = String::from_utf8_lossy(&o.stderr);
     let line = text
         .lines()
@@ -338,7 +338,7 @@ fn a_bootstrap_source_list_is_checked() {
         ("dgx", "is the target"),
         ("aws,aws", "listed twice"),
     ] {
-        let o = tern(&[
+        let o = tern_output(&[
             "forecast",
             "evaluate",
             "--profile",

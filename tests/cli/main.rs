@@ -3,8 +3,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod run;
-
 mod cli_offers;
 mod cli_plan;
 mod controller_demo;

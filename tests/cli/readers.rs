@@ -11,11 +11,6 @@ use crate::common::{start_sim, tern_json};
 
 const TOKEN: &str = "readers-token";
 
-/// `tern ARGS` with this file's token: (success, stdout, stderr).
-fn tern(args: &[&str]) -> (bool, String, String) {
-    crate::run::tern_as(TOKEN, None, args)
-}
-
 fn sha256(path: &Path) -> String {
     let bytes = std::fs::read(path).expect("read");
     let hash = ring::digest::digest(&ring::digest::SHA256, &bytes);
@@ -50,12 +45,16 @@ fn a_cost_report_reads_while_a_controller_holds_the_write_lock() {
     writer.execute_batch("BEGIN IMMEDIATE").expect("lock");
     writer.execute("DELETE FROM jobs", []).expect("delete");
     let t0 = Instant::now();
-    let (ok, out, err) = tern(&[
-        "cost-report",
-        "--state",
-        &path.display().to_string(),
-        "--json",
-    ]);
+    let (ok, out, err) = crate::common::tern_as(
+        TOKEN,
+        None,
+        &[
+            "cost-report",
+            "--state",
+            &path.display().to_string(),
+            "--json",
+        ],
+    );
     let took = t0.elapsed();
     assert!(ok, "{err}");
     assert!(took < Duration::from_secs(4), "{took:?}");
@@ -97,7 +96,11 @@ fn a_cost_report_refuses_an_older_or_newer_store_and_leaves_it_as_it_was() {
     let older = dir.path().join("older.db");
     older_store(&older);
     let before = sha256(&older);
-    let (ok, _, err) = tern(&["cost-report", "--state", &older.display().to_string()]);
+    let (ok, _, err) = crate::common::tern_as(
+        TOKEN,
+        None,
+        &["cost-report", "--state", &older.display().to_string()],
+    );
     assert!(!ok, "an older store was read");
     assert!(
         err.contains(&format!(
@@ -114,7 +117,11 @@ fn a_cost_report_refuses_an_older_or_newer_store_and_leaves_it_as_it_was() {
     );
     // What the message says to do works: the controller's open migrates it, then it reads.
     drop(Store::open(&older).expect("migrate"));
-    let (ok, _, err) = tern(&["cost-report", "--state", &older.display().to_string()]);
+    let (ok, _, err) = crate::common::tern_as(
+        TOKEN,
+        None,
+        &["cost-report", "--state", &older.display().to_string()],
+    );
     assert!(ok, "{err}");
 
     let newer = dir.path().join("newer.db");
@@ -124,7 +131,11 @@ fn a_cost_report_refuses_an_older_or_newer_store_and_leaves_it_as_it_was() {
         .expect("version");
     drop(db);
     let before = sha256(&newer);
-    let (ok, _, err) = tern(&["cost-report", "--state", &newer.display().to_string()]);
+    let (ok, _, err) = crate::common::tern_as(
+        TOKEN,
+        None,
+        &["cost-report", "--state", &newer.display().to_string()],
+    );
     assert!(
         !ok && err.contains(&format!(
             "the state store is at schema {} and this tern reads schema {known}",
@@ -141,15 +152,19 @@ fn a_sim_report_creates_no_store_where_there_is_none() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_sim, sim_url) = start_sim(3);
     let missing = dir.path().join("none.db");
-    let (ok, _, err) = tern(&[
-        "sim",
-        "report",
-        "--endpoint",
-        &sim_url,
-        "--json",
-        "--state",
-        &missing.display().to_string(),
-    ]);
+    let (ok, _, err) = crate::common::tern_as(
+        TOKEN,
+        None,
+        &[
+            "sim",
+            "report",
+            "--endpoint",
+            &sim_url,
+            "--json",
+            "--state",
+            &missing.display().to_string(),
+        ],
+    );
     assert!(
         !ok && err.contains(&format!("no state store at {}", missing.display())),
         "{err}"

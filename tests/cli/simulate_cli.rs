@@ -2,14 +2,12 @@
 
 use std::process::Command;
 
+use crate::common::tern;
+
 const TRACES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../shared/data/catalog/aws/spot-traces/availability/1-node/aws-02-15-2023"
 );
-
-fn tern() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-}
 
 /// The last stdout line of a successful run, parsed, and as text.
 fn last_json(out: &std::process::Output) -> (serde_json::Value, String) {

@@ -205,7 +205,7 @@ fn a_task_is_submitted_as_its_spec_and_bad_tasks_are_refused_before_anything_is_
     let submit = |task: &Path, extra: &[&str]| {
         let mut args = vec!["submit", task.to_str().expect("path"), "--server", url];
         args.extend_from_slice(extra);
-        crate::run::tern_as("skypilot-token", Some(Path::new(TASKS)), &args)
+        crate::common::tern_as("skypilot-token", Some(Path::new(TASKS)), &args)
     };
     let one = Path::new(TASKS).join("one_gpu.yaml");
     let (ok, out, err) = submit(

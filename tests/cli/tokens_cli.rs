@@ -1,9 +1,9 @@
 //! `tern token create|list|revoke` and `tern audit` against a `tern controller` process.
 
-use std::process::{Child, Command, Output};
+use std::process::{Child, Output};
 
 use crate::common::{controller_command, free_port, wait_for};
-use crate::run::last_json;
+use crate::common::{last_json, tern_at};
 
 const ADMIN: &str = "s3cret-admin-token";
 
@@ -17,15 +17,6 @@ impl Drop for Controller {
 }
 
 /// `tern ARGS --server URL` with `token` in `TERN_TOKEN`.
-fn tern(url: &str, token: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .args(["--server", url])
-        .env("TERN_TOKEN", token)
-        .output()
-        .expect("run tern")
-}
-
 fn ok(o: &Output) -> &Output {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     o
@@ -46,7 +37,7 @@ fn token_create_and_revoke_are_audited_and_a_team_token_works_until_revoked() {
     let args = [
         "token", "create", "--role", "team", "--team", "vision", "--json",
     ];
-    let made = last_json(ok(&tern(&url, ADMIN, &args)));
+    let made = last_json(ok(&tern_at(&url, ADMIN, &args)));
     assert_eq!(
         (made["role"].as_str(), made["team"].as_str()),
         (Some("team"), Some("vision"))
@@ -56,7 +47,7 @@ fn token_create_and_revoke_are_audited_and_a_team_token_works_until_revoked() {
         made["token"].as_str().expect("token"),
     );
     assert!(secret.starts_with("tern_"), "{made}");
-    let status = last_json(ok(&tern(&url, secret, &["status", "--json"])));
+    let status = last_json(ok(&tern_at(&url, secret, &["status", "--json"])));
     assert_eq!(status["jobs"], serde_json::json!([]));
 
     // The scope is checked before anything is sent; a team token cannot make tokens.
@@ -68,22 +59,26 @@ fn token_create_and_revoke_are_audited_and_a_team_token_works_until_revoked() {
             "neither",
         ),
     ] {
-        let o = tern(&url, ADMIN, args);
+        let o = tern_at(&url, ADMIN, args);
         assert!(!o.status.success(), "{args:?}");
         assert!(
             String::from_utf8_lossy(&o.stderr).contains(says),
             "{args:?}"
         );
     }
-    let o = tern(&url, secret, &["token", "create", "--role", "admin"]);
+    let o = tern_at(&url, secret, &["token", "create", "--role", "admin"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("403"), "{o:?}");
 
-    let revoked = last_json(ok(&tern(&url, ADMIN, &["token", "revoke", id, "--json"])));
+    let revoked = last_json(ok(&tern_at(
+        &url,
+        ADMIN,
+        &["token", "revoke", id, "--json"],
+    )));
     assert!(revoked["revoked_at"].is_string(), "{revoked}");
-    let o = tern(&url, secret, &["status"]);
+    let o = tern_at(&url, secret, &["status"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("401"), "{o:?}");
 
-    let log = last_json(ok(&tern(
+    let log = last_json(ok(&tern_at(
         &url,
         ADMIN,
         &["audit", "--since", "1h", "--json"],

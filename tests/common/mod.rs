@@ -108,6 +108,63 @@ impl Drop for Reaper {
     }
 }
 
+/// `tern` as a user runs it, with none of tern's own settings from the caller's environment
+/// (a token, a CA, a server, a state file, a price database): a test passes what it means.
+/// Every test runs the binary through here.
+pub fn tern() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
+    for var in [
+        "TERN_TOKEN",
+        "TERN_TOKEN_FILE",
+        "TERN_CA",
+        "TERN_SERVER",
+        "TERN_STATE",
+        "TERN_DB",
+        "TERN_SIM_TOKEN",
+        "TERN_SIM_TOKEN_FILE",
+    ] {
+        c.env_remove(var);
+    }
+    c
+}
+
+/// `tern ARGS`: its output.
+pub fn tern_output(args: &[&str]) -> std::process::Output {
+    tern().args(args).output().expect("run tern")
+}
+
+/// `tern ARGS --server SERVER` with `token` in `TERN_TOKEN`: its output.
+pub fn tern_at(server: &str, token: &str, args: &[&str]) -> std::process::Output {
+    tern()
+        .args(args)
+        .args(["--server", server])
+        .env("TERN_TOKEN", token)
+        .output()
+        .expect("run tern")
+}
+
+/// `tern ARGS` with `token` in `TERN_TOKEN`, in `dir` when given: (success, stdout, stderr).
+pub fn tern_as(token: &str, dir: Option<&Path>, args: &[&str]) -> (bool, String, String) {
+    let mut c = tern();
+    c.args(args).env("TERN_TOKEN", token);
+    if let Some(d) = dir {
+        c.current_dir(d);
+    }
+    let out = c.output().expect("run tern");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The last line of stdout as JSON (`--json` prints one object there).
+pub fn last_json(o: &std::process::Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().expect("some output");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}"))
+}
+
 /// Run `tern ARGS` with the API token; it must succeed; its last stdout line is JSON.
 pub fn tern_json(args: &[&str], token: &str) -> serde_json::Value {
     let out = tern_ok(args, token);

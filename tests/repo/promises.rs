@@ -237,3 +237,26 @@ fn the_data_flow_names_the_pass_in_order() {
         );
     }
 }
+
+/// The end-to-end tests run the binary and build offers through one harness: no test file
+/// under `tests/` but `tests/common/` defines its own free `fn tern(` or `fn offer(` (the
+/// binary is `common::tern()` and its wrappers; an offer is `tern_cloud::testkit::offer`).
+#[test]
+fn end_to_end_tests_share_one_harness() {
+    let common = Path::new(REPO).join("tests").join("common");
+    let mut own = Vec::new();
+    for path in files(&[".rs"]) {
+        let rel = relative(&path);
+        if !rel.starts_with("tests/") || path.starts_with(&common) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim_start_matches("pub ");
+            if line.starts_with("fn tern(") || line.starts_with("fn offer(") {
+                own.push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
+    assert!(own.is_empty(), "use tests/common instead: {own:?}");
+}

@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::common;
@@ -64,15 +64,6 @@ fn start(state: &std::path::Path) -> Controller {
     c
 }
 
-fn tern(c: &Controller, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(args)
-        .args(["--server", &c.url])
-        .env("TERN_TOKEN", TOKEN)
-        .output()
-        .expect("run tern")
-}
-
 #[test]
 fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -118,7 +109,7 @@ fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
         env!("CARGO_MANIFEST_DIR"),
         "/examples/jobs/resnet50-imagenet.toml"
     );
-    let out = tern(&c, &["submit", job]);
+    let out = common::tern_at(&c.url, TOKEN, &["submit", job]);
     assert!(
         out.status.success(),
         "{}",
@@ -129,7 +120,7 @@ fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
     // The controller places it: instances appear (virtual time runs 600× faster).
     let t0 = Instant::now();
     let status = loop {
-        let out = tern(&c, &["status", "--json"]);
+        let out = common::tern_at(&c.url, TOKEN, &["status", "--json"]);
         assert!(
             out.status.success(),
             "{}",
@@ -212,7 +203,7 @@ fn api_rejects_bad_requests_without_writing_and_serves_jobs_and_metrics() {
     assert_eq!(code, 200);
     assert!(events.contains("\"kind\":\"submit\""), "{events}");
 
-    let out = tern(&c, &["cancel", "resnet50-imagenet"]);
+    let out = common::tern_at(&c.url, TOKEN, &["cancel", "resnet50-imagenet"]);
     assert!(
         out.status.success(),
         "{}",
@@ -306,7 +297,7 @@ fn api_refuses_nonsense_specs_and_submit_inlines_profiles() {
             + "[profile]\npath = \"prof\"\naccelerator = \"T4\"\n",
     )
     .expect("write");
-    let out = tern(&c, &["submit", &spec.display().to_string()]);
+    let out = common::tern_at(&c.url, TOKEN, &["submit", &spec.display().to_string()]);
     assert!(
         out.status.success(),
         "{}",

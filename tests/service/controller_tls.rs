@@ -3,31 +3,14 @@
 //! refused at start, and secrets kept out of `--help`.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use crate::common;
 
-use common::{Reaper, free_port, quiet, wait_for};
+use common::{Reaper, free_port, quiet, tern, wait_for};
 
 const TOKEN: &str = "tls-test-token";
-
-fn tern() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tern"));
-    // Only what each test passes: no token or CA from the caller's environment.
-    for var in [
-        "TERN_TOKEN",
-        "TERN_TOKEN_FILE",
-        "TERN_CA",
-        "TERN_SERVER",
-        "TERN_STATE",
-        "TERN_SIM_TOKEN",
-        "TERN_SIM_TOKEN_FILE",
-    ] {
-        c.env_remove(var);
-    }
-    c
-}
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()

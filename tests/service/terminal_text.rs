@@ -14,7 +14,8 @@ const ADMIN: &str = "terminal-admin-token";
 const HOSTILE: &str =
     "\u{1b}]0;owned\u{7}\u{1b}]52;c;ZWNobyBoaQ==\u{7}\u{1b}[2J\u{9b}31m\u{202e}gnp.exe";
 
-fn tern(server: &str, args: &[&str]) -> Vec<u8> {
+/// `tern ARGS --server SERVER` as the admin; it must succeed. Its stdout, byte for byte.
+fn admin_at(server: &str, args: &[&str]) -> Vec<u8> {
     let args: Vec<&str> = args.iter().copied().chain(["--server", server]).collect();
     tern_ok(&args, ADMIN)
 }
@@ -85,18 +86,18 @@ fn a_hostile_failure_reason_is_printed_escaped_and_kept_exact_in_json() {
     }
 
     // For people: every byte inert, the words still there, escaped.
-    let table = tern(&server, &["status"]);
+    let table = admin_at(&server, &["status"]);
     inert(&table).unwrap();
     let shown = String::from_utf8_lossy(&table);
     assert!(shown.contains("\\x1b]0;owned\\x07"), "{shown}");
     assert!(shown.contains("\\u{202e}gnp.exe"), "{shown}");
-    inert(&tern(&server, &["status", "hostile"])).unwrap();
-    let report = tern(&server, &["cost-report", "--by", "job", "--format", "csv"]);
+    inert(&admin_at(&server, &["status", "hostile"])).unwrap();
+    let report = admin_at(&server, &["cost-report", "--by", "job", "--format", "csv"]);
     inert(&report).unwrap();
     let report = String::from_utf8_lossy(&report);
     assert!(report.contains("\\x1b[2J"), "{report}");
     // For scripts: the exact text.
-    let json = tern(&server, &["status", "hostile", "--json"]);
+    let json = admin_at(&server, &["status", "hostile", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json).expect("json");
     let reason = v["jobs"][0]["reason"].as_str().expect("reason");
     assert!(reason.ends_with(HOSTILE), "{reason:?}");
