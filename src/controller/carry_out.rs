@@ -227,9 +227,7 @@ impl Controller {
         };
         if let Some(placement) = planned {
             if let Some(e) = self.fleet.jobs.get_mut(name) {
-                e.record.target_offer = Some(first);
-                e.record.target_count = count;
-                e.record.planned_count = count;
+                e.aim(first, count);
                 e.waiting = None;
                 e.estimate_unsaved = false;
                 self.store.update_job(&e.record, now)?;

@@ -258,9 +258,7 @@ impl Controller {
                     .as_deref()
                     .is_none_or(|t| !same_type(t, &o)))
         {
-            entry.record.target_offer = Some(o.key());
-            entry.record.target_count = count;
-            entry.record.planned_count = count;
+            entry.aim(o.key(), count);
         }
         self.store.update_job(&entry.record, now)?;
         if !self.terminate_all(intent, from, now).await? {
@@ -560,9 +558,7 @@ impl Controller {
             changed = true;
         }
         if e.record.target_offer.is_none() {
-            e.record.target_offer = Some(first.key());
-            e.record.target_count = count;
-            e.record.planned_count = count;
+            e.aim(first.key(), count);
             changed = true;
         }
         if changed {

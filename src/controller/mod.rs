@@ -349,6 +349,13 @@ fn hours(d: TimeDelta) -> f64 {
 }
 
 impl JobEntry {
+    /// The job aims at `count` nodes of offer `offer` from now on (its plan's size too).
+    fn aim(&mut self, offer: String, count: u32) {
+        self.record.target_offer = Some(offer);
+        self.record.target_count = count;
+        self.record.planned_count = count;
+    }
+
     fn new(record: JobRecord, loaded: Option<Arc<LoadedJob>>) -> JobEntry {
         JobEntry {
             record,

@@ -535,11 +535,7 @@ impl Controller {
         let policy = self.ask_policy(&jp.job, &offer, choice.nodes, now);
         let shape = offer.instance_type.name.clone();
         let view = decide::Launching {
-            gang: self
-                .fleet
-                .jobs
-                .get(&jp.job)
-                .is_some_and(|e| e.record.spec.gang),
+            gang: self.is_gang(&jp.job),
             nodes: choice.nodes,
             spot_wait: self.spot_wait(&jp.job, choice.finish_high_h, now),
             on_demand: match policy.as_ref().map(|c| c.step.placement) {

@@ -168,9 +168,7 @@ impl Controller {
         if from.is_empty()
             && let Some(e) = self.fleet.jobs.get_mut(name)
         {
-            e.record.target_offer = Some(offer.key());
-            e.record.target_count = nodes;
-            e.record.planned_count = nodes;
+            e.aim(offer.key(), nodes);
             e.waiting = None;
             e.estimate_unsaved = false;
         }
@@ -256,9 +254,7 @@ impl Controller {
         if let Some((offer, nodes)) = end.retarget
             && let Some(e) = self.fleet.jobs.get_mut(name)
         {
-            e.record.target_offer = Some(offer);
-            e.record.target_count = nodes;
-            e.record.planned_count = nodes;
+            e.aim(offer, nodes);
             self.store.update_job(&e.record, now)?;
         }
         self.close_probe(name, end.probe, end.why, end.outcome, now)?;
