@@ -5,15 +5,14 @@
 //! checkpoint. The same run on a real PostgreSQL store (a private cluster), where the restarted
 //! controller reclaims its own lease (same `--id`) at once.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 use tern::store::pg_cluster;
 
 use common::{
-    Reaper, free_port, quiet, sim_controller_logged, sim_report_when_empty, submit, tern_json,
-    wait_for, wait_for_child,
+    Reaper, free_port, sim_controller_logged, sim_report_when_empty, sim_serving, submit,
+    tern_json, wait_for_child,
 };
 
 const TOKEN: &str = "chaos-token";
@@ -45,21 +44,8 @@ fn sigkilled_controller_on_postgres_leaks_nothing_and_launches_nothing_twice() {
 }
 
 fn chaos(dir: &tempfile::TempDir, state: &str) {
-    let sim_addr = format!("127.0.0.1:{}", free_port());
-    let sim_url = format!("http://{sim_addr}");
-    let mut reaper = Reaper(Vec::new());
-    reaper.0.push(
-        quiet(
-            Command::new(env!("CARGO_BIN_EXE_tern"))
-                .args([
-                    "sim", "serve", "--listen", &sim_addr, "--speed", "1800", "--seed", "3",
-                ])
-                .args(["--throttle", "0.05"]),
-        )
-        .spawn()
-        .expect("sim serve"),
-    );
-    wait_for(&sim_addr);
+    let (sim, sim_url) = sim_serving(&["--speed", "1800", "--seed", "3", "--throttle", "0.05"]);
+    let _reaper = Reaper(vec![sim]);
     let ctl_addr = format!("127.0.0.1:{}", free_port());
     let server = format!("http://{ctl_addr}");
     // Every start's stderr goes to one log, shown when a start fails.

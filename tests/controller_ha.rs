@@ -13,7 +13,7 @@ mod common;
 use tern::store::pg_cluster;
 
 use common::{
-    Reaper, free_port, sim_controller, sim_report_when_empty, sim_serve, submit, tern_json,
+    Reaper, free_port, sim_controller, sim_report_when_empty, start_sim, submit, tern_json,
     wait_for,
 };
 
@@ -80,14 +80,12 @@ impl Ha {
     fn start(db: &str, seed: u64) -> Ha {
         let pg = pg_cluster::PgCluster::start().expect("PostgreSQL for the HA test");
         let state = pg.create_db(db).expect("database");
-        let sim_addr = format!("127.0.0.1:{}", free_port());
-        let reaper = Reaper(vec![sim_serve(&sim_addr, seed)]);
-        wait_for(&sim_addr);
+        let (reaper, sim_url) = start_sim(seed);
         Ha {
             _pg: pg,
             state,
             dir: tempfile::tempdir().expect("tempdir"),
-            sim_url: format!("http://{sim_addr}"),
+            sim_url,
             reaper,
         }
     }

@@ -216,7 +216,8 @@ async fn run(State(state): State<ApiState>, Path(name): Path<String>) -> Respons
 async fn decisions(State(state): State<ApiState>, Path(name): Path<String>) -> Response {
     let store = state.store.clone();
     let job = name.clone();
-    let built = tokio::task::spawn_blocking(move || explain::load(&store, &job)).await;
+    let now = state.clock.last();
+    let built = tokio::task::spawn_blocking(move || explain::load(&store, &job, now)).await;
     match built {
         Ok(Ok(t)) => axum::Json(t).into_response(),
         // The store's error lists every job: the route says only that this one is unknown.

@@ -168,10 +168,12 @@ async fn a_job_that_ran_explains_its_plan_and_launch_with_their_numbers() {
     assert!(t.decisions.iter().all(|d| d.expected_saving.is_none()));
     // The same timeline as the store's, up to the events written since the answer.
     let (s, job) = (store.clone(), "a");
-    let direct = tokio::task::spawn_blocking(move || crate::controller::explain::load(&s, job))
-        .await
-        .expect("join")
-        .expect("load");
+    let now = chrono::Utc::now();
+    let direct =
+        tokio::task::spawn_blocking(move || crate::controller::explain::load(&s, job, now))
+            .await
+            .expect("join")
+            .expect("load");
     assert_eq!(direct.decisions[..t.decisions.len()], t.decisions[..]);
 
     let missing = c.decisions("nope").await.expect_err("unknown job");

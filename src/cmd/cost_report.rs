@@ -138,9 +138,10 @@ fn from_store(args: &Args, query: &CostQuery) -> anyhow::Result<WithDecisions> {
         None => Default::default(),
     };
     let ledger = Ledger::load(&store, budgets).context("reading usage and prices")?;
-    let report = report::build(&ledger, query, Utc::now())?;
+    let now = Utc::now();
+    let report = report::build(&ledger, query, now)?;
     let decisions = job_rows(&report)
-        .map(|job| tern::controller::explain::timeline(job, &ledger.events))
+        .map(|job| tern::controller::explain::timeline(job, &ledger.events, ledger.bills(), now))
         .collect();
     Ok((report, decisions))
 }

@@ -17,6 +17,7 @@ use tern_cloud::parse_job_spec;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{FaultSchedule, SimCloud};
 
+use tern::api::wire::decisions::Timeline;
 use tern::controller::workload::Workload;
 use tern::controller::world::SimWorld;
 use tern::controller::{Controller, ControllerConfig};
@@ -168,8 +169,9 @@ struct MigrationLine {
     at: DateTime<Utc>,
     /// The move rule's net saving when the move began (the `migrate` event's).
     expected_saving: f64,
-    /// See [`realised_saving`].
-    realised_saving: f64,
+    /// What the bill says it saved ([`tern::report::saving::realised`]); `None` when the move
+    /// was cut short before its old nodes went.
+    realised_saving: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -326,18 +328,17 @@ async fn demo(args: Args) -> anyhow::Result<()> {
     let ledger = Ledger::load(&store, demo_limits()?.budgets())?;
     let report = report::build(&ledger, &CostQuery::default(), now)?;
     let workload = world.workers.take().unwrap_or_default();
-    let moves = migrations(&ledger, now)?;
+    let decisions: Vec<Timeline> = report
+        .rows
+        .iter()
+        .map(|r| tern::controller::explain::timeline(&r.key, &ledger.events, ledger.bills(), now))
+        .collect();
     let mut summary = summarise(&world.ctl, &report, &workload, now, start, wall.elapsed());
-    summary.migrations = moves;
+    summary.migrations = migrations(&ledger, &decisions);
     let html = args
         .report
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("tern-demo-report.html"));
-    let decisions: Vec<_> = report
-        .rows
-        .iter()
-        .map(|r| tern::controller::explain::timeline(&r.key, &ledger.events))
-        .collect();
     std::fs::write(&html, report::html::page(&report, &decisions)?)
         .with_context(|| format!("writing {}", html.display()))?;
     summary.report_html = Some(html);
@@ -510,13 +511,16 @@ fn print_summary(s: &Summary, report: &CostReport, start: DateTime<Utc>) {
     );
     for m in &s.migrations {
         say!(
-            "migrated {} {} → {} at {}: expected ${:.2}, realised ${:.2}",
+            "migrated {} {} → {} at {}: expected ${:.2}, realised {}",
             m.job,
             m.from,
             m.to,
             clock(m.at - start),
             m.expected_saving,
-            m.realised_saving
+            m.realised_saving.map_or_else(
+                || "not known (cut short)".to_string(),
+                |r| format!("${r:.2}")
+            )
         );
     }
     let errors: Vec<String> = s
@@ -551,129 +555,42 @@ fn place(zone: &tern_cloud::Zone, capacity: tern_cloud::Capacity) -> String {
 }
 
 /// Every migration the controller started, read back from the ledger's events (the store's,
-/// as the cost report read them), with its realised saving ([`realised_saving`]) from the
-/// ledger's usage and prices up to `now`.
-fn migrations(ledger: &Ledger, now: DateTime<Utc>) -> anyhow::Result<Vec<MigrationLine>> {
+/// as the cost report read them), with its realised saving as the jobs' decision timelines
+/// have it ([`tern::report::saving::realised`], one formula for every report).
+fn migrations(ledger: &Ledger, timelines: &[Timeline]) -> Vec<MigrationLine> {
     use tern::controller::Event;
-    let moves: Vec<(DateTime<Utc>, Event)> = ledger
-        .events
-        .iter()
-        .filter(|e| e.kind == "migrate")
-        .filter_map(|e| Some((e.at, tern::event::read(e.fields.as_ref()?)?)))
-        .collect();
-    let (usage, prices) = (&ledger.usage, &ledger.prices);
+    let realised = |job: &str, at: DateTime<Utc>| {
+        let t = timelines.iter().find(|t| t.job == job)?;
+        let d = t
+            .decisions
+            .iter()
+            .find(|d| d.kind == "move" && d.at == at)?;
+        d.realised_saving
+    };
     let mut out = Vec::new();
-    for (k, (at, e)) in moves.iter().enumerate() {
-        let Event::Migrating {
+    for e in ledger.events.iter().filter(|e| e.kind == "migrate") {
+        let Some(Event::Migrating {
             job,
             from_capacity,
-            from_price,
             from_zone,
             to_capacity,
             to_zone,
             net_saving,
             ..
-        } = e
+        }) = e.fields.as_ref().and_then(tern::event::read)
         else {
             continue;
         };
-        // Until the job's next move (or now): what ran on the new pool after it belongs to
-        // the next one.
-        let until = moves[k + 1..]
-            .iter()
-            .find(|(_, e)| e.job() == Some(job.as_str()))
-            .map_or(now, |(t, _)| *t);
         out.push(MigrationLine {
-            job: job.clone(),
-            from: place(from_zone, *from_capacity),
-            to: place(to_zone, *to_capacity),
-            at: *at,
-            expected_saving: *net_saving,
-            realised_saving: realised_saving(
-                usage,
-                prices,
-                Move {
-                    job,
-                    at: *at,
-                    until,
-                    from: (from_zone, *from_capacity, *from_price),
-                    to: (to_zone, *to_capacity),
-                },
-                now,
-            ),
+            realised_saving: realised(&job, e.at),
+            job,
+            from: place(&from_zone, from_capacity),
+            to: place(&to_zone, to_capacity),
+            at: e.at,
+            expected_saving: net_saving,
         });
     }
-    Ok(out)
-}
-
-/// One migration as [`realised_saving`] reads it: the job, when the move began, until when
-/// its new place counts (its next move, or the end), the pool it left (zone, capacity, $/h when
-/// it left) and the pool it went to.
-struct Move<'a> {
-    job: &'a str,
-    at: DateTime<Utc>,
-    until: DateTime<Utc>,
-    from: (&'a tern_cloud::Zone, tern_cloud::Capacity, f64),
-    to: (&'a tern_cloud::Zone, tern_cloud::Capacity),
-}
-
-/// What a migration saved, from the store's usage intervals and recorded prices, not from its
-/// expectation: `stay − paid − held`, where
-/// - `paid` is what the job's nodes on the new pool (those started from the move until its
-///   next move or the end) were billed over that time;
-/// - `stay` is what the same hours would have cost at the old pool's price at the same moments
-///   (its recorded price steps after the move, the price it was left at before the first);
-/// - `held` is the move's cost: what the old nodes that were running when the move began were
-///   billed from then until they were released (both pools paid while the new nodes booted and
-///   restored the checkpoint).
-///
-/// Work lost to the move shows as longer running on the new pool, which `stay` prices at the
-/// old rate too; a move that pays less than it costs comes out negative.
-fn realised_saving(
-    usage: &[(tern::store::Usage, Option<tern_cloud::Offer>)],
-    prices: &tern::store::PriceLog,
-    m: Move<'_>,
-    now: DateTime<Utc>,
-) -> f64 {
-    use tern::report::bill::{bill, dollars_within};
-    let on = |key: &str, (zone, capacity): (&tern_cloud::Zone, tern_cloud::Capacity)| {
-        tern_cloud::OfferKey::parse(key)
-            .is_some_and(|k| k.zone == zone.as_str() && k.capacity() == Some(capacity))
-    };
-    let billed = |u: &tern::store::Usage, o: Option<&tern_cloud::Offer>, from, to| {
-        let steps = prices.get(&u.offer_key).map_or(&[][..], Vec::as_slice);
-        bill(u, o, steps, (Some(from), to), now)
-    };
-    let mine = usage.iter().filter(|(u, _)| u.job == m.job);
-    let (mut stay, mut paid, mut held) = (0.0, 0.0, 0.0);
-    let mut old_key = None;
-    for (u, o) in mine.clone() {
-        let running_then = u.started_at <= m.at && u.ended_at.is_none_or(|e| e > m.at);
-        if running_then && on(&u.offer_key, (m.from.0, m.from.1)) {
-            held += dollars_within(&billed(u, o.as_ref(), m.at, now), (m.at, now));
-            old_key.get_or_insert(u.offer_key.clone());
-        }
-    }
-    let old_steps = tern_cloud::PriceSteps::new(
-        old_key
-            .and_then(|k| prices.get(&k))
-            .map(|p| p.iter().copied().filter(|(t, _)| *t > m.at).collect())
-            .unwrap_or_default(),
-    );
-    for (u, o) in mine {
-        if u.started_at < m.at || u.started_at >= m.until || !on(&u.offer_key, m.to) {
-            continue;
-        }
-        for b in billed(u, o.as_ref(), m.at, m.until) {
-            paid += b.piece.dollars();
-            stay += old_steps
-                .pieces(b.piece.from, b.piece.to, m.from.2)
-                .iter()
-                .map(tern_cloud::Piece::dollars)
-                .sum::<f64>();
-        }
-    }
-    stay - paid - held
+    out
 }
 
 #[cfg(test)]
@@ -689,56 +606,6 @@ mod tests {
             message: format!("{kind} {id}"),
             fields: None,
         }
-    }
-
-    fn usage(job: &str, key: &str, price: f64, from_h: f64, to_h: f64) -> tern::store::Usage {
-        let at = |h: f64| t0() + chrono::TimeDelta::seconds((h * 3600.0) as i64);
-        tern::store::Usage {
-            instance: format!("{job}-{key}-{from_h}"),
-            job: job.into(),
-            offer_key: key.into(),
-            capacity: tern_cloud::Capacity::Spot,
-            price_per_hour: price,
-            on_demand_per_hour: Some(30.0),
-            started_at: at(from_h),
-            ended_at: Some(at(to_h)),
-        }
-    }
-
-    fn t0() -> DateTime<Utc> {
-        DateTime::from_timestamp(1_800_000_000, 0).expect("time")
-    }
-
-    #[test]
-    fn a_moves_realised_saving_is_the_old_price_for_the_new_hours_less_both_bills() {
-        let (a, b) = ("sim/z-a/p5.48xlarge/spot", "sim/z-b/p5.48xlarge/spot");
-        let hour = chrono::TimeDelta::hours(1);
-        let usage: Vec<_> = [
-            // The moved node: on the old pool 2 h before the move, 6 min after it.
-            usage("j", a, 10.0, -2.0, 0.1),
-            // The new node: 2 h on the new pool.
-            usage("j", b, 4.0, 0.0, 2.0),
-            // Another job on the new pool, and this job after its next move: not this move's.
-            usage("k", b, 4.0, 0.0, 2.0),
-            usage("j", b, 4.0, 3.0, 4.0),
-        ]
-        .into_iter()
-        .map(|u| (u, None))
-        .collect();
-        // The old pool's price rose an hour after the move: staying would have cost more.
-        let prices: tern::store::PriceLog = [(a.to_string(), vec![(t0() + hour, 12.0)])].into();
-        let (za, zb) = (tern_cloud::Zone::new("z-a"), tern_cloud::Zone::new("z-b"));
-        let m = Move {
-            job: "j",
-            at: t0(),
-            until: t0() + hour * 3,
-            from: (&za, tern_cloud::Capacity::Spot, 10.0),
-            to: (&zb, tern_cloud::Capacity::Spot),
-        };
-        let got = realised_saving(&usage, &prices, m, t0() + hour * 5);
-        // Stay: 1 h at $10 and 1 h at $12; paid: 2 h at $4; held: 0.1 h at $10.
-        let want = (10.0 + 12.0) - 2.0 * 4.0 - 0.1 * 10.0;
-        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 fn from_store(args: &Args) -> anyhow::Result<Timeline> {
     let store = args.source.store()?;
-    Ok(explain::load(&store, &args.job)?)
+    // Open usage is billed to now, as `tern cost-report` bills it.
+    Ok(explain::load(&store, &args.job, chrono::Utc::now())?)
 }
 
 fn from_server(args: &Args, url: &str) -> anyhow::Result<Timeline> {

@@ -1,14 +1,14 @@
 //! `tern explain` and `GET /v1/jobs/NAME/decisions`: a job's decision timeline, built by one
-//! pure function ([`timeline`]) over the events the controller stored for it, so the command
-//! reading a store and the API answer the same JSON.
+//! pure function ([`timeline`]) over the events the controller stored for it and what the
+//! store billed it, so the command reading a store and the API answer the same JSON.
 //!
 //! Each decision carries the reason the controller gave (the event's message) and the numbers
 //! it compared (the typed event's fields). A move also carries the saving the move rule
-//! expected and, once the event log shows how long the moved nodes ran at the new price, the
-//! saving realised: the price difference times the nodes moved times the hours from the old
-//! nodes' release to the job's next change of nodes (another move, a notice, a reclaim, a
-//! resize, a replacement, a regroup, or its end), less what the new nodes cost while both ran.
-//! Until such a later event exists it is `null` ("not known yet").
+//! expected and, once its old nodes are released, the saving realised so far, read from the
+//! bill by [`crate::report::saving::realised`] (the one formula every report shows): what the
+//! new nodes' hours would have cost at the old price, less what they cost, less what the old
+//! nodes cost while both ran. A move cut short before its old nodes went (a notice, a
+//! reclaim, a cancel…) has none: `null`, "not known".
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,9 +17,11 @@ use chrono::{DateTime, Utc};
 
 use super::events::{Event, ResizeWhy, WaitReason};
 use crate::api::wire::decisions::{DecisionView, Timeline};
+use crate::report::saving::{self, Bills, Move};
 use crate::store::{self, Store, StoreError};
 
-/// Event kinds (the store's `kind`) that end the stretch a move's saving is counted over.
+/// Event kinds (the store's `kind`) that, before a move's old nodes are released, cut it
+/// short: it never ran as planned, so it has no realised saving.
 const CHANGES: &[&str] = &[
     "migrate",
     "notice",
@@ -34,8 +36,14 @@ const CHANGES: &[&str] = &[
     "quarantine",
 ];
 
-/// The timeline of `job` from its stored events (oldest first; others' events are skipped).
-pub fn timeline(job: &str, events: &[store::StoredEvent]) -> Timeline {
+/// The timeline of `job` from its stored events (oldest first; others' events are skipped)
+/// and its bill up to `now`.
+pub fn timeline(
+    job: &str,
+    events: &[store::StoredEvent],
+    bills: Bills<'_>,
+    now: DateTime<Utc>,
+) -> Timeline {
     let mine: Vec<&store::StoredEvent> = events
         .iter()
         .filter(|e| e.job.as_deref() == Some(job))
@@ -51,18 +59,16 @@ pub fn timeline(job: &str, events: &[store::StoredEvent]) -> Timeline {
             continue;
         };
         let (expected_saving, realised_saving) = match &typed {
-            Some(Event::Migrating {
-                net_saving,
-                moved,
-                from_price,
-                to_price,
-                ..
-            }) => {
-                let rate = from_price - to_price;
-                let realised = realised(&mine[i + 1..], e.at).map(|(overlap_h, after_h)| {
-                    f64::from(*moved) * (rate * after_h - to_price * overlap_h)
+            Some(m @ Event::Migrating { net_saving, .. }) => {
+                let later = &mine[i + 1..];
+                let realised = landed(later).then(|| {
+                    let until = later
+                        .iter()
+                        .find(|l| l.kind == "migrate")
+                        .map_or(now, |l| l.at);
+                    realised(bills, job, m, (e.at, until), now)
                 });
-                (Some(*net_saving), realised)
+                (Some(*net_saving), realised.flatten())
             }
             _ => (None, None),
         };
@@ -81,25 +87,41 @@ pub fn timeline(job: &str, events: &[store::StoredEvent]) -> Timeline {
     }
 }
 
-/// For a move started at `at`: the hours both old and new nodes ran (to the `migrated` event)
-/// and the hours after, to the job's next change; `None` until both are in the log.
-fn realised(later: &[&store::StoredEvent], at: DateTime<Utc>) -> Option<(f64, f64)> {
-    let done = later.iter().position(|e| e.kind == "migrated")?;
-    if later[..done]
+/// Whether a move's old nodes were released (`migrated`) before anything cut it short.
+fn landed(later: &[&store::StoredEvent]) -> bool {
+    later
         .iter()
-        .any(|e| CHANGES.contains(&e.kind.as_str()))
-    {
-        return None;
-    }
-    let released = later[done].at;
-    let next = later[done + 1..]
-        .iter()
-        .find(|e| CHANGES.contains(&e.kind.as_str()))?;
-    Some((hours(at, released), hours(released, next.at)))
+        .find(|e| e.kind == "migrated" || CHANGES.contains(&e.kind.as_str()))
+        .is_some_and(|e| e.kind == "migrated")
 }
 
-fn hours(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
-    (to - from).num_milliseconds().max(0) as f64 / 3_600_000.0
+/// The bill's saving of the move `m` over `[at, until)`.
+fn realised(
+    bills: Bills<'_>,
+    job: &str,
+    m: &Event,
+    (at, until): (DateTime<Utc>, DateTime<Utc>),
+    now: DateTime<Utc>,
+) -> Option<f64> {
+    let Event::Migrating {
+        from_zone,
+        from_capacity,
+        from_price,
+        to_zone,
+        to_capacity,
+        ..
+    } = m
+    else {
+        return None;
+    };
+    let m = Move {
+        job,
+        at,
+        until,
+        from: (from_zone, *from_capacity, *from_price),
+        to: (to_zone, *to_capacity),
+    };
+    Some(saving::realised(bills, m, now))
 }
 
 /// The timeline's kind for an event stored without fields.
@@ -307,8 +329,9 @@ fn known_list(known: &[String]) -> String {
     }
 }
 
-/// `job`'s timeline from `store`; an unknown job is an error naming the known ones.
-pub fn load(store: &Store, job: &str) -> Result<Timeline, ExplainError> {
+/// `job`'s timeline from `store`, billed up to `now`; an unknown job is an error naming the
+/// known ones.
+pub fn load(store: &Store, job: &str, now: DateTime<Utc>) -> Result<Timeline, ExplainError> {
     if store.job(job)?.is_none() {
         let known = store
             .load()?
@@ -321,7 +344,13 @@ pub fn load(store: &Store, job: &str) -> Result<Timeline, ExplainError> {
             known,
         });
     }
-    Ok(timeline(job, &store.events(0, Some(job))?))
+    let usage = store.job_usage_with_offers(job)?;
+    let prices = store.job_prices(job)?;
+    let bills = Bills {
+        usage: &usage,
+        prices: &prices,
+    };
+    Ok(timeline(job, &store.events(0, Some(job))?, bills, now))
 }
 
 /// The timeline for people: a line per decision, then its numbers and, for a move, its saving.
@@ -351,7 +380,7 @@ pub fn text(t: &Timeline) -> String {
         if let Some(e) = d.expected_saving {
             let realised = match d.realised_saving {
                 Some(r) => format!("${r:.2}"),
-                None => "not known yet".to_string(),
+                None => "not known (its old nodes were not released)".to_string(),
             };
             let _ = writeln!(
                 out,
@@ -398,6 +427,51 @@ mod tests {
             kind: e.kind().to_string(),
             message: e.to_string(),
             fields: Some(serde_json::to_value(e).expect("json")),
+        }
+    }
+
+    /// One node's usage interval on `zone`'s p4d `capacity` at `price` $/h, over minutes
+    /// `[from, to)` of the test's clock.
+    fn node(
+        n: u32,
+        zone: &str,
+        capacity: Capacity,
+        price: f64,
+        (from, to): (i64, i64),
+    ) -> store::Usage {
+        store::Usage {
+            instance: format!("i-{n}"),
+            job: "bert".into(),
+            offer_key: format!("aws/{zone}/p4d/{capacity}"),
+            capacity,
+            price_per_hour: price,
+            on_demand_per_hour: Some(3.0),
+            started_at: at(from),
+            ended_at: Some(at(to)),
+        }
+    }
+
+    /// The bill of [`migrating`]'s move at minute 60: two on-demand nodes in use1-az1 at $3/h
+    /// until minute 90, then two spot nodes in use1-az2 at $1/h from minute 60 to 400.
+    fn moved_bill() -> Vec<(store::Usage, Option<tern_cloud::Offer>)> {
+        let (od, spot) = (Capacity::OnDemand, Capacity::Spot);
+        [
+            node(1, "use1-az1", od, 3.0, (0, 90)),
+            node(2, "use1-az1", od, 3.0, (0, 90)),
+            node(3, "use1-az2", spot, 1.0, (60, 400)),
+            node(4, "use1-az2", spot, 1.0, (60, 400)),
+        ]
+        .into_iter()
+        .map(|u| (u, None))
+        .collect()
+    }
+
+    fn no_bill() -> Bills<'static> {
+        static NONE: std::sync::LazyLock<store::PriceLog> =
+            std::sync::LazyLock::new(Default::default);
+        Bills {
+            usage: &[],
+            prices: &NONE,
         }
     }
 
@@ -513,7 +587,12 @@ mod tests {
             fields: None,
         });
 
-        let t = timeline("bert", &log);
+        let (usage, prices) = (moved_bill(), store::PriceLog::new());
+        let bills = Bills {
+            usage: &usage,
+            prices: &prices,
+        };
+        let t = timeline("bert", &log, bills, at(500));
         assert_eq!(t.job, "bert");
         let kinds: Vec<&str> = t.decisions.iter().map(|d| d.kind.as_str()).collect();
         assert_eq!(
@@ -536,14 +615,19 @@ mod tests {
         assert_eq!(d[2].numbers["reserve_h"], 1.5);
         assert_eq!(d[3].numbers["lead_s"], 120.0);
         assert_eq!(d[4].numbers["missing"], 1.0);
-        // The first move: $2/h saved on each of 2 nodes for 2.5 h, less the new nodes' $1/h
-        // each for the half hour both ran.
+        // The first move, billed until the next (minute 300): the new nodes' 4 h each at
+        // the old $3/h, less what they cost ($1/h), less the old nodes' half hour after the
+        // move ($3/h each).
         assert_eq!(d[5].expected_saving, Some(10.0));
-        assert_eq!(d[5].realised_saving, Some(2.0 * (2.0 * 2.5 - 1.0 * 0.5)));
+        let realised = d[5].realised_saving.expect("the first move landed");
+        assert!(
+            (realised - (2.0 * 4.0 * (3.0 - 1.0) - 2.0 * 0.5 * 3.0)).abs() < 1e-9,
+            "{realised}"
+        );
         assert_eq!(d[5].numbers["from_price_per_h"], 3.0);
         assert_eq!(d[6].numbers["to"], 1.0);
         assert_eq!(d[6].expected_saving, None);
-        // The second: not known yet.
+        // The second: its old nodes were never released.
         assert_eq!(d[7].expected_saving, Some(10.0));
         assert_eq!(d[7].realised_saving, None);
         assert!(d[8].numbers.is_empty());
@@ -555,11 +639,11 @@ mod tests {
         let shown = text(&t);
         assert!(shown.starts_with("bert: 9 decision(s)\n"), "{shown}");
         assert!(
-            shown.contains("saving: expected $10.00, realised $9.00"),
+            shown.contains("saving: expected $10.00, realised $13.00"),
             "{shown}"
         );
         assert!(
-            shown.contains("saving: expected $10.00, realised not known yet"),
+            shown.contains("saving: expected $10.00, realised not known (its old nodes"),
             "{shown}"
         );
         assert!(shown.contains("slack_h=3 work_h=6"), "{shown}");
@@ -584,16 +668,27 @@ mod tests {
         ];
         let log: Vec<store::StoredEvent> = events
             .iter()
-            .zip([0, 30, 150])
+            .zip([60, 90, 150])
             .enumerate()
             .map(|(i, (e, m))| stored(i as i64 + 1, m, e))
             .collect();
-        let t = timeline("bert", &log);
+        let (usage, prices) = (moved_bill(), store::PriceLog::new());
+        let bills = Bills {
+            usage: &usage,
+            prices: &prices,
+        };
+        let t = timeline("bert", &log, bills, at(150));
         let kinds: Vec<&str> = t.decisions.iter().map(|d| d.kind.as_str()).collect();
         assert_eq!(kinds, ["move", "cancel"]);
         assert_eq!(t.decisions[1].reason, "cancelled by the user");
-        // The move's saving runs to the cancel.
-        assert!(t.decisions[0].realised_saving.is_some());
+        // The move landed before the cancel: its saving is the bill's, to the cancel (the
+        // test's bill runs on; `now` ends it): 1.5 h at $3 − $1 on two nodes, less the old
+        // nodes' half hour.
+        let realised = t.decisions[0].realised_saving.expect("landed");
+        assert!(
+            (realised - (2.0 * 1.5 * 2.0 - 2.0 * 0.5 * 3.0)).abs() < 1e-9,
+            "{realised}"
+        );
     }
 
     #[test]
@@ -628,11 +723,14 @@ mod tests {
                 },
             ),
         ];
-        let t = timeline("j", &log);
+        let t = timeline("j", &log, no_bill(), at(70));
         assert_eq!(t.decisions[0].realised_saving, None);
-        assert_eq!(timeline("nobody", &log).decisions, vec![]);
         assert_eq!(
-            text(&timeline("nobody", &log)),
+            timeline("nobody", &log, no_bill(), at(70)).decisions,
+            vec![]
+        );
+        assert_eq!(
+            text(&timeline("nobody", &log, no_bill(), at(70))),
             "nobody: no decisions yet\n"
         );
     }

@@ -12,6 +12,7 @@ pub mod buckets;
 pub mod chart;
 pub mod html;
 pub mod render;
+pub mod saving;
 pub mod waterfall;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,6 +85,14 @@ impl Ledger {
             budgets,
             events: store.events(0, None)?,
         })
+    }
+
+    /// What the ledger billed, as [`saving::realised`] reads it.
+    pub fn bills(&self) -> saving::Bills<'_> {
+        saving::Bills {
+            usage: &self.usage,
+            prices: &self.prices,
+        }
     }
 
     /// The latest time the ledger records (a launch, an end or a price change). A report on a

@@ -188,19 +188,32 @@ impl Store {
 
     /// Every usage interval with the offer its instance ran on (for cost reports).
     pub fn usage_with_offers(&self) -> Result<Vec<(Usage, Option<Offer>)>> {
-        self.query(
+        self.usage_with_offers_where("", vec![])
+    }
+
+    /// [`Store::usage_with_offers`] of one job (what `tern explain` bills a move from).
+    pub fn job_usage_with_offers(&self, job: &str) -> Result<Vec<(Usage, Option<Offer>)>> {
+        self.usage_with_offers_where("WHERE u.job = ?1", params![job])
+    }
+
+    fn usage_with_offers_where(
+        &self,
+        filter: &str,
+        params: Vec<sql::Value>,
+    ) -> Result<Vec<(Usage, Option<Offer>)>> {
+        let sql = format!(
             "SELECT u.instance, u.job, u.offer_key, u.capacity, u.price_per_hour,
                 u.on_demand_per_hour, u.started_at, u.ended_at, i.offer
-             FROM usage u LEFT JOIN instances i ON i.id = u.instance ORDER BY u.id",
-            vec![],
-        )?
-        .iter()
-        .map(|r| {
-            let usage = usage_from_row(r)?;
-            let offer = r.opt_text(8)?.map(|o| parse("offer", &o)).transpose()?;
-            Ok((usage, offer))
-        })
-        .collect()
+             FROM usage u LEFT JOIN instances i ON i.id = u.instance {filter} ORDER BY u.id"
+        );
+        self.query(&sql, params)?
+            .iter()
+            .map(|r| {
+                let usage = usage_from_row(r)?;
+                let offer = r.opt_text(8)?.map(|o| parse("offer", &o)).transpose()?;
+                Ok((usage, offer))
+            })
+            .collect()
     }
 
     /// Record prices seen at `at` (offer key, $/h). Callers pass changes only; a second write
@@ -224,11 +237,23 @@ impl Store {
 
     /// Every recorded price, per offer key, oldest first.
     pub fn prices(&self) -> Result<PriceLog> {
+        self.prices_where("", vec![])
+    }
+
+    /// The recorded prices of the offers `job` ran on.
+    pub fn job_prices(&self, job: &str) -> Result<PriceLog> {
+        self.prices_where(
+            "WHERE offer_key IN (SELECT offer_key FROM usage WHERE job = ?1)",
+            params![job],
+        )
+    }
+
+    fn prices_where(&self, filter: &str, params: Vec<sql::Value>) -> Result<PriceLog> {
         let mut out = PriceLog::new();
-        for r in self.query(
-            "SELECT offer_key, at, price_per_hour FROM prices ORDER BY offer_key, at",
-            vec![],
-        )? {
+        let sql = format!(
+            "SELECT offer_key, at, price_per_hour FROM prices {filter} ORDER BY offer_key, at"
+        );
+        for r in self.query(&sql, params)? {
             out.entry(r.text(0)?)
                 .or_default()
                 .push((time(r.int(1)?), r.real(2)?));

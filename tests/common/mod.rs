@@ -269,23 +269,57 @@ pub fn sim_controller_command(
     c
 }
 
-/// `tern sim serve` on `addr` at 600× speed with `seed`, its output silenced.
-pub fn sim_serve(addr: &str, seed: u64) -> std::process::Child {
-    quiet(
-        Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args(["sim", "serve", "--listen", addr, "--speed", "600", "--seed"])
-            .arg(seed.to_string()),
-    )
-    .spawn()
-    .expect("sim serve")
+/// `tern sim serve` with `args` on a port the OS picks as it binds (`--listen 127.0.0.1:0`),
+/// and the URL it printed: no other process can hold that port, as one chosen beforehand
+/// and bound later can be (tests run side by side). Panics, with what it printed, if it does
+/// not say where it serves within 60 s.
+// The child is the caller's to reap (a `Reaper`); every path that keeps it returns it.
+#[allow(clippy::zombie_processes)]
+pub fn sim_serving(args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = quiet(&mut Command::new(env!("CARGO_BIN_EXE_tern")))
+        .args(["sim", "serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sim serve");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads every line (so the server never blocks on a full pipe) and sends each on.
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                // Nobody listens any more: keep draining.
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60) {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                if let Some(rest) = line.split("serving the simulated cloud on ").nth(1) {
+                    let url = rest.split_whitespace().next().expect("an address");
+                    return (child, url.to_string());
+                }
+                seen.push(line);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = child.kill();
+    panic!(
+        "tern sim serve did not say where it serves; it printed:\n{}",
+        seen.join("\n")
+    );
 }
 
-/// A running `tern sim serve` (reaped with the test) and its URL.
+/// A running `tern sim serve` at 600× speed with `seed` (reaped with the test) and its URL.
 pub fn start_sim(seed: u64) -> (Reaper, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let reaper = Reaper(vec![sim_serve(&addr, seed)]);
-    wait_for(&addr);
-    (reaper, format!("http://{addr}"))
+    let (child, url) = sim_serving(&["--speed", "600", "--seed", &seed.to_string()]);
+    (Reaper(vec![child]), url)
 }
 
 /// `tern agent --job JOB` running a stand-in "training script" to the end: a fake `torchrun`

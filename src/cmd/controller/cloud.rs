@@ -122,6 +122,31 @@ pub(super) type CloudParts = (
     Option<Arc<SimCloud>>,
 );
 
+/// How long a starting controller keeps asking a cloud that fails transiently (a connection
+/// refused or reset, a throttle) before it gives up: a controller and its simulated cloud
+/// often start together, and a blip at start is no reason to exit.
+const START_PATIENCE: Duration = Duration::from_secs(30);
+
+/// `call` until it succeeds, fails for good, or [`START_PATIENCE`] has passed.
+async fn patiently<T, F, Fut>(what: &str, mut call: F) -> Result<T, tern_cloud::ProviderError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tern_cloud::ProviderError>>,
+{
+    let until = std::time::Instant::now() + START_PATIENCE;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match call().await {
+            Err(e) if e.is_retryable() && std::time::Instant::now() + delay < until => {
+                tracing::warn!(error = %e, "asking the simulated cloud for {what}: {e}; trying again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
 pub(super) async fn cloud(args: &Args) -> anyhow::Result<CloudParts> {
     match (args.provider, &args.sim_endpoint) {
         (ProviderKind::Aws, _) => {
@@ -137,11 +162,10 @@ pub(super) async fn cloud(args: &Args) -> anyhow::Result<CloudParts> {
                 super::super::token::resolve(args.sim_token.as_deref(), None, "--sim-token")?;
             let http = tern::http::client_with_ca(args.ca.as_deref())?;
             let remote = RemoteSim::new(url.clone(), http).with_token(sim_token);
-            let regions = remote
-                .regions()
+            let regions = patiently("its regions", || remote.regions())
                 .await
                 .with_context(|| format!("asking the simulated cloud at {url} for its regions"))?;
-            let clock = RemoteSimClock::new(remote.clone())
+            let clock = patiently("its clock", || RemoteSimClock::new(remote.clone()))
                 .await
                 .context("reading the simulated cloud's clock")?;
             Ok((Arc::new(remote), regions, Arc::new(clock), None))
