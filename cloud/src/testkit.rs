@@ -54,6 +54,15 @@ impl OfferBuilder {
         self.0.region = Region::new(region);
         self
     }
+    /// A breakdown of one part, the instance type at the offer's price (as a catalog prices
+    /// an instance with no extras). Call it after [`OfferBuilder::price`].
+    pub fn itemised(mut self) -> Self {
+        self.0.breakdown = vec![crate::PriceComponent {
+            label: self.0.instance_type.name.clone(),
+            price_per_hour: self.0.price_per_hour,
+        }];
+        self
+    }
     pub fn availability(mut self, availability: Availability) -> Self {
         self.0.availability = availability;
         self

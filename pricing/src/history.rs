@@ -324,30 +324,18 @@ fn from_millis(ms: i64) -> DateTime<Utc> {
 #[cfg(test)]
 mod tests {
     use chrono::Duration;
-    use tern_cloud::{InstanceType, PriceComponent, Region, Zone};
 
     use super::*;
 
     fn offer(zone: &str, capacity: Capacity, price: f64) -> Offer {
-        Offer {
-            cloud: Cloud::Aws,
-            region: Region::new("us-east-1"),
-            zone: Zone::new(zone),
-            instance_type: InstanceType {
-                name: "p3.2xlarge".into(),
-                vcpus: 8.0,
-                memory_gib: 61.0,
-                accelerator: None,
-            },
-            capacity,
-            price_per_hour: price,
-            observed_at: None,
-            breakdown: vec![PriceComponent {
-                label: "p3.2xlarge".into(),
-                price_per_hour: price,
-            }],
-            availability: Default::default(),
-        }
+        tern_cloud::testkit::offer("p3.2xlarge", zone, capacity)
+            .cloud(Cloud::Aws)
+            .region("us-east-1")
+            .cpu_only()
+            .price(price)
+            .itemised()
+            .availability(Default::default())
+            .build()
     }
 
     #[test]

@@ -260,3 +260,42 @@ fn end_to_end_tests_share_one_harness() {
     }
     assert!(own.is_empty(), "use tests/common instead: {own:?}");
 }
+
+/// Every offer a test builds comes from one builder, `tern_cloud::testkit::offer`: no test
+/// code (a file under `tests/`, a `*tests.rs` file, or what follows `#[cfg(test)]`) writes an
+/// `Offer { cloud: … }` literal of its own, so a new field of `Offer` is set in one place.
+#[test]
+fn tests_build_offers_with_the_testkit() {
+    let mut own = Vec::new();
+    for path in files(&[".rs"]) {
+        let rel = relative(&path);
+        if rel == "cloud/src/testkit.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let whole_file = rel.starts_with("tests/") || rel.ends_with("tests.rs");
+        let tests_from = lines
+            .iter()
+            .position(|l| l.trim() == "#[cfg(test)]")
+            .unwrap_or(usize::MAX);
+        for (n, line) in lines.iter().enumerate() {
+            let in_test = whole_file || n > tests_from;
+            let literal = line.trim_end().ends_with("Offer {")
+                && !line.contains("struct ")
+                && !line.contains("fn ")
+                && !line.contains("impl")
+                && lines[n + 1..]
+                    .iter()
+                    .take(3)
+                    .any(|l| l.trim_start().starts_with("cloud:"));
+            if in_test && literal {
+                own.push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
+    assert!(
+        own.is_empty(),
+        "build offers with tern_cloud::testkit::offer: {own:?}"
+    );
+}

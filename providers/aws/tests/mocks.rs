@@ -32,8 +32,8 @@ use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use aws_smithy_types::error::ErrorMetadata;
 use tern_aws::{AwsConfig, AwsProvider};
 use tern_cloud::{
-    Accelerator, Availability, Capacity, Cloud, IdempotencyKey, InstanceId, InstanceType, IntentId,
-    LaunchRequest, Offer, Provider, ProviderError, Region, Zone, quota_named, tag,
+    Availability, Capacity, Cloud, IdempotencyKey, InstanceId, IntentId, LaunchRequest, Offer,
+    Provider, ProviderError, Region, quota_named, tag,
 };
 
 mod mocked;
@@ -44,22 +44,12 @@ fn nothing_launched_rule() -> Rule {
 }
 
 fn offer(instance_type: &str, zone: &str, capacity: Capacity) -> Offer {
-    Offer {
-        cloud: Cloud::Aws,
-        region: Region::new("us-east-1"),
-        zone: Zone::new(zone),
-        instance_type: InstanceType {
-            name: instance_type.into(),
-            vcpus: 8.0,
-            memory_gib: 32.0,
-            accelerator: Some(Accelerator::new("T4", 1)),
-        },
-        capacity,
-        price_per_hour: 1.0,
-        observed_at: None,
-        breakdown: Vec::new(),
-        availability: Availability::Available(None),
-    }
+    tern_cloud::testkit::offer(instance_type, zone, capacity)
+        .cloud(Cloud::Aws)
+        .region("us-east-1")
+        .gpus("T4", 1)
+        .price(1.0)
+        .build()
 }
 
 fn request(offers: Vec<Offer>, count: u32, single_zone: bool) -> LaunchRequest {

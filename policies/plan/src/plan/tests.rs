@@ -3,8 +3,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use tern_cloud::{
-    Accelerator, Availability, Budget, Capacity, CapacityRule, CheckpointSpec, Cloud, Constraints,
-    DataLocation, InstanceType, Offer, PriceComponent, Region, WorkerRange, Zone,
+    Availability, Budget, Capacity, CapacityRule, CheckpointSpec, Cloud, Constraints, DataLocation,
+    Offer, WorkerRange,
 };
 
 use super::*;
@@ -37,28 +37,13 @@ fn offer(
     capacity: Capacity,
     price: f64,
 ) -> Offer {
-    Offer {
-        cloud,
-        region: Region::new(
-            zone.trim_end_matches(|c: char| c.is_ascii_alphabetic())
-                .trim_end_matches('-'),
-        ),
-        zone: Zone::new(zone),
-        instance_type: InstanceType {
-            name: ty.into(),
-            vcpus: 8.0,
-            memory_gib: 64.0,
-            accelerator: Some(Accelerator::new(acc, count)),
-        },
-        capacity,
-        price_per_hour: price,
-        observed_at: None,
-        breakdown: vec![PriceComponent {
-            label: ty.into(),
-            price_per_hour: price,
-        }],
-        availability: Availability::Unknown,
-    }
+    tern_cloud::testkit::offer(ty, zone, capacity)
+        .cloud(cloud)
+        .gpus(acc, count)
+        .price(price)
+        .itemised()
+        .availability(Availability::Unknown)
+        .build()
 }
 
 fn job(
