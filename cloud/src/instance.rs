@@ -7,10 +7,35 @@ use serde::{Deserialize, Serialize};
 
 use crate::{IntentId, Offer, tag};
 
-/// The cloud's instance id (`i-0abc…`, a GCE instance name, a TPU node name).
+/// The cloud's instance id (`i-0abc…`, a GCE instance name, a TPU node name). Shared, not
+/// owned: a pass lists and matches the whole fleet (100,000 instances at scale), and a clone
+/// is a count, not a copy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct InstanceId(pub String);
+pub struct InstanceId(pub std::sync::Arc<str>);
+
+impl InstanceId {
+    pub fn new(id: impl Into<std::sync::Arc<str>>) -> InstanceId {
+        InstanceId(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for InstanceId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for InstanceId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
 
 impl fmt::Display for InstanceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -20,7 +45,13 @@ impl fmt::Display for InstanceId {
 
 impl From<&str> for InstanceId {
     fn from(s: &str) -> Self {
-        Self(s.to_owned())
+        Self(s.into())
+    }
+}
+
+impl From<String> for InstanceId {
+    fn from(s: String) -> Self {
+        Self(s.into())
     }
 }
 

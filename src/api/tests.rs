@@ -580,7 +580,10 @@ async fn a_launch_carries_its_jobs_agent_token_and_only_that_job_accepts_it() {
     }
     let (id, k) = started(&c, "a").await;
     let listed = sim.list("t").await.expect("list");
-    let launched = listed.iter().find(|i| i.id.0 == id).expect("the instance");
+    let launched = listed
+        .iter()
+        .find(|i| i.id.as_str() == id)
+        .expect("the instance");
     let token = launched
         .tags
         .get(crate::store::AGENT_TOKEN_TAG)

@@ -393,7 +393,7 @@ mod table {
             },
             checkpointed: false,
             spent: 9.7,
-            held: vec![tern_cloud::InstanceId("i-1".into())],
+            held: vec![tern_cloud::InstanceId::new("i-1")],
             ended: false,
         }
     }

@@ -152,7 +152,7 @@ impl Controller {
         {
             return Ok(());
         }
-        let id = tern_cloud::InstanceId(instance.to_string());
+        let id = tern_cloud::InstanceId::new(instance.to_string());
         let Some(i) = self.fleet.instances.get_mut(&id) else {
             return Ok(());
         };

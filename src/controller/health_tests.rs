@@ -151,13 +151,13 @@ async fn released_and_replaced(
         .typed_events(Some("j"))
         .expect("events")
         .into_iter()
-        .any(|e| matches!(&e, Event::Terminated { ids, .. } if ids.iter().any(|x| x.0 == bad)));
+        .any(|e| matches!(&e, Event::Terminated { ids, .. } if ids.iter().any(|x| x.as_str() == bad)));
     assert!(terminated, "the quarantined node is released by intent");
     let running = until_running(ctl, sim, n).await;
     assert!(!running.iter().any(|i| i == bad), "{running:?}");
     assert!(
         ctl.instances()
-            .all(|i| i.id.0 != bad || i.state == InstanceState::Terminated),
+            .all(|i| i.id.as_str() != bad || i.state == InstanceState::Terminated),
         "the quarantined node is not reused"
     );
 }

@@ -206,7 +206,7 @@ mod tests {
             .find(|o| o.capacity == Capacity::Spot)
             .expect("a spot offer");
         InstanceRecord {
-            id: InstanceId(id.into()),
+            id: InstanceId::new(id),
             job: job.into(),
             intent: IntentId::from_uuid(uuid::Uuid::nil()),
             offer,
@@ -223,10 +223,10 @@ mod tests {
             .into_iter()
             .collect();
         let ids = |all: &Instances, job: &str| -> Vec<String> {
-            all.of_job(job).map(|i| i.id.0.clone()).collect()
+            all.of_job(job).map(|i| i.id.to_string()).collect()
         };
         assert_eq!(ids(&all, "a"), ["i-1", "i-2"]);
-        all.remove(&InstanceId("i-1".into()));
+        all.remove(&InstanceId::new("i-1"));
         assert_eq!(ids(&all, "a"), ["i-2"]);
         // Re-inserting an id under another job moves it.
         all.insert(record("i-2", "b"));

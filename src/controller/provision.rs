@@ -289,7 +289,7 @@ impl Controller {
         Ok(current
             .workers
             .iter()
-            .any(|w| w.running && ids.iter().any(|id| id.0 == w.instance)))
+            .any(|w| w.running && ids.iter().any(|id| id.as_str() == w.instance)))
     }
 
     /// Drained instances (a notice, a move, a stop; `drained`, by job, from the triage's walk)
@@ -325,7 +325,7 @@ impl Controller {
             let current = self.store.incarnation(&job)?;
             let stopped: Vec<InstanceId> = ids
                 .into_iter()
-                .filter(|id| current.worker(&id.0).is_some_and(|w| !w.running))
+                .filter(|id| current.worker(id.as_str()).is_some_and(|w| !w.running))
                 .collect();
             if !stopped.is_empty() {
                 self.carry_out(&job, Decision::Release { ids: stopped }, now)

@@ -45,7 +45,7 @@ fn told(w: &SimWorld) -> BTreeMap<String, Vec<String>> {
         .map(|wl| wl.answers())
         .unwrap_or_default();
     all.into_iter()
-        .map(|(id, said)| (id.0, answers::of_simulated(&said)))
+        .map(|(id, said)| (id.to_string(), answers::of_simulated(&said)))
         .collect()
 }
 

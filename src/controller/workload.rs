@@ -420,7 +420,7 @@ impl Workload {
                 &store,
                 &self.queue,
                 s.job.name(),
-                &id.0,
+                id.as_str(),
                 None,
                 &s.fleet,
                 s.now,
@@ -455,7 +455,11 @@ impl Workload {
         // later in real time.
         let mut running: Vec<(InstanceId, u64)> = run.running().into_iter().collect();
         let draining = |id: &InstanceId| {
-            noticed.contains(id) || s.fleet.live.iter().any(|l| l.id == id.0 && l.draining)
+            noticed.contains(id)
+                || s.fleet
+                    .live
+                    .iter()
+                    .any(|l| l.id == id.as_str() && l.draining)
         };
         running.sort_by_key(|(id, _)| !draining(id));
         for (id, k) in running {
@@ -593,7 +597,7 @@ fn progress(p: &Samples, id: &InstanceId, k: u64, observation: Option<Observatio
         checkpointed: false,
         observation,
         incarnation: Some(k),
-        instance: Some(id.0.clone()),
+        instance: Some(id.to_string()),
         stopped: false,
         failure: None,
         hung: false,

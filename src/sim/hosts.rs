@@ -154,14 +154,14 @@ fn metadata_routes(sim: Arc<SimCloud>) -> Router {
         State(sim): State<Arc<SimCloud>>,
         UrlPath(id): UrlPath<String>,
     ) -> Result<String, StatusCode> {
-        let known = sim.machines().iter().any(|i| i.id.0 == id);
+        let known = sim.machines().iter().any(|i| i.id.as_str() == id);
         known.then_some(id).ok_or(StatusCode::NOT_FOUND)
     }
     async fn local_ipv4(
         State(sim): State<Arc<SimCloud>>,
         UrlPath(id): UrlPath<String>,
     ) -> Result<&'static str, StatusCode> {
-        let known = sim.machines().iter().any(|i| i.id.0 == id);
+        let known = sim.machines().iter().any(|i| i.id.as_str() == id);
         known.then_some("127.0.0.1").ok_or(StatusCode::NOT_FOUND)
     }
     async fn instance_action(
@@ -169,7 +169,7 @@ fn metadata_routes(sim: Arc<SimCloud>) -> Router {
         UrlPath(id): UrlPath<String>,
     ) -> Result<axum::Json<serde_json::Value>, StatusCode> {
         let notice = sim
-            .agent_notice(&InstanceId(id))
+            .agent_notice(&InstanceId::new(id))
             .ok_or(StatusCode::NOT_FOUND)?;
         Ok(axum::Json(serde_json::json!({
             "action": "terminate",
@@ -293,7 +293,7 @@ impl Hosts {
                 return;
             }
         };
-        let dir = self.config.root.join(&id.0);
+        let dir = self.config.root.join(id.as_str());
         // A folder of the same name is an earlier controller's instance: a new disk.
         let _ = std::fs::remove_dir_all(&dir);
         let made = std::fs::create_dir_all(&dir).and_then(|()| write_secret(&dir, token));
@@ -385,7 +385,7 @@ impl Hosts {
             cmd.args(["--nnodes", nnodes, "--rdzv-endpoint", endpoint]);
         }
         cmd.env(HOSTS_MARK, &self.config.root)
-            .env(HOST_MARK, &id.0)
+            .env(HOST_MARK, id.as_str())
             .current_dir(&host.dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -210,7 +210,7 @@ async fn report(
                 // Ended by our record; else still running now; else it went without us
                 // seeing it (counted until now: an upper bound).
                 let end = l.ended.get(id).copied().unwrap_or(now);
-                let end = if alive.contains(id.0.as_str()) {
+                let end = if alive.contains(id.as_str()) {
                     None
                 } else {
                     Some(end)
@@ -240,7 +240,7 @@ fn billed(
     now: DateTime<Utc>,
 ) -> f64 {
     let usage = crate::store::Usage {
-        instance: id.0.clone(),
+        instance: id.to_string(),
         job: String::new(),
         offer_key: offer.key(),
         capacity: offer.capacity,

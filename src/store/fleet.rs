@@ -79,7 +79,7 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)
                  ON CONFLICT (id) DO NOTHING",
                 params![
-                    &i.id.0,
+                    i.id.as_str(),
                     job,
                     intent.to_string(),
                     offer,
@@ -95,7 +95,7 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (instance) DO NOTHING",
                 params![
-                    &i.id.0,
+                    i.id.as_str(),
                     job,
                     i.offer.key(),
                     i.offer.capacity.as_str(),
@@ -125,7 +125,7 @@ impl Store {
     ) -> Result<()> {
         self.exec(
             "UPDATE instances SET state = ?2, draining = ?3 WHERE id = ?1",
-            params![&id.0, instance_state_str(state), draining],
+            params![id.as_str(), instance_state_str(state), draining],
         )?;
         Ok(())
     }
@@ -138,16 +138,16 @@ impl Store {
             Stmt::exec(
                 "UPDATE instances SET state = 'terminated', ended_at = ?2
                  WHERE id = ?1 AND ended_at IS NULL",
-                params![&id.0, ms(at)],
+                params![id.as_str(), ms(at)],
             ),
             Stmt::exec(
                 "UPDATE usage SET ended_at = ?2 WHERE instance = ?1 AND ended_at IS NULL",
-                params![&id.0, ms(at)],
+                params![id.as_str(), ms(at)],
             ),
             Stmt::exec(
                 "UPDATE workers SET running = 0, stopped_at = ?2
                  WHERE instance = ?1 AND running <> 0",
-                params![&id.0, ms(at)],
+                params![id.as_str(), ms(at)],
             ),
         ])?;
         Ok(())

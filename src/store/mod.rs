@@ -361,7 +361,7 @@ impl Store {
                 .iter()
                 .map(|r| {
                     Ok(InstanceRecord {
-                        id: InstanceId(r.text(0)?),
+                        id: InstanceId::new(r.text(0)?),
                         job: r.text(1)?,
                         intent: intent_id(&r.text(2)?)?,
                         offer: parse("offer", &r.text(3)?)?,

@@ -158,7 +158,7 @@ pub fn parse(body: &str, received_at: DateTime<Utc>) -> Result<Vec<Interruption>
             .or_else(|| event.resources.iter().find_map(|r| instance_in_arn(r)))
             .ok_or_else(|| EventError::NoInstance(event.detail_type.clone()))?;
         Ok(vec![Interruption {
-            instance: InstanceId(id),
+            instance: InstanceId::new(id),
             kind,
             deadline,
             received_at,
@@ -198,7 +198,7 @@ fn health(event: &Envelope, received_at: DateTime<Utc>) -> Vec<Interruption> {
     ids.dedup();
     ids.into_iter()
         .map(|id| Interruption {
-            instance: InstanceId(id),
+            instance: InstanceId::new(id),
             kind: InterruptionKind::Maintenance,
             deadline,
             received_at,
@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].kind, InterruptionKind::Rebalance);
         assert_eq!(got[0].deadline, None);
-        assert_eq!(got[0].instance.0, "i-0abcdef1234567890");
+        assert_eq!(got[0].instance.as_str(), "i-0abcdef1234567890");
     }
 
     #[test]
@@ -295,7 +295,7 @@ mod tests {
         let gone = parse(&body("terminated"), now()).unwrap();
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].kind, InterruptionKind::Preempted);
-        assert_eq!(gone[0].instance.0, "i-abcd1111");
+        assert_eq!(gone[0].instance.as_str(), "i-abcd1111");
         assert!(parse(&body("running"), now()).unwrap().is_empty());
         assert!(parse(&body("pending"), now()).unwrap().is_empty());
         assert_eq!(parse(&body("stopped"), now()).unwrap().len(), 1);
@@ -326,7 +326,7 @@ mod tests {
             }
         }"#;
         let got = parse(body, now()).unwrap();
-        let ids: Vec<_> = got.iter().map(|i| i.instance.0.as_str()).collect();
+        let ids: Vec<_> = got.iter().map(|i| i.instance.as_str()).collect();
         assert_eq!(ids, ["i-abcd1111", "i-abcd2222"]);
         assert!(got.iter().all(|i| i.kind == InterruptionKind::Maintenance));
         assert_eq!(
@@ -392,7 +392,7 @@ mod tests {
         for shape in &EVENT_SHAPES {
             let got = parse(&event_of(shape), now()).unwrap();
             assert_eq!(got.len(), 1, "{shape:?}");
-            assert_eq!(got[0].instance.0, "i-0shape", "{shape:?}");
+            assert_eq!(got[0].instance.as_str(), "i-0shape", "{shape:?}");
         }
     }
 

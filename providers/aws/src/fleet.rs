@@ -236,7 +236,7 @@ impl FleetCall<'_> {
             let offer = Arc::new(offer.clone());
             for id in entry.instance_ids() {
                 instances.push(Instance {
-                    id: InstanceId(id.clone()),
+                    id: InstanceId::new(id.clone()),
                     offer: offer.clone(),
                     state: InstanceState::Pending,
                     tags: tags.clone(),

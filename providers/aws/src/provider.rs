@@ -407,7 +407,7 @@ impl AwsProvider {
             .and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
             .unwrap_or_else(Utc::now);
         Some(Instance {
-            id: InstanceId(id),
+            id: InstanceId::new(id),
             offer: self.offer_for(region, &zone, &type_name, capacity).into(),
             state,
             tags: tags.into(),
@@ -460,7 +460,11 @@ impl AwsProvider {
     async fn find(&self, id: &InstanceId) -> Result<Option<(String, Instance)>, ProviderError> {
         for region in self.config.regions() {
             let client = self.client(&region);
-            let out = client.describe_instances().instance_ids(&id.0).send().await;
+            let out = client
+                .describe_instances()
+                .instance_ids(id.as_str())
+                .send()
+                .await;
             let out = match out {
                 Ok(out) => out,
                 Err(e) if code_of(&e) == Some("InvalidInstanceID.NotFound") => continue,
@@ -658,13 +662,13 @@ impl Provider for AwsProvider {
             });
         }
         if self.config.dry_run {
-            info!(call = "TerminateInstances", %region, instance_ids = ?[&id.0], "dry run: not sent");
+            info!(call = "TerminateInstances", %region, instance_ids = ?[id.as_str()], "dry run: not sent");
             return Ok(());
         }
         let result = self
             .client(&region)
             .terminate_instances()
-            .instance_ids(&id.0)
+            .instance_ids(id.as_str())
             .send()
             .await;
         match result {

@@ -233,7 +233,7 @@ async fn launched_instances_carry_owner_intent_and_job_tags() {
 
     let described = ec2
         .describe_instances()
-        .instance_ids(&id.0)
+        .instance_ids(id.as_str())
         .send()
         .await
         .unwrap();
@@ -313,7 +313,7 @@ async fn terminate_is_done_when_gone_and_refuses_foreign_instances() {
         .send()
         .await
         .unwrap();
-    let foreign = InstanceId(foreign.instances()[0].instance_id().unwrap().to_owned());
+    let foreign = InstanceId::new(foreign.instances()[0].instance_id().unwrap().to_owned());
     let err = aws.terminate(&foreign).await.unwrap_err();
     assert!(
         matches!(err, ProviderError::InvalidRequest { .. }),
@@ -350,7 +350,7 @@ async fn list_by_owner_finds_an_untracked_instance_for_the_leak_collector() {
                 .send()
                 .await
                 .unwrap();
-            InstanceId(out.instances()[0].instance_id().unwrap().to_owned())
+            InstanceId::new(out.instances()[0].instance_id().unwrap().to_owned())
         }
     };
     // A tern instance no intent remembers (the controller lost its record), and another
@@ -407,7 +407,7 @@ async fn dry_run_makes_no_mutating_call() {
     assert!(logs.contains(&dry_request.key.aws_client_token()), "{logs}");
     assert!(logs.contains("PriceCapacityOptimized"), "{logs}");
     assert!(logs.contains("call=\"TerminateInstances\""), "{logs}");
-    assert!(logs.contains(&id.0), "{logs}");
+    assert!(logs.contains(id.as_str()), "{logs}");
     assert_eq!(
         ec2.describe_fleets().send().await.unwrap().fleets().len(),
         1,
@@ -473,10 +473,7 @@ async fn interruption_events_round_trip_through_sqs_and_are_deleted() {
     );
     let mut got = aws.interruptions().await.unwrap();
     got.sort_by(|a, b| a.instance.cmp(&b.instance));
-    let kinds: Vec<_> = got
-        .iter()
-        .map(|i| (i.instance.0.as_str(), i.kind))
-        .collect();
+    let kinds: Vec<_> = got.iter().map(|i| (i.instance.as_str(), i.kind)).collect();
     assert_eq!(
         kinds,
         [

@@ -665,7 +665,7 @@ impl SimCloud {
         let mut started = Vec::new();
         for _ in 0..take {
             w.next_id += 1;
-            let id = InstanceId(format!("sim-{:08x}", w.next_id));
+            let id = InstanceId::new(format!("sim-{:08x}", w.next_id));
             let instance = Instance {
                 id: id.clone(),
                 offer: bought.clone(),

@@ -100,7 +100,7 @@ mod uuid_like {
 
 /// `zone/name`: GCE names are unique per zone, and every call needs both.
 fn instance_id(zone: &str, name: &str) -> InstanceId {
-    InstanceId(format!("{zone}/{name}"))
+    InstanceId::new(format!("{zone}/{name}"))
 }
 
 /// The last path segment of a GCE URL (`…/zones/us-central1-a` → `us-central1-a`).

@@ -182,7 +182,7 @@ impl GcpProvider {
                 ("qr", InstanceState::Queued)
             };
             made.push(Instance {
-                id: InstanceId(format!("{zone}/{kind}/{name}")),
+                id: InstanceId::new(format!("{zone}/{kind}/{name}")),
                 offer: offer.clone().into(),
                 state,
                 tags: request.tags.clone().into(),
@@ -265,7 +265,7 @@ impl GcpProvider {
         };
         let type_name = format!("tpu-{}", node.accelerator_type);
         Instance {
-            id: InstanceId(format!("{zone}/{kind}/{name}")),
+            id: InstanceId::new(format!("{zone}/{kind}/{name}")),
             offer: self.offer_for(zone, &type_name, capacity, None).into(),
             state,
             tags: tags_of(node).into(),
@@ -306,7 +306,7 @@ impl GcpProvider {
             let preempted = matches!(node.state.name(), Some("PREEMPTED" | "TERMINATED"));
             if preempted && node.queued_resource.is_empty() && self.owns_labels(&node.labels) {
                 let name = node.name.rsplit('/').next().unwrap_or_default().to_owned();
-                gone.push(InstanceId(format!("{zone}/tpu/{name}")));
+                gone.push(InstanceId::new(format!("{zone}/tpu/{name}")));
             }
         }
         for qr in tpus.queued(zone).await.map_err(|e| from_call(&e, None))? {
@@ -314,17 +314,17 @@ impl GcpProvider {
             let ended = matches!(state, Some("SUSPENDING" | "SUSPENDED" | "FAILED"));
             if ended && queued_node(&qr).is_some_and(|n| self.owns_labels(&n.labels)) {
                 let name = qr.name.rsplit('/').next().unwrap_or_default().to_owned();
-                gone.push(InstanceId(format!("{zone}/qr/{name}")));
+                gone.push(InstanceId::new(format!("{zone}/qr/{name}")));
             }
         }
         let mut found = Vec::new();
         for id in gone {
-            if !lock(&self.seen_preemptions).insert(id.0.clone()) {
+            if !lock(&self.seen_preemptions).insert(id.to_string()) {
                 continue;
             }
             if let Err(e) = self.delete_slice(&id).await {
                 warn!(instance = %id, error = %e, "could not delete a preempted slice; it still holds quota");
-                lock(&self.seen_preemptions).remove(&id.0);
+                lock(&self.seen_preemptions).remove(id.as_str());
                 continue;
             }
             found.push(Interruption {
