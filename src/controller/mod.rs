@@ -492,11 +492,7 @@ impl Controller {
     /// The job's throughput model (for the simulated workload and forecasts).
     pub fn model(&self, job: &str) -> Option<Arc<dyn ThroughputModel>> {
         let e = self.fleet.jobs.get(job)?;
-        let loaded = e.loaded.as_ref()?;
-        let model = loaded
-            .plan_job(e.record.submitted_at, e.record.submitted_at, 0.0)
-            .model;
-        Some(self.shaped(model))
+        Some(self.shaped(e.loaded.as_ref()?.model()))
     }
 
     /// Whether a step of the job was measured (its spec's or its agents'): false for a job

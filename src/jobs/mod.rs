@@ -179,6 +179,8 @@ pub struct LoadedJob {
     pub local_batch: Option<f64>,
     /// GPUs per node seen in single-node observations, per accelerator.
     node_gpus: Vec<(String, u32)>,
+    /// The forecaster as the planner's model, built once: a pass asks every job's speed.
+    model: Arc<ForecastModel>,
 }
 
 impl LoadedJob {
@@ -247,11 +249,17 @@ impl LoadedJob {
             );
         }
         f.refit().map_err(JobError::forecast(shown))?;
+        let model = Arc::new(ForecastModel {
+            job: spec.name.clone(),
+            forecaster: f.clone(),
+            local_batch: local_batch.unwrap_or(0.0),
+        });
         Ok(LoadedJob {
             spec,
             forecaster: f,
             local_batch,
             node_gpus,
+            model,
         })
     }
 
@@ -348,13 +356,14 @@ impl LoadedJob {
             checkpoint: spec.checkpoint,
             budget: spec.budget,
             priority: spec.priority,
-            model: Arc::new(ForecastModel {
-                job: spec.name.clone(),
-                forecaster: self.forecaster.clone(),
-                local_batch: self.local_batch.unwrap_or(0.0),
-            }),
+            model: self.model(),
             constraints: spec.constraints.clone(),
         }
+    }
+
+    /// The job's throughput model (its fitted forecaster at its local batch).
+    pub fn model(&self) -> Arc<dyn ThroughputModel> {
+        self.model.clone()
     }
 }
 
