@@ -19,6 +19,7 @@ mod cost;
 mod explain;
 mod model;
 mod prune;
+mod replicas;
 mod resources;
 mod shares;
 #[cfg(test)]
@@ -32,6 +33,7 @@ use candidates::OfferIndex;
 use cost::{Cost, Why};
 use explain::Explainer;
 use prune::{digest, prune};
+use replicas::Replicas;
 use resources::Resources;
 use shares::Teams;
 
@@ -112,6 +114,27 @@ pub struct CandidateCounts {
     pub considered: usize,
 }
 
+impl CandidateCounts {
+    /// What was counted after `before` was.
+    fn since(self, before: CandidateCounts) -> CandidateCounts {
+        CandidateCounts {
+            generated: self.generated - before.generated,
+            infeasible: self.infeasible - before.infeasible,
+            dominated: self.dominated - before.dominated,
+            truncated: self.truncated - before.truncated,
+            considered: self.considered - before.considered,
+        }
+    }
+
+    fn add(&mut self, other: CandidateCounts) {
+        self.generated += other.generated;
+        self.infeasible += other.infeasible;
+        self.dominated += other.dominated;
+        self.truncated += other.truncated;
+        self.considered += other.considered;
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanReport {
     pub objective: Objective,
@@ -169,9 +192,17 @@ fn plan_with(
     // Per job: every configuration with its status and MILP usage.
     // Teams' shares count accelerators: then a larger configuration is never dominated.
     let shares = options.fairness > 0.0;
+    // Replicas (a sweep, copies of one spec) have the same configurations: make them once.
+    let mut replicas = Replicas::default();
     let configs: Vec<Vec<Entry>> = jobs
         .iter()
-        .map(|job| {
+        .enumerate()
+        .map(|(j, job)| {
+            if let Some((list, made)) = replicas.of(jobs, j) {
+                counts.add(made);
+                return list.clone();
+            }
+            let before = counts;
             let mut list = candidates::of_job(job, offers, &index, &mut resources, options);
             counts.generated += list.len();
             prune(
@@ -180,11 +211,13 @@ fn plan_with(
                 shares,
                 &mut counts,
             );
-            if trim {
+            let list = if trim {
                 digest(list, options.alternatives, offers)
             } else {
                 list
-            }
+            };
+            replicas.keep(jobs, j, &list, counts.since(before));
+            list
         })
         .collect();
     let mut model = model::build(jobs, &configs, &resources.list, options.fairness);

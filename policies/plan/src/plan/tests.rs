@@ -14,7 +14,7 @@ use crate::problem::{Fairness, TeamTerm};
 /// Samples/s per accelerator by name, scaling linearly with count (a test's stand-in for the
 /// fitted forecaster; the planner only sees the trait).
 #[derive(Debug)]
-struct Table(HashMap<String, f64>);
+pub(super) struct Table(pub(super) HashMap<String, f64>);
 
 impl ThroughputModel for Table {
     fn throughput(&self, accelerator: &str, per_node: u32, nodes: u32) -> Option<Throughput> {
@@ -28,7 +28,7 @@ impl ThroughputModel for Table {
     }
 }
 
-fn offer(
+pub(super) fn offer(
     cloud: Cloud,
     zone: &str,
     ty: &str,
@@ -46,7 +46,7 @@ fn offer(
         .build()
 }
 
-fn job(
+pub(super) fn job(
     name: &str,
     accs: &[&str],
     samples: f64,
