@@ -158,7 +158,7 @@ fn node(id: &str, zone: &str, capacity: Capacity) -> InstanceRecord {
         id: id.into(),
         job: "j".into(),
         intent: IntentId::from_uuid(uuid::Uuid::nil()),
-        offer: offer(SHAPE, zone, capacity).build(),
+        offer: offer(SHAPE, zone, capacity).build().into(),
         state: InstanceState::Running,
         draining: false,
         launched_at: chrono::DateTime::UNIX_EPOCH,

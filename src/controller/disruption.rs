@@ -6,7 +6,7 @@
 //! on-demand, or wait); without one they are `tern_policies::fleet`'s (never on-demand). This
 //! module gathers their inputs and acts on the answer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{Capacity, InstanceState, Offer};
@@ -211,18 +211,17 @@ impl Controller {
         if names.is_empty() {
             return Ok(());
         }
-        let checked: HashSet<&str> = names.iter().map(String::as_str).collect();
-        let mut fleets: HashMap<String, Vec<InstanceRecord>> = HashMap::new();
-        for i in self.fleet.instances.values() {
-            if !i.draining && checked.contains(i.job.as_str()) {
-                fleets.entry(i.job.clone()).or_default().push(i.clone());
-            }
-        }
         let price_now: HashMap<String, f64> =
             offers.iter().map(|o| (o.key(), o.price_per_hour)).collect();
         for name in names {
-            let mut fleet = fleets.remove(name).unwrap_or_default();
-            fleet.sort_by(|a, b| a.id.cmp(&b.id));
+            // In id order, from the job index.
+            let fleet: Vec<InstanceRecord> = self
+                .fleet
+                .instances
+                .of_job(name)
+                .filter(|i| !i.draining)
+                .cloned()
+                .collect();
             self.consider_move(name, fleet, offers, &price_now, now)
                 .await?;
         }

@@ -153,14 +153,15 @@ impl Controller {
             return Ok(());
         }
         let id = tern_cloud::InstanceId::new(instance.to_string());
-        let Some(i) = self.fleet.instances.get_mut(&id) else {
+        let Some(i) = self.fleet.instances.get(&id) else {
             return Ok(());
         };
         if i.job != job || i.draining || i.state == tern_cloud::InstanceState::Terminated {
             return Ok(());
         }
-        i.draining = true;
-        self.store.set_instance_state(&id, i.state, true)?;
+        let state = i.state;
+        self.fleet.instances.set(&id, state, true);
+        self.store.set_instance_state(&id, state, true)?;
         if let Some(e) = self.fleet.jobs.get_mut(job) {
             e.dirty = true;
         }

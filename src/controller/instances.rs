@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Deref;
 
-use tern_cloud::{InstanceId, Offer};
+use tern_cloud::{Capacity, InstanceId, InstanceState, Offer};
 
 use crate::store::InstanceRecord;
 
@@ -14,21 +14,28 @@ use crate::store::InstanceRecord;
 /// at 100,000 instances. The ids come from the cloud, not from users.
 pub(super) type IdMap<V> = HashMap<InstanceId, V, foldhash::fast::RandomState>;
 pub(super) type IdSet<'a> = HashSet<&'a InstanceId, foldhash::fast::RandomState>;
+/// Maps keyed by job names or offer keys, looked up for every job on every pass; the names
+/// come from the store, which took them from admitted specs.
+type NameMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
 pub(super) struct Instances {
     by_id: IdMap<InstanceRecord>,
     /// Job → its instances' ids, in id order. An instance's job never changes.
-    by_job: HashMap<String, BTreeSet<InstanceId>>,
+    by_job: NameMap<BTreeSet<InstanceId>>,
     /// Job → $/h of its instances at their launch prices.
-    hourly: HashMap<String, f64>,
+    hourly: NameMap<f64>,
     /// Offers by key, numbered on first sight, with the VMs on each now: quotas and the spend
     /// are counted per offer, so a pass reads tens of offers, not 100,000 instance records.
-    pools: HashMap<String, usize>,
+    pools: NameMap<usize>,
     pool_offers: Vec<Offer>,
     pool_counts: Vec<u32>,
+    /// Of those, the live (queued, pending, running) spot VMs: what a spot pool holds of ours.
+    pool_live_spot: Vec<u32>,
+    /// The draining instances, in id order: few, and asked for on every pass.
+    draining: BTreeSet<InstanceId>,
     /// Job → (offer number → VMs).
-    job_pools: HashMap<String, Vec<(usize, u32)>, foldhash::fast::RandomState>,
+    job_pools: NameMap<Vec<(usize, u32)>>,
     /// Instances inserted since [`Instances::take_fresh`]: the spend counts them from their
     /// launch, not from the last pass.
     fresh: Vec<Fresh>,
@@ -56,6 +63,34 @@ fn bump(pools: &mut Vec<(usize, u32)>, pool: usize, up: bool) {
         }
         None if up => pools.push((pool, 1)),
         None => {}
+    }
+}
+
+/// The counts an instance's state and draining mark feed, borrowed apart from the records.
+struct StateCounts<'a> {
+    pool: Option<usize>,
+    live_spot: &'a mut [u32],
+    draining: &'a mut BTreeSet<InstanceId>,
+}
+
+impl StateCounts<'_> {
+    fn count(&mut self, r: &InstanceRecord, up: bool) {
+        let live = matches!(
+            r.state,
+            InstanceState::Queued | InstanceState::Pending | InstanceState::Running
+        );
+        if let Some(pool) = self.pool
+            && live
+            && r.offer.capacity == Capacity::Spot
+        {
+            let n = &mut self.live_spot[pool];
+            *n = if up { *n + 1 } else { n.saturating_sub(1) };
+        }
+        if r.draining && up {
+            self.draining.insert(r.id.clone());
+        } else if r.draining {
+            self.draining.remove(&r.id);
+        }
     }
 }
 
@@ -88,6 +123,7 @@ impl Instances {
         *self.hourly.entry(record.job.clone()).or_default() += record.offer.price_per_hour;
         let pool = self.pool_of(&record.offer);
         self.pool_counts[pool] += 1;
+        self.count_state(pool, &record, true);
         bump(
             self.job_pools.entry(record.job.clone()).or_default(),
             pool,
@@ -116,6 +152,7 @@ impl Instances {
         }
         let pool = self.pool_of(&record.offer);
         self.pool_counts[pool] = self.pool_counts[pool].saturating_sub(1);
+        self.count_state(pool, &record, false);
         if let Some(pools) = self.job_pools.get_mut(&record.job) {
             bump(pools, pool, false);
             if pools.is_empty() {
@@ -126,9 +163,59 @@ impl Instances {
         Some(record)
     }
 
-    /// For changes to an instance's state; its id and job stay as they are.
-    pub(super) fn get_mut(&mut self, id: &InstanceId) -> Option<&mut InstanceRecord> {
-        self.by_id.get_mut(id)
+    /// Set an instance's state and draining mark (its id, job and offer stay as they are),
+    /// keeping the counts that depend on them. The record, if it is known.
+    pub(super) fn set(
+        &mut self,
+        id: &InstanceId,
+        state: InstanceState,
+        draining: bool,
+    ) -> Option<&InstanceRecord> {
+        let Instances {
+            by_id,
+            pools,
+            pool_live_spot,
+            draining: drained,
+            ..
+        } = self;
+        let r = by_id.get_mut(id)?;
+        if (r.state, r.draining) != (state, draining) {
+            // Inserted with its offer, so its offer has a number.
+            let pool = pools.get(&r.offer.key()).copied();
+            let mut counts = StateCounts {
+                pool,
+                live_spot: pool_live_spot,
+                draining: drained,
+            };
+            counts.count(r, false);
+            (r.state, r.draining) = (state, draining);
+            counts.count(r, true);
+        }
+        Some(r)
+    }
+
+    /// Add (`up`) or take away what `r`'s state and draining mark count for.
+    fn count_state(&mut self, pool: usize, r: &InstanceRecord, up: bool) {
+        StateCounts {
+            pool: Some(pool),
+            live_spot: &mut self.pool_live_spot,
+            draining: &mut self.draining,
+        }
+        .count(r, up);
+    }
+
+    /// The draining instances, in id order.
+    pub(super) fn draining(&self) -> impl Iterator<Item = &InstanceRecord> {
+        self.draining.iter().filter_map(|id| self.by_id.get(id))
+    }
+
+    /// The offers live spot VMs are held on now, each with how many.
+    pub(super) fn live_spot(&self) -> impl Iterator<Item = (&Offer, u32)> {
+        self.pool_offers
+            .iter()
+            .zip(&self.pool_live_spot)
+            .filter(|(_, n)| **n > 0)
+            .map(|(o, n)| (o, *n))
     }
 
     /// How many instances `job` holds, draining or not.
@@ -158,6 +245,7 @@ impl Instances {
         }
         self.pool_offers.push(offer.clone());
         self.pool_counts.push(0);
+        self.pool_live_spot.push(0);
         self.pools.insert(key, self.pool_offers.len() - 1);
         self.pool_offers.len() - 1
     }
@@ -209,7 +297,7 @@ mod tests {
             id: InstanceId::new(id),
             job: job.into(),
             intent: IntentId::from_uuid(uuid::Uuid::nil()),
-            offer,
+            offer: offer.into(),
             state: InstanceState::Running,
             draining: false,
             launched_at: Utc::now(),
@@ -235,5 +323,33 @@ mod tests {
         assert_eq!((all.count_of("a"), all.count_of("b")), (0, 2));
         assert_eq!(all.len(), 2);
         assert!(all.of_job("nobody").next().is_none());
+    }
+
+    #[test]
+    fn live_spot_and_draining_follow_every_change() {
+        let mut all: Instances = [record("i-1", "a"), record("i-2", "a"), record("i-3", "b")]
+            .into_iter()
+            .collect();
+        let live = |all: &Instances| all.live_spot().map(|(_, n)| n).sum::<u32>();
+        let draining =
+            |all: &Instances| -> Vec<String> { all.draining().map(|i| i.id.to_string()).collect() };
+        assert_eq!((live(&all), draining(&all)), (3, vec![]));
+        let i2 = InstanceId::new("i-2");
+        all.set(&i2, InstanceState::Running, true);
+        all.set(&InstanceId::new("i-3"), InstanceState::Terminated, false);
+        // A draining node still holds its room; an ended one does not.
+        assert_eq!((live(&all), draining(&all)), (2, vec!["i-2".to_string()]));
+        all.set(&i2, InstanceState::Running, false);
+        assert_eq!((live(&all), draining(&all)), (2, vec![]));
+        all.set(&i2, InstanceState::Pending, true);
+        all.remove(&i2);
+        assert_eq!((live(&all), draining(&all)), (1, vec![]));
+        assert!(all.set(&i2, InstanceState::Running, false).is_none());
+        // The counts agree with a count over the records.
+        let counted = all
+            .values()
+            .filter(|i| i.state == InstanceState::Running && i.offer.capacity == Capacity::Spot)
+            .count();
+        assert_eq!(live(&all) as usize, counted);
     }
 }

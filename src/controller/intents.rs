@@ -296,9 +296,9 @@ impl Controller {
             self.store.set_drain(job, true, now)?;
         }
         for id in &leaving {
-            if let Some(i) = self.fleet.instances.get_mut(id) {
-                i.draining = true;
-                self.store.set_instance_state(id, i.state, true)?;
+            if let Some(state) = self.fleet.instances.get(id).map(|i| i.state) {
+                self.fleet.instances.set(id, state, true);
+                self.store.set_instance_state(id, state, true)?;
             }
         }
         Ok(true)
@@ -309,12 +309,13 @@ impl Controller {
     fn undrain(&mut self, job: &str, from: &[InstanceId], now: DateTime<Utc>) -> Result<()> {
         let mut any = false;
         for id in from {
-            if let Some(i) = self.fleet.instances.get_mut(id)
+            if let Some(i) = self.fleet.instances.get(id)
                 && i.draining
             {
-                i.draining = false;
+                let state = i.state;
+                self.fleet.instances.set(id, state, false);
                 any = true;
-                self.store.set_instance_state(id, i.state, false)?;
+                self.store.set_instance_state(id, state, false)?;
             }
         }
         if any

@@ -69,13 +69,16 @@ impl Controller {
         now: DateTime<Utc>,
         seen: &mut Noticed,
     ) -> Result<()> {
-        let Some(inst) = self.fleet.instances.get_mut(&n.instance) else {
+        let Some(inst) = self.fleet.instances.get(&n.instance) else {
             return Ok(());
         };
         if inst.draining {
             return Ok(());
         }
-        inst.draining = true;
+        let state = inst.state;
+        let Some(inst) = self.fleet.instances.set(&n.instance, state, true) else {
+            return Ok(());
+        };
         self.store.set_instance_state(&inst.id, inst.state, true)?;
         let job = inst.job.clone();
         let pool = inst.offer.key();

@@ -368,16 +368,10 @@ impl Controller {
         // instance on every pass.
         let mut by_pool: HashMap<(&str, &str), u32, foldhash::fast::RandomState> =
             HashMap::default();
-        for i in self.fleet.instances.values() {
-            let alive = matches!(
-                i.state,
-                InstanceState::Queued | InstanceState::Pending | InstanceState::Running
-            );
-            // A draining node (moving away, or noticed) still takes its room until it ends.
-            if alive && i.offer.capacity == Capacity::Spot {
-                let pool = (i.offer.instance_type.name.as_str(), i.offer.zone.as_str());
-                *by_pool.entry(pool).or_default() += 1;
-            }
+        // A draining node (moving away, or noticed) still takes its room until it ends.
+        for (o, n) in self.fleet.instances.live_spot() {
+            let pool = (o.instance_type.name.as_str(), o.zone.as_str());
+            *by_pool.entry(pool).or_default() += n;
         }
         let held: HashMap<String, u32> = by_pool
             .into_iter()

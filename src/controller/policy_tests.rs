@@ -137,7 +137,7 @@ fn decide_as_the_replay(
     };
     let none = tern_cloud::Constraints::default();
     let launch = decide::launch(&decide::Launching {
-        planned: node.offer.clone(),
+        planned: (*node.offer).clone(),
         nodes: 1,
         gang: false,
         offers,

@@ -535,7 +535,7 @@ mod steps_table {
             id: format!("i-{}", o.zone).as_str().into(),
             job: "cold".into(),
             intent: IntentId::from_uuid(uuid::Uuid::nil()),
-            offer: o.clone(),
+            offer: o.clone().into(),
             state: InstanceState::Running,
             draining: false,
             launched_at: chrono::DateTime::UNIX_EPOCH,

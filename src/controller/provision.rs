@@ -100,7 +100,7 @@ impl Controller {
         // instances are counted here.
         let mut draining: HashMap<&str, usize> = HashMap::new();
         let mut t = Triage::default();
-        for i in self.fleet.instances.values().filter(|i| i.draining) {
+        for i in self.fleet.instances.draining() {
             *draining.entry(i.job.as_str()).or_default() += 1;
             if i.state != tern_cloud::InstanceState::Terminated {
                 let ids = t.drained.entry(i.job.clone()).or_default();

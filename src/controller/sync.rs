@@ -2,8 +2,6 @@
 //! intents (a crash between the cloud call and the store write), ends what the cloud no longer
 //! lists, terminates launches that never came up, and collects leaks.
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 use tern_cloud::{Capacity, Instance, InstanceId, InstanceState, IntentId, Offer};
 
@@ -53,13 +51,14 @@ impl Controller {
     /// An instance the cloud lists that this controller tracks: its state is brought up to
     /// date. Whether it was one.
     fn sync_known(&mut self, inst: &Instance) -> Result<bool> {
-        let Some(known) = self.fleet.instances.get_mut(&inst.id) else {
+        let Some(known) = self.fleet.instances.get(&inst.id) else {
             return Ok(false);
         };
         if known.state != inst.state {
-            known.state = inst.state;
+            let draining = known.draining;
+            self.fleet.instances.set(&inst.id, inst.state, draining);
             self.store
-                .set_instance_state(&known.id, known.state, known.draining)?;
+                .set_instance_state(&inst.id, inst.state, draining)?;
         }
         Ok(true)
     }
@@ -196,7 +195,7 @@ impl Controller {
             id: inst.id,
             job,
             intent,
-            offer: Arc::unwrap_or_clone(inst.offer),
+            offer: inst.offer,
             state: inst.state,
             draining: false,
             launched_at: inst.launched_at,

@@ -162,7 +162,7 @@ pub struct InstanceRecord {
     pub id: InstanceId,
     pub job: String,
     pub intent: IntentId,
-    pub offer: Offer,
+    pub offer: std::sync::Arc<Offer>,
     pub state: InstanceState,
     /// A notice said it will be reclaimed: it no longer counts toward the job's fleet.
     pub draining: bool,

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use tern_cloud::{
     Accelerator, Availability, Capacity, Cloud, CloudQuota, IdempotencyKey, Instance, InstanceId,
-    InstanceState, InstanceType, Interruption, InterruptionKind, LaunchOutcome, LaunchRequest,
-    Offer, PriceComponent, PriceSteps, Provider, ProviderError, Region, Zone,
+    InstanceState, InstanceType, Interruption, LaunchOutcome, LaunchRequest, Offer, PriceComponent,
+    PriceSteps, Provider, ProviderError, Region, Tags, Zone,
 };
 
 use crate::Trace;
@@ -25,6 +25,9 @@ mod quota;
 pub use quota::SimQuota;
 #[path = "egress.rs"]
 mod egress;
+
+#[path = "clock.rs"]
+mod clock;
 pub use egress::Transfer;
 
 /// Which faults to inject and how often. Rates are per call (throttle, transient) or per offer
@@ -132,6 +135,11 @@ struct World {
     /// so a launch does not count 100,000 instances to learn what room is left.
     alive: u32,
     spot_alive: Vec<u32>,
+    /// No pending instance is ready, and no noticed one reclaimed, before these (`None`: none
+    /// waits). They may be early, never late: a pass over the instances that finds nothing due
+    /// sets them again, so the clock's many small steps do not each walk 100,000 instances.
+    next_ready: Option<DateTime<Utc>>,
+    next_reclaim: Option<DateTime<Utc>>,
 }
 
 impl World {
@@ -184,6 +192,8 @@ impl SimCloud {
             next_id: 0,
             alive: 0,
             spot_alive: vec![0; zones.len()],
+            next_ready: None,
+            next_reclaim: None,
         };
         SimCloud {
             zones,
@@ -365,133 +375,6 @@ impl SimCloud {
             "the count of live instances drifted from the instances"
         );
         w.alive
-    }
-
-    /// Send a notice now, late (at `late_at`), or never, as the fault schedule draws.
-    fn deliver(&self, w: &mut World, notice: Interruption, late_at: DateTime<Utc>) {
-        let f = &self.config.faults;
-        let roll = Self::draw(w);
-        let lost = roll < f.lost_notices;
-        let late = !lost && roll < f.lost_notices + f.late_notices;
-        if let Some(i) = w.instances.get_mut(&notice.instance) {
-            i.quiet = lost;
-            i.notice_seen = match (lost, late) {
-                (true, _) => None,
-                (false, true) => Some(late_at),
-                (false, false) => Some(notice.received_at),
-            };
-        }
-        if late {
-            w.delayed.push((late_at, notice));
-        } else if !lost {
-            w.pending.push(notice);
-        }
-    }
-
-    /// Boot finished instances, send notices for capacity about to vanish, reclaim on time.
-    fn reconcile(&self, w: &mut World) {
-        let now = w.now;
-        for i in w.instances.values_mut() {
-            if i.instance.state == InstanceState::Pending && i.ready_at <= now {
-                i.instance.state = InstanceState::Running;
-            }
-        }
-        let mut notices = Vec::new();
-        for zone in 0..self.zones.len() {
-            self.notice_zone(w, zone, &mut notices);
-        }
-        for (notice, late_at) in notices {
-            self.deliver(w, notice, late_at);
-        }
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut w.delayed)
-            .into_iter()
-            .partition(|(at, _)| *at <= now);
-        w.delayed = later;
-        w.pending.extend(due.into_iter().map(|(_, n)| n));
-        Self::reclaim(w);
-    }
-
-    /// Notices for the spot instances of `zone` its trace will not hold over the notice lead
-    /// (newest first), each with when it may arrive late.
-    fn notice_zone(
-        &self,
-        w: &mut World,
-        zone: usize,
-        notices: &mut Vec<(Interruption, DateTime<Utc>)>,
-    ) {
-        let now = w.now;
-        let lead = TimeDelta::seconds(self.zones[zone].notice_seconds().into());
-        // Capacity over the next `lead`: the smallest count any tick in it shows.
-        let (from, to) = (self.tick_of(zone, now), self.tick_of(zone, now + lead));
-        let Some((tick, low)) = (from..=to)
-            .map(|t| (t, self.zones[zone].available[t]))
-            .min_by_key(|&(t, n)| (n, t))
-        else {
-            return;
-        };
-        let mut doomed: Vec<&mut SimInstance> = w
-            .instances
-            .values_mut()
-            .filter(|i| {
-                i.zone == zone
-                    && i.instance.offer.capacity == Capacity::Spot
-                    && i.instance.state != InstanceState::Terminated
-            })
-            .collect();
-        let keep = low as usize;
-        let noticed = doomed.iter().filter(|i| i.reclaim_at.is_some()).count();
-        if doomed.len() > keep + noticed {
-            let gone_at = self.tick_start(zone, tick).max(now);
-            // Newest first: the cloud reclaims what it gave last.
-            doomed.sort_by_key(|i| {
-                std::cmp::Reverse((i.instance.launched_at, i.instance.id.clone()))
-            });
-            let extra = doomed.len() - keep - noticed;
-            for i in doomed
-                .iter_mut()
-                .filter(|i| i.reclaim_at.is_none())
-                .take(extra)
-            {
-                i.reclaim_at = Some(gone_at);
-                notices.push((
-                    Interruption {
-                        instance: i.instance.id.clone(),
-                        kind: InterruptionKind::SpotNotice,
-                        deadline: Some(gone_at),
-                        received_at: (gone_at - lead).max(i.instance.launched_at),
-                    },
-                    gone_at - lead / 4,
-                ));
-            }
-        }
-    }
-
-    /// Spot instances whose reclaim time has come end, with a preemption event unless quiet.
-    fn reclaim(w: &mut World) {
-        let now = w.now;
-        let mut preempted = Vec::new();
-        let mut ended = Vec::new();
-        for i in w.instances.values_mut() {
-            if i.instance.state != InstanceState::Terminated
-                && i.reclaim_at.is_some_and(|t| t <= now)
-            {
-                i.instance.state = InstanceState::Terminated;
-                ended.push((i.zone, i.instance.offer.capacity));
-                if i.quiet {
-                    continue;
-                }
-                preempted.push(Interruption {
-                    instance: i.instance.id.clone(),
-                    kind: InterruptionKind::Preempted,
-                    deadline: i.reclaim_at,
-                    received_at: now,
-                });
-            }
-        }
-        for (zone, capacity) in ended {
-            w.ended(zone, capacity);
-        }
-        w.pending.extend(preempted);
     }
 
     /// Next number from the seeded generator (splitmix64), as a fraction in [0, 1).
@@ -682,6 +565,7 @@ impl SimCloud {
                 notice_seen: None,
             };
             w.instances.insert(id, sim);
+            w.next_ready = clock::earliest(w.next_ready, ready_at);
             w.alive += 1;
             if offer.capacity == Capacity::Spot {
                 w.spot_alive[zone] += 1;
@@ -755,13 +639,27 @@ impl Provider for SimCloud {
     async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {
         let mut w = self.world();
         self.enter(&mut w, "list", owner.to_owned())?;
-        Ok(w.instances
-            .values()
-            .filter(|i| {
-                i.instance.state != InstanceState::Terminated && i.instance.owner() == Some(owner)
-            })
-            .map(|i| i.instance.clone())
-            .collect())
+        // One launch's instances share one set of tags: read the owner once per set.
+        let mut last: Option<(*const Tags, bool)> = None;
+        let mut out = Vec::with_capacity(w.alive as usize);
+        for i in w.instances.values() {
+            if i.instance.state == InstanceState::Terminated {
+                continue;
+            }
+            let tags = Arc::as_ptr(&i.instance.tags);
+            let mine = match last {
+                Some((t, mine)) if t == tags => mine,
+                _ => {
+                    let mine = i.instance.owner() == Some(owner);
+                    last = Some((tags, mine));
+                    mine
+                }
+            };
+            if mine {
+                out.push(i.instance.clone());
+            }
+        }
+        Ok(out)
     }
 
     async fn interruptions(&self) -> Result<Vec<Interruption>, ProviderError> {

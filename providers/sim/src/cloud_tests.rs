@@ -1,6 +1,6 @@
 use super::*;
 use std::path::PathBuf;
-use tern_cloud::{IntentId, Tags, tag};
+use tern_cloud::{IntentId, InterruptionKind, Tags, tag};
 
 fn trace(zone: &str, cloud: Cloud, gap: u32, data: Vec<u32>) -> Trace {
     Trace {
