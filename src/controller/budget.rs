@@ -174,7 +174,7 @@ pub(super) fn settle(s: Stopping) -> Option<Decision> {
 
 impl Controller {
     /// Whether any budget is set (the spend is kept only then).
-    fn budgets_set(&self) -> bool {
+    pub(super) fn budgets_set(&self) -> bool {
         self.config
             .limits
             .team
@@ -188,8 +188,9 @@ impl Controller {
     }
 
     /// Bring the spend up to `now` (first in a pass: an instance that ended since the last
-    /// pass is still in the fleet, and is counted to now rather than lost).
-    pub(super) fn keep_spend(&mut self, now: DateTime<Utc>) -> Result<()> {
+    /// pass is still in the fleet, and is counted to now rather than lost). Whether any budget
+    /// is set: the pass's budget watch reads it rather than walk every job again.
+    pub(super) fn keep_spend(&mut self, now: DateTime<Utc>) -> Result<bool> {
         if !self.budgets_set() {
             // Read again from the usage history when a budget next appears: what ended
             // meanwhile is counted there.
@@ -197,7 +198,7 @@ impl Controller {
                 self.spend = super::spend::Spend::default();
             }
             self.fleet.instances.take_fresh();
-            return Ok(());
+            return Ok(false);
         }
         if !self.spend.is_loaded() {
             self.spend = super::spend::Spend::load(&self.store, now)?;
@@ -209,16 +210,16 @@ impl Controller {
             &mut self.spend,
             now,
         );
-        Ok(())
+        Ok(true)
     }
 
-    /// Watch every budget, move stops along, and build the room the pass's launches are
-    /// checked against.
-    pub(super) async fn watch_budgets(&mut self, now: DateTime<Utc>) -> Result<()> {
+    /// Watch every budget (when `budgeted`: any is set), move stops along, and build the room
+    /// the pass's launches are checked against.
+    pub(super) async fn watch_budgets(&mut self, budgeted: bool, now: DateTime<Utc>) -> Result<()> {
         // One walk over the jobs for the teams' figures: the watch, the stops and the room
         // read the same (a stop's release this pass shows in the next pass's room).
         let teams = self.team_use(&self.config.limits.team);
-        if self.budgets_set() {
+        if budgeted {
             let lead_h = self.budget_lead_h();
             for w in self.watched(&teams) {
                 let key = format!("{} {}", w.scope, w.name);

@@ -499,7 +499,9 @@ async fn a_launch_the_limits_hold_back_is_a_wait_and_never_a_plan() {
     };
     // The team's budget ran out: the room holds the launch back.
     ctl.exhausted.insert("t".into(), 5.0);
-    ctl.watch_budgets(now).await.expect("room");
+    ctl.watch_budgets(ctl.budgets_set(), now)
+        .await
+        .expect("room");
     ctl.carry_out("j", launch.clone(), now)
         .await
         .expect("carry out");
@@ -517,7 +519,9 @@ async fn a_launch_the_limits_hold_back_is_a_wait_and_never_a_plan() {
     assert_eq!(ctl.instances().count(), 0);
     // Raised: the same launch is admitted, aims the job and says its plan.
     ctl.exhausted.clear();
-    ctl.watch_budgets(now).await.expect("room");
+    ctl.watch_budgets(ctl.budgets_set(), now)
+        .await
+        .expect("room");
     ctl.carry_out("j", launch, now).await.expect("carry out");
     assert!(said(&ctl).contains(&"plan".to_string()), "{:?}", said(&ctl));
     assert_eq!(ctl.job("j").expect("job").target_offer, Some(offer.key()));

@@ -530,7 +530,7 @@ impl Controller {
     }
 
     async fn phases(&mut self, now: DateTime<Utc>) -> Result<Requeue> {
-        self.keep_spend(now)?;
+        let budgeted = self.keep_spend(now)?;
         self.take_notices(now).await?;
         if !self.sync_fleet(now).await? {
             // Acting blind is how leaks happen: nothing else until the cloud can be listed.
@@ -538,7 +538,7 @@ impl Controller {
         }
         let requeue = self.resume_intents(now).await?;
         self.read_quotas(now).await;
-        self.watch_budgets(now).await?;
+        self.watch_budgets(budgeted, now).await?;
         let probe = self.reconcile_jobs(now).await?;
         Ok(match (requeue, probe) {
             (Requeue::After(a), Some(b)) => Requeue::After(a.min(b)),

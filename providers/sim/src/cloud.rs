@@ -15,7 +15,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tern_cloud::{
     Accelerator, Availability, Capacity, Cloud, CloudQuota, IdempotencyKey, Instance, InstanceId,
     InstanceState, InstanceType, Interruption, LaunchOutcome, LaunchRequest, Offer, PriceComponent,
-    PriceSteps, Provider, ProviderError, Region, Tags, Zone,
+    PriceSteps, Provider, ProviderError, Region, Zone, tag,
 };
 
 use crate::Trace;
@@ -103,6 +103,8 @@ pub struct Call {
 struct SimInstance {
     instance: Instance,
     zone: usize,
+    /// Its owner tag, by number in [`World::owners`]: `list` compares numbers, not strings.
+    owner: Option<usize>,
     ready_at: DateTime<Utc>,
     /// When a notice said it will be reclaimed.
     reclaim_at: Option<DateTime<Utc>>,
@@ -140,6 +142,19 @@ struct World {
     /// sets them again, so the clock's many small steps do not each walk 100,000 instances.
     next_ready: Option<DateTime<Utc>>,
     next_reclaim: Option<DateTime<Utc>>,
+    /// Every owner tag launched with, numbered on first sight (a handful).
+    owners: Vec<String>,
+}
+
+impl World {
+    /// The number of owner tag `owner`, given on first sight.
+    fn owner_number(&mut self, owner: &str) -> usize {
+        if let Some(n) = self.owners.iter().position(|o| o == owner) {
+            return n;
+        }
+        self.owners.push(owner.to_owned());
+        self.owners.len() - 1
+    }
 }
 
 impl World {
@@ -194,6 +209,7 @@ impl SimCloud {
             spot_alive: vec![0; zones.len()],
             next_ready: None,
             next_reclaim: None,
+            owners: Vec::new(),
         };
         SimCloud {
             zones,
@@ -543,6 +559,7 @@ impl SimCloud {
     ) -> Vec<Instance> {
         let now = w.now;
         let bought = Arc::new(self.offer(zone, offer.capacity, now, 0));
+        let owner = req.tags.get(tag::OWNER).map(|o| w.owner_number(o));
         let tags = Arc::new(req.tags.clone());
         let ready_at = now + TimeDelta::from_std(self.config.boot).unwrap_or_default();
         let mut started = Vec::new();
@@ -559,6 +576,7 @@ impl SimCloud {
             let sim = SimInstance {
                 instance: instance.clone(),
                 zone,
+                owner,
                 ready_at,
                 reclaim_at: None,
                 quiet: false,
@@ -639,26 +657,16 @@ impl Provider for SimCloud {
     async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {
         let mut w = self.world();
         self.enter(&mut w, "list", owner.to_owned())?;
-        // One launch's instances share one set of tags: read the owner once per set.
-        let mut last: Option<(*const Tags, bool)> = None;
+        let Some(owner) = w.owners.iter().position(|o| o == owner) else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::with_capacity(w.alive as usize);
-        for i in w.instances.values() {
-            if i.instance.state == InstanceState::Terminated {
-                continue;
-            }
-            let tags = Arc::as_ptr(&i.instance.tags);
-            let mine = match last {
-                Some((t, mine)) if t == tags => mine,
-                _ => {
-                    let mine = i.instance.owner() == Some(owner);
-                    last = Some((tags, mine));
-                    mine
-                }
-            };
-            if mine {
-                out.push(i.instance.clone());
-            }
-        }
+        out.extend(
+            w.instances
+                .values()
+                .filter(|i| i.owner == Some(owner) && i.instance.state != InstanceState::Terminated)
+                .map(|i| i.instance.clone()),
+        );
         Ok(out)
     }
 
