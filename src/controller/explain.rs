@@ -59,16 +59,31 @@ pub fn timeline(
             continue;
         };
         let (expected_saving, realised_saving) = match &typed {
-            Some(m @ Event::Migrating { net_saving, .. }) => {
+            Some(Event::Migrating {
+                net_saving,
+                from_zone,
+                from_capacity,
+                from_price,
+                to_zone,
+                to_capacity,
+                ..
+            }) => {
                 let later = &mine[i + 1..];
                 let realised = landed(later).then(|| {
                     let until = later
                         .iter()
                         .find(|l| l.kind == "migrate")
                         .map_or(now, |l| l.at);
-                    realised(bills, job, m, (e.at, until), now)
+                    let m = Move {
+                        job,
+                        at: e.at,
+                        until,
+                        from: (from_zone, *from_capacity, *from_price),
+                        to: (to_zone, *to_capacity),
+                    };
+                    saving::realised(bills, m, now)
                 });
-                (Some(*net_saving), realised.flatten())
+                (Some(*net_saving), realised)
             }
             _ => (None, None),
         };
@@ -93,35 +108,6 @@ fn landed(later: &[&store::StoredEvent]) -> bool {
         .iter()
         .find(|e| e.kind == "migrated" || CHANGES.contains(&e.kind.as_str()))
         .is_some_and(|e| e.kind == "migrated")
-}
-
-/// The bill's saving of the move `m` over `[at, until)`.
-fn realised(
-    bills: Bills<'_>,
-    job: &str,
-    m: &Event,
-    (at, until): (DateTime<Utc>, DateTime<Utc>),
-    now: DateTime<Utc>,
-) -> Option<f64> {
-    let Event::Migrating {
-        from_zone,
-        from_capacity,
-        from_price,
-        to_zone,
-        to_capacity,
-        ..
-    } = m
-    else {
-        return None;
-    };
-    let m = Move {
-        job,
-        at,
-        until,
-        from: (from_zone, *from_capacity, *from_price),
-        to: (to_zone, *to_capacity),
-    };
-    Some(saving::realised(bills, m, now))
 }
 
 /// The timeline's kind for an event stored without fields.
