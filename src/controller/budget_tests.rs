@@ -5,7 +5,8 @@
 
 use tern_cloud::testkit::spec;
 
-use super::tests::sim;
+use super::testkit::Scenario;
+use super::testkit::sim;
 use super::twin_tests::answers::{BUDGET_CUT, BUDGET_STOP, CANCEL, of_simulated};
 use super::world::SimWorld;
 use super::*;
@@ -34,18 +35,16 @@ fn world(limits: &str, jobs: &[JobSpec]) -> SimWorld {
         tern_sim::testkit::trace("us-west-2a", vec![8; 600]),
         tern_sim::testkit::trace("us-west-2b", vec![8; 600]),
     ]);
-    let config = ControllerConfig {
-        limits: Arc::new(Limits::parse(limits, "q.toml").expect("file")),
-        ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
-    };
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let limits = Arc::new(Limits::parse(limits, "q.toml").expect("file"));
     let mut workers = super::workload::Workload::watching(sim.clone());
     for j in jobs {
-        ctl.submit(j.clone(), sim.now()).expect("submit");
         workers = workers.with_truth(&j.name, Arc::new(Slow));
     }
-    SimWorld::new(sim, ctl, TICK).with_workers(Some(workers))
+    Scenario::on(&sim, "test-owner")
+        .config(|c| c.limits = limits)
+        .jobs(jobs.iter().cloned())
+        .world(TICK)
+        .with_workers(Some(workers))
 }
 
 /// A job of team `team` forecast at 2 h on one V100 (about $2), no deadline; it runs at a

@@ -12,6 +12,7 @@ use tern_policies::capacity::launch_budget;
 use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
+use super::testkit::Scenario;
 use super::world::SimWorld;
 use super::*;
 use crate::store::{JobState, most_started_in_an_hour as worst_hour};
@@ -68,9 +69,7 @@ async fn run_flapping(gap_seconds: u32, seed: u64) -> String {
             ..SimConfig::default()
         },
     ));
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let config = ControllerConfig::new("flap", vec![Region::new("us-west-2")]);
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config).expect("open");
+    let (store, mut ctl) = Scenario::on(&sim, "flap").controller();
     let jobs = [
         spec("elastic", "{ min = 2, max = 4 }", false, 20_000_000),
         spec("gang", "4", true, 20_000_000),

@@ -9,7 +9,8 @@ use tern_cloud::{InstanceState, Observation};
 
 use super::inputs::Request;
 use super::protocol::{self, Answer, Sink};
-use super::tests::sim;
+use super::testkit::Scenario;
+use super::testkit::sim;
 use super::*;
 use crate::api::wire::Progress;
 
@@ -42,9 +43,6 @@ fn setup(workers: &str, deadline: &str) -> (Arc<tern_sim::SimCloud>, Controller)
         spot_price: Some(0.9),
         ..tern_sim::testkit::trace("us-west-2a", vec![8; 400])
     }]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let config = ControllerConfig::new("health", vec![Region::new("us-west-2")]);
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
     // Measured on two nodes too, so the planner can forecast a two-node fleet.
     let two = "[[observation]]\naccelerator = \"V100\"\ngpus = 2\nnodes = 2\nlocal_batch = 64\n\
                step_seconds = 0.21";
@@ -53,7 +51,7 @@ fn setup(workers: &str, deadline: &str) -> (Arc<tern_sim::SimCloud>, Controller)
         .deadline(Some(deadline))
         .section(two)
         .build();
-    ctl.submit(spec, sim.now()).expect("submit");
+    let (_, ctl) = Scenario::on(&sim, "health").jobs([spec]).controller();
     (sim, ctl)
 }
 

@@ -375,11 +375,11 @@ mod tests {
     #[test]
     fn a_cancel_the_store_kept_wins_over_a_finish_only_in_memory() {
         let store = Arc::new(Store::in_memory().expect("store"));
-        let sim = crate::controller::tests::sim(Vec::new());
+        let sim = crate::controller::testkit::sim(Vec::new());
         let config =
             ControllerConfig::new("test-owner", vec![tern_cloud::Region::new("us-west-2")]);
         let mut ctl = Controller::open(store.clone(), sim, config).expect("open");
-        let now = crate::controller::tests::start();
+        let now = crate::controller::testkit::start();
         ctl.submit(tern_cloud::testkit::spec("j").build(), now)
             .expect("submit");
         let entry = ctl.fleet.jobs.get_mut("j").expect("job");

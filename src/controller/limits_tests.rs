@@ -7,7 +7,8 @@ use proptest::prelude::*;
 use tern_cloud::testkit::spec;
 use tern_sim::Trace;
 
-use super::tests::sim;
+use super::testkit::Scenario;
+use super::testkit::sim;
 use super::world::SimWorld;
 use super::*;
 use crate::limits::Limits;
@@ -106,8 +107,9 @@ async fn run_case(c: Case) {
         limits: Arc::new(limits.clone()),
         ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
     };
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let (_, mut ctl) = Scenario::on(&sim, "test-owner")
+        .configured(config)
+        .controller();
     for (k, (team, workers, own_budget)) in c.jobs.iter().enumerate() {
         let mut s = spec(&format!("j{k}"));
         s = s
@@ -187,8 +189,9 @@ async fn places_as_tern_plan(text: &str, jobs: &[(String, String, u32)]) -> usiz
         limits: Arc::new(limits.clone()),
         ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
     };
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let (_, mut ctl) = Scenario::on(&sim, "test-owner")
+        .configured(config)
+        .controller();
     for (name, team, workers) in jobs {
         let s = spec(name)
             .team(team)
@@ -321,7 +324,7 @@ fn sim_with_quota(limit: u32) -> Arc<tern_sim::SimCloud> {
         tern_sim::testkit::trace("us-west-2b", vec![8; 80]),
     ];
     let config = tern_sim::cloud::SimConfig {
-        start: super::tests::start(),
+        start: super::testkit::start(),
         boot: Duration::from_secs(60),
         ..tern_sim::cloud::SimConfig::default()
     };
@@ -387,13 +390,9 @@ fn waits(ctl: &Controller, job: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_quota_the_cloud_lists_is_planned_within() {
     let sim = sim_with_quota(2);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let config = ControllerConfig::new("test-owner", vec![Region::new("us-west-2")]);
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
-    ctl.submit(fixed_job("small", 2), sim.now())
-        .expect("submit");
-    ctl.submit(fixed_job("big", 4), sim.now()).expect("submit");
-    let mut world = SimWorld::new(sim.clone(), ctl, TICK);
+    let mut world = Scenario::on(&sim, "test-owner")
+        .jobs([fixed_job("small", 2), fixed_job("big", 4)])
+        .world(TICK);
     for _ in 0..10 {
         world.round(|_, _| false).await.expect("pass");
         assert!(world.ctl.instances().count() <= 2);
@@ -419,12 +418,10 @@ async fn a_quota_the_cloud_lists_is_planned_within() {
 #[tokio::test]
 async fn a_quota_the_cloud_refuses_with_is_kept_and_planned_within() {
     let sim = sim_with_quota(1);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let config = ControllerConfig::new("test-owner", vec![Region::new("us-west-2")]);
-    let provider = Arc::new(Unlisted(sim.clone()));
-    let mut ctl = Controller::open(store, provider, config).expect("open");
-    ctl.submit(fixed_job("pair", 2), sim.now()).expect("submit");
-    let mut world = SimWorld::new(sim.clone(), ctl, TICK);
+    let mut world = Scenario::on(&sim, "test-owner")
+        .provider(Arc::new(Unlisted(sim.clone())))
+        .jobs([fixed_job("pair", 2)])
+        .world(TICK);
     let refusals = |ctl: &Controller| ctl.stats().cloud_errors.get("quota").copied();
     let mut first = None;
     for _ in 0..12 {
@@ -467,8 +464,9 @@ async fn a_launch_the_limits_hold_back_is_a_wait_and_never_a_plan() {
         limits: Arc::new(Limits::parse("[team.t]\ntotal_usd = 5\n", "q.toml").expect("file")),
         ..ControllerConfig::new("test-owner", vec![Region::new("us-west-2")])
     };
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
+    let (_, mut ctl) = Scenario::on(&sim, "test-owner")
+        .configured(config)
+        .controller();
     let now = sim.now();
     ctl.submit(spec("j").team("t").build(), now)
         .expect("submit");

@@ -609,6 +609,8 @@ mod policy_tests;
 #[cfg(test)]
 mod probe_tests;
 #[cfg(test)]
+mod testkit;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod twin_tests;

@@ -707,7 +707,7 @@ mod tests {
             spot_price: Some(0.9),
             on_demand_price: Some(3.06),
         };
-        let sim = crate::controller::tests::sim(vec![trace("a"), trace("b")]);
+        let sim = crate::controller::testkit::sim(vec![trace("a"), trace("b")]);
         let offers =
             tern_cloud::Provider::offers(sim.as_ref(), &tern_cloud::Region::new("us-west-2"))
                 .await

@@ -12,7 +12,8 @@ use tern_sim::{SimCloud, Trace};
 
 use super::decide::{self, Decision};
 use super::policy::PolicyCall;
-use super::tests::{sim, start};
+use super::testkit::Scenario;
+use super::testkit::{sim, start};
 use super::*;
 use crate::controller::workload::Workload;
 
@@ -55,12 +56,12 @@ fn trace(zone: &str, data: Vec<u32>, price: f64) -> Trace {
 
 /// A controller on `sim` with a `GAP`-second policy tick, and its store.
 fn controller(name: &str, sim: &Arc<SimCloud>) -> (Arc<Store>, Controller) {
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut config = ControllerConfig::new(name, vec![Region::new("us-west-2")]);
-    config.policy_tick = Duration::from_secs(u64::from(GAP));
-    config.migrate_check = Duration::from_secs(u64::from(GAP));
-    let ctl = Controller::open(store.clone(), sim.clone(), config).expect("open");
-    (store, ctl)
+    Scenario::on(sim, name)
+        .config(|c| {
+            c.policy_tick = Duration::from_secs(u64::from(GAP));
+            c.migrate_check = Duration::from_secs(u64::from(GAP));
+        })
+        .controller()
 }
 
 /// The simulated cloud's first spot offer.

@@ -8,7 +8,7 @@ use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
 use super::probe::{self, Ended, Verdict};
-use super::tests::start;
+use super::testkit::{Scenario, start};
 use super::workload::Workload;
 use super::world::SimWorld;
 use super::*;
@@ -110,7 +110,11 @@ async fn a_job_nobody_measured_probes_is_measured_and_planned() {
     let sim = two_shapes();
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .configured(config())
+        .controller()
+        .1;
     let extra = "workers = { min = 1, max = 4 }";
     let spec = parse_job_spec(&spec_text("cold", extra, false), "cold.toml").expect("spec");
     ctl.submit(spec, sim.now())
@@ -166,7 +170,11 @@ async fn a_probe_whose_capacity_is_lost_ends_and_the_job_probes_again() {
     let sim = two_shapes();
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .configured(config())
+        .controller()
+        .1;
     let extra = "workers = 1";
     let spec = parse_job_spec(&spec_text("lost", extra, false), "l.toml").expect("spec");
     ctl.submit(spec, sim.now()).expect("submit");
@@ -194,7 +202,11 @@ async fn after_its_probe_a_job_moves_to_the_shape_its_deadline_needs_from_the_pr
     let sim = two_shapes();
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .configured(config())
+        .controller()
+        .1;
     // 2 M samples at 0.2 s per 64 on one V100 is 1.7 h; due in 1.5 h, it needs the 4-GPU node.
     let extra = "workers = { min = 1, max = 4 }\ndeadline = \"90m\"\n\
                  [checkpoint]\ninterval = \"5m\"\nsave_seconds = 10\nrestore_seconds = 10";
@@ -262,7 +274,11 @@ async fn a_second_accelerator_is_probed_when_its_prior_costs_money_and_the_job_m
     let sim = two_accelerators(0.35);
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .configured(config())
+        .controller()
+        .1;
     // Measured on a V100 (0.2 s per 64), allowed an L4 nobody measured. 30 M samples: 26 h
     // on the V100; on the L4, 46 h at the datasheet prior's expected speed (cheaper per
     // sample) but 110 h at that prior's pessimistic bound, past the 64 h deadline. Until the
@@ -307,7 +323,11 @@ async fn no_second_probe_when_what_it_could_find_would_not_change_the_plan() {
     let sim = two_accelerators(0.10);
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .configured(config())
+        .controller()
+        .1;
     // As above with a deadline loose enough for the L4's pessimistic bound: the plan takes
     // the L4 on its prior, and knowing its speed better would not change what it buys.
     let text = "name = \"loose\"\nteam = \"t\"\naccelerators = [\"V100\", \"L4\"]\n\
@@ -326,7 +346,11 @@ async fn a_probed_job_no_plan_fits_at_the_pessimistic_bound_goes_on_at_the_expec
     let sim = two_shapes();
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .configured(config())
+        .controller()
+        .1;
     // 2 M samples in 45 minutes: the 4-GPU node's expected half hour fits, the bound of a
     // forecast measured on one GPU does not.
     let extra = "workers = { min = 1, max = 4 }\ndeadline = \"45m\"";
@@ -352,7 +376,11 @@ async fn hinted(deadline: &str) -> (Controller, Vec<(String, String)>) {
     let sim = two_shapes();
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(&dir.path().join("s.db")).expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .configured(config())
+        .controller()
+        .1;
     let extra = format!(
         "workers = {{ min = 1, max = 4 }}\ndeadline = \"{deadline}\"\n\
          [hint]\nflops_per_sample = 2.46e10\nparams = 2.56e7"

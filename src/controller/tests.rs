@@ -3,11 +3,11 @@
 
 use std::sync::Mutex;
 
-use chrono::TimeZone;
 use tern_cloud::{Cloud, IdempotencyKey, Instance, InstanceState};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{Asked, Intercepted, SimCloud, Trace, Verdict};
 
+use super::testkit::{Scenario, sim, start};
 use super::world::SimWorld;
 use super::*;
 use crate::store::JobState;
@@ -18,23 +18,6 @@ fn trace(zone: &str, data: Vec<u32>) -> Trace {
         spot_price: Some(0.9),
         ..tern_sim::testkit::trace(zone, data)
     }
-}
-
-pub(super) fn start() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0)
-        .single()
-        .expect("time")
-}
-
-pub(super) fn sim(zones: Vec<Trace>) -> Arc<SimCloud> {
-    Arc::new(SimCloud::new(
-        zones,
-        SimConfig {
-            start: start(),
-            boot: Duration::from_secs(60),
-            ..SimConfig::default()
-        },
-    ))
 }
 
 fn job(name: &str, workers: &str, gang: bool) -> JobSpec {
@@ -127,7 +110,11 @@ async fn a_lost_launch_answer_is_recovered_after_restart_without_a_duplicate() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
     let store = Arc::new(Store::open(&path).expect("store"));
-    let mut ctl = Controller::open(store, provider.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store)
+        .provider(provider.clone())
+        .controller()
+        .1;
     ctl.submit(job("elastic", "{ min = 2, max = 4 }", false), sim.now())
         .expect("submit");
     ctl.pass(sim.now()).await.expect("pass");
@@ -140,7 +127,11 @@ async fn a_lost_launch_answer_is_recovered_after_restart_without_a_duplicate() {
 
     // Restart from the same file: the open intent is replayed with the same key.
     let store = Arc::new(Store::open(&path).expect("reopen"));
-    let mut ctl = Controller::open(store.clone(), provider.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store.clone())
+        .provider(provider.clone())
+        .controller()
+        .1;
     assert_eq!(ctl.open_intents(), 1);
     run(&mut ctl, &sim, 3).await;
     assert_eq!(ctl.open_intents(), 0);
@@ -166,7 +157,10 @@ async fn an_intent_written_before_a_crash_is_carried_out_once_after_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
     let store = Arc::new(Store::open(&path).expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store.clone())
+        .controller()
+        .1;
     ctl.submit(job("g", "4", true), sim.now()).expect("submit");
     // Write an intent and "crash" before calling the cloud.
     let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
@@ -187,7 +181,10 @@ async fn an_intent_written_before_a_crash_is_carried_out_once_after_restart() {
     drop(ctl);
     assert!(sim.list("test-owner").await.expect("list").is_empty());
 
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store.clone())
+        .controller()
+        .1;
     run(&mut ctl, &sim, 2).await;
     let fleet = sim.list("test-owner").await.expect("list");
     assert_eq!(fleet.len(), 4, "exactly the intent's four, no plan on top");
@@ -202,9 +199,9 @@ async fn an_intent_written_before_a_crash_is_carried_out_once_after_restart() {
 #[tokio::test]
 async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let (provider, terminations) = intent_checked(sim.clone(), store.clone());
-    let mut ctl = Controller::open(store.clone(), provider, config()).expect("open");
+    let scenario = Scenario::on(&sim, "test-owner");
+    let (provider, terminations) = intent_checked(sim.clone(), scenario.the_store());
+    let (store, mut ctl) = scenario.provider(provider).controller();
     let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
     let stray = IntentId::from_uuid(uuid::Uuid::from_u128(99));
     let mut tags = Tags::new();
@@ -256,9 +253,9 @@ async fn an_unowned_tagged_instance_is_collected_after_the_grace() {
 #[tokio::test]
 async fn another_stores_instances_are_reported_never_collected_unless_adopted() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 400])]);
-    let first = Arc::new(Store::in_memory().expect("store"));
-    let mut a = Controller::open(first.clone(), sim.clone(), config()).expect("open");
-    a.submit(job("mine", "4", true), sim.now()).expect("submit");
+    let (first, mut a) = Scenario::on(&sim, "test-owner")
+        .jobs([job("mine", "4", true)])
+        .controller();
     run(&mut a, &sim, 5).await;
     let fleet = sim.list("test-owner").await.expect("list");
     assert_eq!(
@@ -275,9 +272,8 @@ async fn another_stores_instances_are_reported_never_collected_unless_adopted() 
 
     // A second controller with the same owner but another store (a lost or swapped state
     // file, or a second deployment): it must not touch the first one's fleet.
-    let second = Arc::new(Store::in_memory().expect("store"));
+    let (second, mut b) = Scenario::on(&sim, "test-owner").controller();
     assert_ne!(first.cluster_id(), second.cluster_id());
-    let mut b = Controller::open(second.clone(), sim.clone(), config()).expect("open");
     run(&mut b, &sim, 10).await;
     assert_eq!(sim.list("test-owner").await.expect("list").len(), 4);
     assert_eq!(b.stats().leaks_collected, 0);
@@ -294,15 +290,10 @@ async fn another_stores_instances_are_reported_never_collected_unless_adopted() 
     assert!(foreign[0].message.contains("--adopt"));
 
     // Told to adopt, it collects them as its own leaks (after the grace).
-    let mut adopting = Controller::open(
-        second,
-        sim.clone(),
-        ControllerConfig {
-            adopt_foreign: true,
-            ..config()
-        },
-    )
-    .expect("open");
+    let (_, mut adopting) = Scenario::on(&sim, "test-owner")
+        .store(second)
+        .config(|c| c.adopt_foreign = true)
+        .controller();
     run(&mut adopting, &sim, 2).await;
     assert!(sim.list("test-owner").await.expect("list").is_empty());
     assert_eq!(adopting.stats().leaks_collected, 4);
@@ -356,7 +347,11 @@ async fn crashes_at_seeded_points_lose_nothing_and_launch_nothing_twice() {
     let killer = killer(checked, calls_left.clone());
     let open = || {
         let store = Arc::new(Store::open(&path).expect("store"));
-        Controller::open(store, killer.clone(), config()).expect("open")
+        Scenario::on(&sim, "test-owner")
+            .store(store)
+            .provider(killer.clone())
+            .controller()
+            .1
     };
     let mut ctl = open();
     ctl.submit(job("gang", "4", true), sim.now())
@@ -474,10 +469,9 @@ async fn seeded_cloud_faults_slow_the_controller_down_but_lose_nothing() {
             ..SimConfig::default()
         },
     ));
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    ctl.submit(job("gang", "4", true), sim.now())
-        .expect("submit");
+    let (store, mut ctl) = Scenario::on(&sim, "test-owner")
+        .jobs([job("gang", "4", true)])
+        .controller();
     ctl.submit(job("elastic", "{ min = 2, max = 6 }", false), sim.now())
         .expect("submit");
     let mut seen: HashMap<InstanceId, IntentId> = HashMap::new();

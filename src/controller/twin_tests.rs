@@ -8,7 +8,8 @@ use tern_cloud::testkit::spec;
 pub(super) mod answers;
 use tern_sim::Trace;
 
-use super::tests::sim;
+use super::testkit::Scenario;
+use super::testkit::sim;
 use super::world::SimWorld;
 use super::*;
 use crate::store::JobState;
@@ -28,13 +29,12 @@ fn trace(zone: &str, data: Vec<u32>, prices: Option<Vec<f64>>) -> Trace {
 
 fn world(traces: Vec<Trace>, job: JobSpec) -> SimWorld {
     let sim = sim(traces);
-    let config = ControllerConfig::new("test-owner", vec![Region::new("us-west-2")]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store, sim.clone(), config).expect("open");
-    ctl.submit(job, sim.now()).expect("submit");
     // Agents that learn of a notice from the controller alone, as the real test's do.
     let workers = super::workload::Workload::new().keeping_answers();
-    SimWorld::new(sim, ctl, TICK).with_workers(Some(workers))
+    Scenario::on(&sim, "test-owner")
+        .jobs([job])
+        .world(TICK)
+        .with_workers(Some(workers))
 }
 
 /// Each instance's agent's answers, reduced ([`answers::of_simulated`]).

@@ -299,3 +299,29 @@ fn tests_build_offers_with_the_testkit() {
         "build offers with tern_cloud::testkit::offer: {own:?}"
     );
 }
+
+/// The controller's scenario tests put a controller together in one place
+/// (`src/controller/testkit.rs`, `Scenario`): none opens a controller or makes a store of its
+/// own.
+#[test]
+fn controller_scenarios_are_built_with_the_testkit() {
+    let mut own = Vec::new();
+    for path in files(&[".rs"]) {
+        let rel = relative(&path);
+        let scenario = rel.starts_with("src/controller/")
+            && (rel.ends_with("tests.rs") || rel.starts_with("src/controller/tests/"));
+        if !scenario {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("Controller::open(") || line.contains("Store::in_memory(") {
+                own.push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
+    assert!(
+        own.is_empty(),
+        "open scenario controllers with testkit::Scenario: {own:?}"
+    );
+}

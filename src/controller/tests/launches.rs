@@ -6,9 +6,9 @@ use super::*;
 #[tokio::test]
 async fn prices_are_recorded_as_they_change_and_the_plan_estimate_is_kept() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    ctl.submit(job("p", "4", false), sim.now()).expect("submit");
+    let (store, mut ctl) = Scenario::on(&sim, "test-owner")
+        .jobs([job("p", "4", false)])
+        .controller();
     run(&mut ctl, &sim, 5).await;
     let record = store.job("p").expect("job").expect("exists");
     let planned = record
@@ -21,7 +21,10 @@ async fn prices_are_recorded_as_they_change_and_the_plan_estimate_is_kept() {
     assert!(prices.values().all(|p| p.len() == 1), "{prices:?}");
     // A restarted controller does not write them again.
     drop(ctl);
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("reopen");
+    let mut ctl = Scenario::on(&sim, "test-owner")
+        .store(store.clone())
+        .controller()
+        .1;
     run(&mut ctl, &sim, 2).await;
     assert!(
         store
@@ -49,9 +52,9 @@ async fn the_cost_counter_adds_up_to_the_cost_report_as_instances_end() {
             .chain(vec![8; 300])
             .collect(),
     )]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    ctl.submit(job("c", "4", false), sim.now()).expect("submit");
+    let (store, mut ctl) = Scenario::on(&sim, "test-owner")
+        .jobs([job("c", "4", false)])
+        .controller();
     let metrics = super::metrics::Metrics::new();
     // The per-job counters (behind a token) and the fleet's (open) count the same dollars.
     let sum = |page: String, family: &str| -> f64 {
@@ -110,8 +113,7 @@ async fn an_excluded_zone_is_never_launched_into_even_when_cheapest() {
     );
     b.prices = Some(vec![1.2; 300]);
     let sim = sim(vec![a, b]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
+    let (store, mut ctl) = Scenario::on(&sim, "test-owner").controller();
     let fenced = tern_cloud::testkit::spec("fenced").workers("{ min = 1, max = 4 }");
     ctl.submit(
         fenced.clone().top("exclude = [\"us-west-2a\"]").build(),
@@ -135,9 +137,9 @@ async fn an_excluded_zone_is_never_launched_into_even_when_cheapest() {
         },
         trace("us-west-2b", vec![8; 300]),
     ]);
-    let store2 = Arc::new(Store::in_memory().expect("store"));
-    let mut free = Controller::open(store2.clone(), sim2.clone(), config()).expect("open");
-    free.submit(fenced.build(), sim2.now()).expect("submit");
+    let (store2, mut free) = Scenario::on(&sim2, "test-owner")
+        .jobs([fenced.build()])
+        .controller();
     run(&mut free, &sim2, 30).await;
     assert!(
         store2
@@ -174,11 +176,9 @@ async fn a_stuck_launch_times_out_but_a_queued_request_waits() {
     for state in [InstanceState::Pending, InstanceState::Queued] {
         let sim = sim(vec![trace("us-west-2a", vec![8; 200])]);
         let (provider, asked) = never_running(sim.clone(), state);
-        let store = Arc::new(Store::in_memory().expect("store"));
-        let (provider, checked) = intent_checked(provider, store.clone());
-        let mut ctl = Controller::open(store, provider, config()).expect("open");
-        ctl.submit(job("stuck", "1", false), sim.now())
-            .expect("submit");
+        let scenario = Scenario::on(&sim, "test-owner").jobs([job("stuck", "1", false)]);
+        let (provider, checked) = intent_checked(provider, scenario.the_store());
+        let (_, mut ctl) = scenario.provider(provider).controller();
         // Ten minutes: twice the launch timeout.
         run(&mut ctl, &sim, 10).await;
         terminated.push(asked.lock().expect("lock").len());
@@ -210,9 +210,9 @@ async fn a_stuck_launch_times_out_but_a_queued_request_waits() {
 async fn a_queued_spot_request_is_cancelled_once_the_deadline_needs_on_demand() {
     let sim = sim(vec![trace("us-west-2a", vec![8; 400])]);
     let (provider, asked) = never_running(sim.clone(), InstanceState::Queued);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let (provider, checked) = intent_checked(provider, store.clone());
-    let mut ctl = Controller::open(store.clone(), provider, config()).expect("open");
+    let scenario = Scenario::on(&sim, "test-owner");
+    let (provider, checked) = intent_checked(provider, scenario.the_store());
+    let (store, mut ctl) = scenario.provider(provider).controller();
     // 17.4 h of work (23.1 h at worst) due in 26 h: a little slack, spent while the request
     // waits in the queue.
     let spec = tern_cloud::testkit::spec("tight")
@@ -298,9 +298,7 @@ async fn no_launch_replacement_or_move_breaks_the_placement_constraints() {
                 let sim = sim(traces());
                 let offers = sim.offers(&Region::new("us-west-2")).await.expect("offers");
                 let runnable = offers.iter().any(|o| constraints.allows(o));
-                let store = Arc::new(Store::in_memory().expect("store"));
-                let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-                ctl.submit(spec, sim.now()).expect("submit");
+                let (store, mut ctl) = Scenario::on(&sim, "test-owner").jobs([spec]).controller();
                 run(&mut ctl, &sim, 180).await;
                 let used = store.usage_with_offers().expect("usage");
                 for (u, offer) in &used {

@@ -12,10 +12,9 @@ fn price_rise(b: Vec<u32>) -> (Arc<SimCloud>, Arc<Store>, Controller) {
     let mut b = trace("us-west-2b", b);
     b.prices = Some(vec![1.2; 300]);
     let sim = sim(vec![a, b]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    ctl.submit(job("mover", "{ min = 1, max = 2 }", false), sim.now())
-        .expect("submit");
+    let (store, ctl) = Scenario::on(&sim, "test-owner")
+        .jobs([job("mover", "{ min = 1, max = 2 }", false)])
+        .controller();
     (sim, store, ctl)
 }
 
@@ -186,10 +185,9 @@ async fn an_elastic_job_is_resized_to_its_survivors_and_grows_back() {
     a.extend(vec![2; 300]);
     let b: Vec<u32> = vec![0; 14].into_iter().chain(vec![8; 300]).collect();
     let sim = sim(vec![trace("us-west-2a", a), trace("us-west-2b", b)]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    ctl.submit(job("elastic", "{ min = 2, max = 4 }", false), sim.now())
-        .expect("submit");
+    let (store, mut ctl) = Scenario::on(&sim, "test-owner")
+        .jobs([job("elastic", "{ min = 2, max = 4 }", false)])
+        .controller();
     let live = |ctl: &Controller| ctl.instances().filter(|i| !i.draining).count();
     let mut shrunk = None;
     for _ in 0..30 {

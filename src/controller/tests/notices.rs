@@ -14,10 +14,9 @@ async fn a_notice_drains_at_once_and_the_elastic_job_keeps_its_survivors() {
             vec![0; 3].into_iter().chain(vec![8; 200]).collect(),
         ),
     ]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut ctl = Controller::open(store.clone(), sim.clone(), config()).expect("open");
-    ctl.submit(job("elastic", "{ min = 2, max = 4 }", false), sim.now())
-        .expect("submit");
+    let (store, mut ctl) = Scenario::on(&sim, "test-owner")
+        .jobs([job("elastic", "{ min = 2, max = 4 }", false)])
+        .controller();
     let mut workload = workload::Workload::new();
     let mut drained_at = None;
     for _ in 0..60 {
@@ -66,10 +65,9 @@ async fn the_agents_own_notice_saves_progress_when_the_controller_is_too_late() 
                 "us-west-2a",
                 vec![1; 20].into_iter().chain(vec![0; 40]).collect(),
             )]);
-            let store = Arc::new(Store::in_memory().expect("store"));
-            let mut ctl = Controller::open(store, sim.clone(), config()).expect("open");
-            ctl.submit(job("single", "1", false), sim.now())
-                .expect("submit");
+            let (_, mut ctl) = Scenario::on(&sim, "test-owner")
+                .jobs([job("single", "1", false)])
+                .controller();
             let mut workload = if watch {
                 workload::Workload::watching(sim.clone())
             } else {
@@ -112,10 +110,9 @@ async fn a_gang_the_deadline_sends_to_on_demand_goes_whole() {
         trace("us-west-2a", a),
         trace("us-west-2b", vec![0; 66]),
     ]);
-    let store = Arc::new(Store::in_memory().expect("store"));
-    let mut cfg = config();
-    cfg.exact_forecast = true;
-    let mut ctl = Controller::open(store.clone(), sim.clone(), cfg).expect("open");
+    let (store, mut ctl) = Scenario::on(&sim, "test-owner")
+        .config(|c| c.exact_forecast = true)
+        .controller();
     // One hour of work on two nodes (320 samples/s each), due 40 minutes after that: room to
     // start on spot, not for a restart on spot after the reclaim.
     let spec = tern_cloud::testkit::spec("gang")
@@ -161,10 +158,11 @@ async fn a_restart_includes_lost_progress_where_the_notice_is_too_short_to_save(
     let mut hours = Vec::new();
     for cloud in [Cloud::Aws, Cloud::Gcp] {
         let sim = sim(vec![trace("us-west-2a", vec![1; 10])]);
-        let provider = Arc::new(Intercepted::new(sim).posing_as(cloud));
-        let store = Arc::new(Store::in_memory().expect("store"));
-        let mut ctl = Controller::open(store, provider, config()).expect("open");
-        ctl.submit(job("j", "1", false), start()).expect("submit");
+        let provider = Arc::new(Intercepted::new(sim.clone()).posing_as(cloud));
+        let (_, ctl) = Scenario::on(&sim, "test-owner")
+            .provider(provider)
+            .jobs([job("j", "1", false)])
+            .controller();
         let c = ctl.job("j").expect("job").spec.checkpoint;
         assert!(c.save_s > 30.0 && c.save_s <= 120.0, "{c:?}");
         hours.push((ctl.restart_hours("j"), c));
