@@ -92,9 +92,9 @@ mod tests {
     use tern_cloud::{Capacity, Cloud};
 
     use super::replicas;
-    use crate::input::{PlanJob, PlanOptions, Quota};
+    use crate::input::{PlanJob, PlanOptions};
     use crate::plan::plan;
-    use crate::plan::tests::{Table, job, offer};
+    use crate::plan::tests::{Table, aws_quota, job, offer};
     #[test]
     fn replicas_differ_only_in_their_names() {
         let a = job("a", &["A100"], 100.0, None, &[("A100", 1.0)]);
@@ -177,14 +177,7 @@ mod tests {
             })
             .collect();
         let options = PlanOptions {
-            quotas: vec![Quota {
-                cloud: Cloud::Aws,
-                region: None,
-                family: "A100".into(),
-                capacity: None,
-                limit: 3,
-                unit: crate::QuotaUnit::Accelerators,
-            }],
+            quotas: vec![aws_quota("A100", 3)],
             ..Default::default()
         };
         let json = |jobs: &[PlanJob]| {

@@ -46,6 +46,18 @@ pub(super) fn offer(
         .build()
 }
 
+/// An AWS quota of `limit` accelerators of `family`, every region and capacity together.
+pub(super) fn aws_quota(family: &str, limit: u32) -> Quota {
+    Quota {
+        cloud: Cloud::Aws,
+        region: None,
+        family: family.into(),
+        capacity: None,
+        limit,
+        unit: crate::QuotaUnit::Accelerators,
+    }
+}
+
 pub(super) fn job(
     name: &str,
     accs: &[&str],
@@ -186,14 +198,7 @@ fn infeasible_inputs_are_reported_per_job() {
     );
     let no_quota = job("no-quota", &["V100"], 1000.0, None, &[("V100", 1.0)]);
     let options = PlanOptions {
-        quotas: vec![Quota {
-            cloud: Cloud::Aws,
-            region: None,
-            family: "V100".into(),
-            capacity: None,
-            limit: 0,
-            unit: crate::QuotaUnit::Accelerators,
-        }],
+        quotas: vec![aws_quota("V100", 0)],
         ..Default::default()
     };
     let r = plan(
@@ -256,14 +261,7 @@ fn quota_contention_moves_a_job_and_says_why() {
     a.priority = 1;
     let b = job("b", &["A100"], 36_000.0, None, &[("A100", 1.0)]);
     let options = PlanOptions {
-        quotas: vec![Quota {
-            cloud: Cloud::Aws,
-            region: None,
-            family: "A100".into(),
-            capacity: None,
-            limit: 1,
-            unit: crate::QuotaUnit::Accelerators,
-        }],
+        quotas: vec![aws_quota("A100", 1)],
         ..Default::default()
     };
     let r = plan(&[a, b], &offers, &options);
