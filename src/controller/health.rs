@@ -159,9 +159,7 @@ impl Controller {
         if i.job != job || i.draining || i.state == tern_cloud::InstanceState::Terminated {
             return Ok(());
         }
-        let state = i.state;
-        self.fleet.instances.set(&id, state, true);
-        self.store.set_instance_state(&id, state, true)?;
+        self.set_instance(&id, i.state, true)?;
         if let Some(e) = self.fleet.jobs.get_mut(job) {
             e.dirty = true;
         }

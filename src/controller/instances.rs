@@ -164,13 +164,8 @@ impl Instances {
     }
 
     /// Set an instance's state and draining mark (its id, job and offer stay as they are),
-    /// keeping the counts that depend on them. The record, if it is known.
-    pub(super) fn set(
-        &mut self,
-        id: &InstanceId,
-        state: InstanceState,
-        draining: bool,
-    ) -> Option<&InstanceRecord> {
+    /// keeping the counts that depend on them. Whether it is known.
+    pub(super) fn set(&mut self, id: &InstanceId, state: InstanceState, draining: bool) -> bool {
         let Instances {
             by_id,
             pools,
@@ -178,7 +173,9 @@ impl Instances {
             draining: drained,
             ..
         } = self;
-        let r = by_id.get_mut(id)?;
+        let Some(r) = by_id.get_mut(id) else {
+            return false;
+        };
         if (r.state, r.draining) != (state, draining) {
             // Inserted with its offer, so its offer has a number.
             let pool = pools.get(&r.offer.key()).copied();
@@ -191,7 +188,7 @@ impl Instances {
             (r.state, r.draining) = (state, draining);
             counts.count(r, true);
         }
-        Some(r)
+        true
     }
 
     /// Add (`up`) or take away what `r`'s state and draining mark count for.
@@ -344,7 +341,7 @@ mod tests {
         all.set(&i2, InstanceState::Pending, true);
         all.remove(&i2);
         assert_eq!((live(&all), draining(&all)), (1, vec![]));
-        assert!(all.set(&i2, InstanceState::Running, false).is_none());
+        assert!(!all.set(&i2, InstanceState::Running, false));
         // The counts agree with a count over the records.
         let counted = all
             .values()

@@ -297,8 +297,7 @@ impl Controller {
         }
         for id in &leaving {
             if let Some(state) = self.fleet.instances.get(id).map(|i| i.state) {
-                self.fleet.instances.set(id, state, true);
-                self.store.set_instance_state(id, state, true)?;
+                self.set_instance(id, state, true)?;
             }
         }
         Ok(true)
@@ -312,10 +311,8 @@ impl Controller {
             if let Some(i) = self.fleet.instances.get(id)
                 && i.draining
             {
-                let state = i.state;
-                self.fleet.instances.set(id, state, false);
                 any = true;
-                self.store.set_instance_state(id, state, false)?;
+                self.set_instance(id, i.state, false)?;
             }
         }
         if any

@@ -75,14 +75,10 @@ impl Controller {
         if inst.draining {
             return Ok(());
         }
-        let state = inst.state;
-        let Some(inst) = self.fleet.instances.set(&n.instance, state, true) else {
-            return Ok(());
-        };
-        self.store.set_instance_state(&inst.id, inst.state, true)?;
         let job = inst.job.clone();
         let pool = inst.offer.key();
         let shown = format!("{} {}", inst.offer.capacity, inst.offer.zone);
+        self.set_instance(&n.instance, inst.state, true)?;
         // A notice means the pool is being drained: a strike, like a capacity error.
         self.avoid(pool, now);
         let entry = seen.draining.entry((job.clone(), shown)).or_default();

@@ -55,12 +55,22 @@ impl Controller {
             return Ok(false);
         };
         if known.state != inst.state {
-            let draining = known.draining;
-            self.fleet.instances.set(&inst.id, inst.state, draining);
-            self.store
-                .set_instance_state(&inst.id, inst.state, draining)?;
+            self.set_instance(&inst.id, inst.state, known.draining)?;
         }
         Ok(true)
+    }
+
+    /// Set a tracked instance's state and draining mark, in the fleet and in the store.
+    pub(super) fn set_instance(
+        &mut self,
+        id: &InstanceId,
+        state: InstanceState,
+        draining: bool,
+    ) -> Result<()> {
+        if self.fleet.instances.set(id, state, draining) {
+            self.store.set_instance_state(id, state, draining)?;
+        }
+        Ok(())
     }
 
     /// An instance the cloud lists that this controller does not track: an adoption (a crash

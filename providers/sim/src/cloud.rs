@@ -147,9 +147,14 @@ struct World {
 }
 
 impl World {
+    /// The number of owner tag `owner`, if any instance was launched with it.
+    fn owner_of(&self, owner: &str) -> Option<usize> {
+        self.owners.iter().position(|o| o == owner)
+    }
+
     /// The number of owner tag `owner`, given on first sight.
     fn owner_number(&mut self, owner: &str) -> usize {
-        if let Some(n) = self.owners.iter().position(|o| o == owner) {
+        if let Some(n) = self.owner_of(owner) {
             return n;
         }
         self.owners.push(owner.to_owned());
@@ -657,7 +662,7 @@ impl Provider for SimCloud {
     async fn list(&self, owner: &str) -> Result<Vec<Instance>, ProviderError> {
         let mut w = self.world();
         self.enter(&mut w, "list", owner.to_owned())?;
-        let Some(owner) = w.owners.iter().position(|o| o == owner) else {
+        let Some(owner) = w.owner_of(owner) else {
             return Ok(Vec::new());
         };
         let mut out = Vec::with_capacity(w.alive as usize);

@@ -194,32 +194,29 @@ fn plan_with(
     let shares = options.fairness > 0.0;
     // Replicas (a sweep, copies of one spec) have the same configurations: make them once.
     let mut replicas = Replicas::default();
-    let configs: Vec<Vec<Entry>> = jobs
-        .iter()
-        .enumerate()
-        .map(|(j, job)| {
-            if let Some((list, made)) = replicas.of(jobs, j) {
-                counts.add(made);
-                return list.clone();
-            }
-            let before = counts;
-            let mut list = candidates::of_job(job, offers, &index, &mut resources, options);
-            counts.generated += list.len();
-            prune(
-                &mut list,
-                options.max_candidates_per_job,
-                shares,
-                &mut counts,
-            );
-            let list = if trim {
-                digest(list, options.alternatives, offers)
-            } else {
-                list
-            };
-            replicas.keep(jobs, j, &list, counts.since(before));
+    let mut configs: Vec<Vec<Entry>> = Vec::with_capacity(jobs.len());
+    for (j, job) in jobs.iter().enumerate() {
+        if let Some((first, made)) = replicas.of(jobs, j) {
+            counts.add(made);
+            configs.push(configs[first].clone());
+            continue;
+        }
+        let before = counts;
+        let mut list = candidates::of_job(job, offers, &index, &mut resources, options);
+        counts.generated += list.len();
+        prune(
+            &mut list,
+            options.max_candidates_per_job,
+            shares,
+            &mut counts,
+        );
+        configs.push(if trim {
+            digest(list, options.alternatives, offers)
+        } else {
             list
-        })
-        .collect();
+        });
+        replicas.keep(jobs, j, counts.since(before));
+    }
     let mut model = model::build(jobs, &configs, &resources.list, options.fairness);
     counts.considered = model.problem.options.len();
     let (solved, fair) = solve_fairly(&mut model, jobs, &configs, options);

@@ -1,50 +1,37 @@
 //! Jobs that differ only in their names (a sweep's replicas, copies of one spec) have the same
 //! configurations, costs and resource use: a plan generates and prunes them once and copies
-//! the list. Two jobs count as replicas only when every planning input is equal and they share
+//! the first one's list. Two jobs count as replicas only when every planning input is equal and they share
 //! one throughput model (`Arc::ptr_eq`: a model cannot be compared by value).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{CandidateCounts, Entry};
+use super::CandidateCounts;
 use crate::input::PlanJob;
 
-/// The lists made so far, found by a cheap key and confirmed field by field.
+/// The jobs whose lists were made, found by a cheap key and confirmed field by field.
 #[derive(Default)]
 pub(super) struct Replicas {
-    made: HashMap<(usize, u64), Vec<Made>>,
-}
-
-/// One job's configurations, and what making them added to the plan's counts.
-struct Made {
-    job: usize,
-    list: Vec<Entry>,
-    counts: CandidateCounts,
+    /// Each job whose list was made, with what making it added to the plan's counts.
+    made: HashMap<(usize, u64), Vec<(usize, CandidateCounts)>>,
 }
 
 impl Replicas {
-    /// The list made for an earlier replica of `jobs[j]`, and its counts.
-    pub(super) fn of(&self, jobs: &[PlanJob], j: usize) -> Option<(&Vec<Entry>, CandidateCounts)> {
+    /// The earlier job whose list `jobs[j]` may copy, and what making that list counted.
+    pub(super) fn of(&self, jobs: &[PlanJob], j: usize) -> Option<(usize, CandidateCounts)> {
         self.made
             .get(&key(&jobs[j]))?
             .iter()
-            .find(|m| replicas(&jobs[m.job], &jobs[j]))
-            .map(|m| (&m.list, m.counts))
+            .find(|(first, _)| replicas(&jobs[*first], &jobs[j]))
+            .copied()
     }
 
-    /// Keep the list made for `jobs[j]` for its replicas.
-    pub(super) fn keep(
-        &mut self,
-        jobs: &[PlanJob],
-        j: usize,
-        list: &[Entry],
-        counts: CandidateCounts,
-    ) {
-        self.made.entry(key(&jobs[j])).or_default().push(Made {
-            job: j,
-            list: list.to_vec(),
-            counts,
-        });
+    /// `jobs[j]`'s list was made, counting `counts`: its replicas may copy it.
+    pub(super) fn keep(&mut self, jobs: &[PlanJob], j: usize, counts: CandidateCounts) {
+        self.made
+            .entry(key(&jobs[j]))
+            .or_default()
+            .push((j, counts));
     }
 }
 
