@@ -54,14 +54,21 @@ fn wait_leading(addr: &str) {
     }
 }
 
-/// The controller at `addr` does not lead and names `leader` (its id and URL) in a 503.
+/// The controller at `addr` does not lead and names `leader` (its id and URL) in a 503. A
+/// standby that has just started answers before it first reads the lease, when it knows no
+/// leader yet: it is asked again for up to 10 s.
 fn points_at(addr: &str, leader: &str, url: &str) {
-    let answer = exchange(addr, "GET", "/v1/jobs", "");
+    let names =
+        |answer: &str| answer.contains(leader) && answer.contains(&format!("\"leader\":\"{url}\""));
+    let t0 = Instant::now();
+    let mut answer = exchange(addr, "GET", "/v1/jobs", "");
+    while !names(&answer) && t0.elapsed() < Duration::from_secs(10) {
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        std::thread::sleep(Duration::from_millis(100));
+        answer = exchange(addr, "GET", "/v1/jobs", "");
+    }
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-    assert!(
-        answer.contains(leader) && answer.contains(&format!("\"leader\":\"{url}\"")),
-        "{answer}"
-    );
+    assert!(names(&answer), "{answer}");
 }
 
 /// What every test here starts from: a private PostgreSQL server with one database (`state`,

@@ -172,6 +172,22 @@ pub(super) fn settle(s: Stopping) -> Option<Decision> {
     })
 }
 
+/// A job that has run (`spent` > 0) and whose own budget (`total`) cannot pay for the rest
+/// of its work (`rest`: its plan's expected cost without that budget) ends over budget now,
+/// saying the figures; `None` while the two fit.
+pub(super) fn short_of_own(name: &str, spent: f64, rest: f64, total: f64) -> Option<Decision> {
+    if spent <= 0.0 || spent + rest <= total {
+        return None;
+    }
+    let reason = format!(
+        "over budget: job {name} spent ${spent:.2} of its ${total:.2}, and the rest of its work is expected to cost ${rest:.2}"
+    );
+    Some(Decision::EndOverBudget {
+        reason,
+        limit: total,
+    })
+}
+
 impl Controller {
     /// Whether any budget is set (the spend is kept only then).
     pub(super) fn budgets_set(&self) -> bool {

@@ -254,7 +254,7 @@ fn cancel_keeps_the_checkpoint(w: &SimWorld, before: f64) {
 /// The decisions about budgets, as a table: each branch of `budget::judge` and
 /// `budget::settle`.
 mod table {
-    use super::super::budget::{Covered, Stop, Stopping, Watched, judge, settle};
+    use super::super::budget::{Covered, Stop, Stopping, Watched, judge, settle, short_of_own};
     use super::super::decide::Decision;
     use crate::limits::Exhausted;
     use chrono::{DateTime, Utc};
@@ -399,18 +399,18 @@ mod table {
 
     /// (release, closed) of the end settled, or `None`.
     fn ends(s: Stopping) -> Option<(usize, bool)> {
-        match settle(s)? {
-            Decision::EndForBudget {
-                release,
-                closed,
-                spent,
-                ..
-            } => {
-                assert!(spent > 0.0);
-                Some((release.len(), closed))
-            }
-            other => panic!("{other:?}"),
-        }
+        let d = settle(s)?;
+        let Decision::EndForBudget {
+            release,
+            closed,
+            spent,
+            ..
+        } = d
+        else {
+            panic!("{d:?}")
+        };
+        assert!(spent > 0.0);
+        Some((release.len(), closed))
     }
 
     #[test]
@@ -443,5 +443,32 @@ mod table {
             };
             assert_eq!(ends(ended), Some((0, true)), "{then:?}");
         }
+    }
+
+    /// A row per branch of `short_of_own`: a job that has not run, or whose budget still
+    /// pays for the rest, goes on; one whose spend and rest pass its budget ends over it.
+    #[test]
+    fn a_job_short_of_its_own_budget_is_a_row() {
+        let rows = [
+            ((0.0, 20.0), false, "it has not run"),
+            ((4.0, 6.0), false, "spent and rest meet the budget exactly"),
+            ((4.0, 5.0), false, "the rest fits"),
+            ((4.0, 6.5), true, "the rest does not fit"),
+            ((12.0, 0.0), true, "already past its budget"),
+        ];
+        for ((spent, rest), ends, why) in rows {
+            assert_eq!(
+                short_of_own("j", spent, rest, 10.0).is_some(),
+                ends,
+                "{why}"
+            );
+        }
+        let Some(Decision::EndOverBudget { reason, limit }) = short_of_own("j", 4.0, 6.5, 10.0)
+        else {
+            panic!("a job short of its budget ends over it")
+        };
+        assert_eq!(limit, 10.0);
+        assert!(reason.contains("spent $4.00 of its $10.00"), "{reason}");
+        assert!(reason.contains("expected to cost $6.50"), "{reason}");
     }
 }

@@ -215,6 +215,17 @@ pub(super) fn launch(v: &Launching<'_>) -> Decision {
     }
 }
 
+/// The planner's choice for a job, or, where it placed none, the job is unplaceable, saying
+/// why.
+pub(super) fn chosen(jp: &tern_plan::JobPlan) -> Result<&tern_plan::Config, Decision> {
+    jp.choice.as_ref().filter(|_| jp.placed).ok_or_else(|| {
+        let reason = jp.reason.as_deref().unwrap_or("no feasible configuration");
+        Decision::Unplaceable {
+            reason: reason.to_string(),
+        }
+    })
+}
+
 /// A spot request waiting in the cloud's queue (a TPU queued resource) is cancelled once the
 /// job's deadline needs on-demand now: the same question as a launch, for a request spot has
 /// no room for yet.

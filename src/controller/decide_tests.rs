@@ -341,6 +341,16 @@ fn each_branch_of_a_running_jobs_decision() {
         let got = short(&replace(&view));
         assert!(got.starts_with(want), "{what}: got {got:?}, want {want:?}");
     }
+    let Decision::Replace {
+        offers,
+        missing,
+        on_demand,
+    } = replace(&running(&with_spot, two(), 3, false))
+    else {
+        panic!("a job short of a node, spot offered: a replacement")
+    };
+    assert_eq!((missing, on_demand), (1, false));
+    assert_eq!(offers[0].capacity, Capacity::Spot);
     assert_eq!(
         short(&grow(SHAPE, &with_spot, 2, 4)),
         "resize 2->4, then nothing"
@@ -462,6 +472,17 @@ fn each_branch_of_the_move_decision() {
         let got = short(&movement(&view));
         assert!(got.starts_with(want), "{what}: got {got:?}, want {want:?}");
     }
+    let gang = Moving {
+        deadline: true,
+        gang: true,
+        policy: Some(call(Policy::Spot(0))),
+        ..moving(&gang_offers, four(), &none)
+    };
+    let Decision::Move { step, of, to } = movement(&gang) else {
+        panic!("the policy sends a gang to another zone: a move")
+    };
+    assert_eq!(step.movers.len() as u32, of, "a gang moves whole");
+    assert_eq!(to[0].zone, step.to.zone);
 }
 
 /// One row per branch of `launch`: the planner's offer stands without a policy, the
@@ -639,6 +660,10 @@ fn every_end_of_a_job_is_a_row() {
             "finishing {finishing}, {held} held, saving {saving}"
         );
     }
+    let Decision::Release { ids } = end(&ending(false, 2, false, None)) else {
+        panic!("an ended job that holds nodes releases them")
+    };
+    assert_eq!(ids, ending(false, 2, false, None).held);
     let Decision::Finish { took_h, .. } = end(&ending(true, 0, false, None)) else {
         panic!("a job whose work is done finishes")
     };
@@ -680,6 +705,10 @@ fn every_timeout_and_leak_is_a_row() {
         ((at(0), at(599)), false, "nothing"),
         ((at(0), at(900)), true, "nothing"),
     ];
+    let Decision::CollectLeak { id: collected } = leak(&id, (at(0), at(600), ten), false) else {
+        panic!("a leak past the grace is collected")
+    };
+    assert_eq!(collected, id);
     for ((first, now), terminating, want) in rows {
         let got = short(&leak(&id, (first, now, ten), terminating));
         assert_eq!(

@@ -14,7 +14,7 @@ use tern_policies::fleet::{self, Deadline, SpotWait};
 
 use super::decide::{self, Decision, pool};
 use super::events::WaitReason;
-use super::policy::PolicyCall;
+use super::view::Outlook;
 use super::{Controller, Result, hours};
 use crate::store::InstanceRecord;
 use tern_policies::deadline::Placement as Policy;
@@ -149,10 +149,7 @@ impl Controller {
             .workers
             .min
             .div_ceil(first.accelerator_units().max(1));
-        let planned = r.planned_count.max(target);
-        let policy = self.ask_policy(name, &first, planned, now);
-        let pessimistic = self.throughput(name, &first, target).map_or(0.0, |t| t.1);
-        let spot_wait = self.spot_wait(name, self.work_hours(name, pessimistic), now);
+        let outlook = self.outlook(name, &first, now);
         let shape = first.instance_type.name.as_str();
         let owned = |v: Vec<&Offer>| v.into_iter().cloned().collect::<Vec<_>>();
         // Only a gang is pinned to its zone; an elastic job's pick is anywhere.
@@ -167,8 +164,8 @@ impl Controller {
             target,
             min_nodes,
             offers,
-            policy,
-            spot_wait,
+            policy: outlook.policy,
+            spot_wait: outlook.spot_wait,
             on_demand_here: here,
             on_demand_anywhere: owned(self.on_demand_pool(name, offers, shape, None)),
         })
@@ -256,15 +253,11 @@ impl Controller {
             return Ok(());
         };
         e.last_migrate_check = Some(now);
-        let (deadline, planned) = (e.record.deadline_at.is_some(), e.record.planned_count);
         let Some(first) = running.first().map(|(i, _)| i.offer.clone()) else {
             return Ok(());
         };
-        let policy = match deadline {
-            true => self.ask_policy(name, &first, planned.max(n), now),
-            false => None,
-        };
-        let decision = match self.moving(name, running, n, offers, policy, now) {
+        let outlook = self.outlook(name, &first, now);
+        let decision = match self.moving(name, running, n, offers, outlook, now) {
             Some(view) => decide::movement(&view),
             None => Decision::Nothing,
         };
@@ -278,9 +271,10 @@ impl Controller {
         running: Vec<(InstanceRecord, f64)>,
         fleet_nodes: u32,
         offers: &'a [Offer],
-        policy: Option<PolicyCall>,
+        outlook: Outlook,
         now: DateTime<Utc>,
     ) -> Option<decide::Moving<'a>> {
+        let policy = outlook.policy;
         let first = running.first().map(|(i, _)| i.offer.clone())?;
         let r = &self.fleet.jobs.get(name)?.record;
         let shape = first.instance_type.name.as_str();
@@ -295,11 +289,11 @@ impl Controller {
             fleet_nodes,
             offers,
             policy,
-            speed: self.throughput(name, &first, fleet_nodes).map(|t| t.0),
+            speed: outlook.speed.map(|t| t.0),
             remaining_samples: r.total_samples - r.checkpoint_samples,
             hours_left: r.deadline_at.map(|d| hours(d - now)),
             budget_fraction: self.config.disruption_budget,
-            restart_h: self.restart_hours(name),
+            restart_h: outlook.restart_h,
             hours_since_last_move: r.last_move_at.map(|t| hours(now - t)),
             checkpoint_gb: r.spec.checkpoint.size_gb,
             constraints: &r.spec.constraints,

@@ -42,6 +42,7 @@ mod room;
 pub mod service;
 mod spend;
 mod sync;
+mod view;
 pub mod workload;
 pub mod world;
 
@@ -614,3 +615,5 @@ mod testkit;
 mod tests;
 #[cfg(test)]
 mod twin_tests;
+#[cfg(test)]
+mod view_tests;

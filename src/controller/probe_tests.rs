@@ -701,4 +701,28 @@ mod steps_table {
         let (_, stayed, _) = steps::outcome(Some(&elsewhere), &fleet, false, Some(0.0));
         assert_eq!(stayed, Some((here.key(), 1)));
     }
+
+    /// A row per branch of `decide::chosen`: the planner's choice where it placed the job,
+    /// else the job is unplaceable with the planner's reason (or a default one).
+    #[test]
+    fn the_planners_answer_is_a_choice_or_unplaceable() {
+        use crate::controller::decide::{Decision, chosen};
+        let here = spot("p3.2xlarge", "us-west-2a", 0.9);
+        let placed = plan(Some(config(&here, 1)), true, None);
+        assert_eq!(chosen(&placed).map(|c| c.nodes).ok(), Some(1));
+        let rows = [
+            (plan(None, false, Some("over quota")), "over quota"),
+            (plan(None, false, None), "no feasible configuration"),
+            (
+                plan(Some(config(&here, 1)), false, Some("misses the deadline")),
+                "misses the deadline",
+            ),
+        ];
+        for (jp, want) in rows {
+            let Err(Decision::Unplaceable { reason }) = chosen(&jp) else {
+                panic!("{want}: a plan that placed nothing is unplaceable")
+            };
+            assert_eq!(reason, want);
+        }
+    }
 }

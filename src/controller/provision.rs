@@ -10,6 +10,7 @@ use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
 use super::decide::{self, Decision};
 use super::events::{Event, Placement, WaitReason};
+use super::view::{self, JobView, Need};
 use super::{Controller, Result, delta};
 use crate::store::{InstanceRecord, JobState};
 
@@ -114,42 +115,27 @@ impl Controller {
             .map(|i| i.job.as_str())
             .collect();
         for (name, e) in &self.fleet.jobs {
-            let r = &e.record;
-            let n_held = self.fleet.instances.count_of(name);
-            let n_live = n_held - draining.get(name.as_str()).copied().unwrap_or(0);
-            // Before the open-intent check: a job whose work is done finishes and releases
-            // its instances even while a launch or a move of it is open (that intent is
-            // cancelled when it next runs).
-            let finished = r.work_done();
-            if r.state.is_final() || finished {
-                if n_held > 0 || (finished && r.state != JobState::Finished) {
-                    t.release.push(name.clone());
-                }
-                continue;
-            }
-            if busy.contains(name.as_str()) {
-                continue;
-            }
-            let due = e.dirty
-                || e.last_plan
-                    .is_none_or(|t| now - t >= delta(self.config.replan));
-            let list = if r.target_offer.is_none() || n_live == 0 {
-                due.then_some(&mut t.place)
-            } else if n_live < r.target_count as usize {
-                due.then_some(&mut t.replace)
-            } else if r.target_count < r.planned_count && due {
-                Some(&mut t.grow)
-            } else if r.probe.as_ref().is_some_and(|p| p.is_open()) {
-                // A probe is not moved: it ends (`due_probes`), then the plan decides.
-                None
-            } else {
-                e.last_migrate_check
-                    .is_none_or(|t| now - t >= delta(self.config.migrate_check))
-                    .then_some(&mut t.check_move)
+            let held = self.fleet.instances.count_of(name);
+            let since =
+                |last: Option<DateTime<Utc>>, every| last.is_none_or(|t| now - t >= delta(every));
+            let view = JobView {
+                record: &e.record,
+                stopping: e.stopping.as_ref(),
+                held,
+                live: held - draining.get(name.as_str()).copied().unwrap_or(0),
+                busy: busy.contains(name.as_str()),
+                due_plan: e.dirty || since(e.last_plan, self.config.replan),
+                due_move: since(e.last_migrate_check, self.config.migrate_check),
             };
-            if let Some(list) = list {
-                list.push(name.clone());
-            }
+            let list = match view::need(&view) {
+                Need::Nothing => continue,
+                Need::Release => &mut t.release,
+                Need::Place => &mut t.place,
+                Need::Replace => &mut t.replace,
+                Need::Grow => &mut t.grow,
+                Need::CheckMove => &mut t.check_move,
+            };
+            list.push(name.clone());
         }
         t
     }
@@ -476,15 +462,8 @@ impl Controller {
         else {
             return Ok(false);
         };
-        if spent + rest <= total {
+        let Some(end) = super::budget::short_of_own(name, spent, rest, total) else {
             return Ok(false);
-        }
-        let reason = format!(
-            "over budget: job {name} spent ${spent:.2} of its ${total:.2}, and the rest of its work is expected to cost ${rest:.2}"
-        );
-        let end = Decision::EndOverBudget {
-            reason,
-            limit: total,
         };
         self.carry_out(name, end, now).await?;
         Ok(true)
@@ -520,12 +499,9 @@ impl Controller {
         offers: &[Offer],
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let Some(choice) = jp.choice.filter(|_| jp.placed) else {
-            let reason = jp
-                .reason
-                .unwrap_or_else(|| "no feasible configuration".into());
-            let unplaceable = Decision::Unplaceable { reason };
-            return self.carry_out(&jp.job, unplaceable, now).await;
+        let choice = match decide::chosen(&jp) {
+            Ok(c) => c.clone(),
+            Err(unplaceable) => return self.carry_out(&jp.job, unplaceable, now).await,
         };
         let offers = &self.allowed_offers(&jp.job, offers)[..];
         let Some(offer) = offers.iter().find(|o| o.key() == choice.offer).cloned() else {

@@ -180,20 +180,13 @@ impl Controller {
             .collect();
         queued.sort_by(|a, b| a.id.cmp(&b.id));
         for i in queued {
-            // The node count `replace` asks about, so both calls share the job's policy state.
-            let nodes = self.fleet.jobs.get(&i.job).map_or(1, |e| {
-                e.record.planned_count.max(e.record.target_count).max(1)
-            });
-            let policy = self.ask_policy(&i.job, &i.offer, nodes, now);
-            let pessimistic = self
-                .throughput(&i.job, &i.offer, nodes)
-                .map_or(0.0, |t| t.1);
-            let spot_wait = self.spot_wait(&i.job, self.work_hours(&i.job, pessimistic), now);
+            let outlook = self.outlook(&i.job, &i.offer, now);
             let on_demand =
                 self.fleet.jobs.get(&i.job).is_none_or(|e| {
                     (e.record.spec.constraints.capacity).allows(Capacity::OnDemand)
                 });
-            let decision = decide::queued(&i, policy.as_ref(), spot_wait, on_demand);
+            let decision =
+                decide::queued(&i, outlook.policy.as_ref(), outlook.spot_wait, on_demand);
             self.carry_out(&i.job, decision, now).await?;
         }
         Ok(())
