@@ -608,6 +608,8 @@ mod limits_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
+mod probe_steps_tests;
+#[cfg(test)]
 mod probe_tests;
 #[cfg(test)]
 mod testkit;

@@ -399,20 +399,8 @@ fn a_match_arm_does_not_count_as_a_named_variant() {
     assert!(!named_outside_an_arm("D::Ab", "D::A"));
 }
 
-/// Variants still decided inline in a phase, not by a pure function a table test can call
-/// (issue 50, item 2). Each must still be missing from the tests: one covered is taken off.
-const DECIDED_INLINE: &[(&str, &str)] = &[
-    ("Decision::PlanCold", "probe/mod.rs: start_cold"),
-    (
-        "Decision::EndProbe",
-        "probe/mod.rs: probe_end; probe/second.rs",
-    ),
-    ("Decision::MoveFromProbe", "probe/mod.rs: move_off_probe"),
-];
-
 /// The pure decisions are covered by table tests: every variant of the controller's
-/// `Decision` and `Need` and of the agent's `Step` is named in test code beside them (but
-/// the ones listed in `DECIDED_INLINE`).
+/// `Decision` and `Need` and of the agent's `Step` is named in test code beside them.
 #[test]
 fn table_tests_name_every_decision_and_step() {
     let cases = [
@@ -432,12 +420,5 @@ fn table_tests_name_every_decision_and_step() {
             }
         }
     }
-    let listed: Vec<String> = DECIDED_INLINE.iter().map(|(v, _)| v.to_string()).collect();
-    let stale: Vec<&String> = listed.iter().filter(|v| !missing.contains(v)).collect();
-    assert!(
-        stale.is_empty(),
-        "covered now, take off DECIDED_INLINE: {stale:?}"
-    );
-    missing.retain(|v| !listed.contains(v));
     assert!(missing.is_empty(), "no table test names {missing:?}");
 }

@@ -13,7 +13,7 @@ use tern_cloud::{Availability, Capacity, InstanceState, Offer, ProbeSpec};
 use tern_plan::JobPlan;
 
 use super::decide::Decision;
-use super::events::{Event, Placement};
+use super::events::Placement;
 use super::{Controller, Result};
 use crate::store::{InstanceRecord, ProbeRecord};
 
@@ -187,6 +187,17 @@ pub fn start_choice(
     }
 }
 
+/// What a cold start says at once, for the starts that need no offers: a plan on the hint
+/// (said once: `said`, it was said before) or the refusal, which makes the job unplaceable.
+/// `None` for a probe, which is started on the offers ([`steps::start`]).
+pub(in crate::controller) fn cold_said(start: Start, said: bool) -> Option<Decision> {
+    match start {
+        Start::Plan { why } if !said => Some(Decision::PlanCold { why }),
+        Start::Refuse(reason) => Some(Decision::Unplaceable { reason }),
+        Start::Plan { .. } | Start::Probe { .. } => None,
+    }
+}
+
 impl Controller {
     /// Whether job `name` starts with a probe rather than a plan: nobody has measured it (or
     /// its probe ended before a step was measured).
@@ -220,30 +231,22 @@ impl Controller {
         } else {
             None
         };
-        match start_choice(hinted, enabled, deadline, after_probe) {
-            Start::Probe { on_demand, why } => {
-                self.start_probe(name, offers, on_demand, bounds, why, now)
-                    .await?;
-                Ok(false)
-            }
-            Start::Plan { why } => {
-                let said = self
-                    .fleet
-                    .jobs
-                    .get(name)
-                    .is_some_and(|e| e.cold_plan.is_some());
-                if !said {
-                    self.carry_out(name, Decision::PlanCold { why }, now)
-                        .await?;
-                }
-                Ok(true)
-            }
-            Start::Refuse(why) => {
-                let unplaceable = Decision::Unplaceable { reason: why };
-                self.carry_out(name, unplaceable, now).await?;
-                Ok(false)
-            }
+        let start = start_choice(hinted, enabled, deadline, after_probe);
+        if let Start::Probe { on_demand, why } = start {
+            self.start_probe(name, offers, on_demand, bounds, why, now)
+                .await?;
+            return Ok(false);
         }
+        let planned = matches!(start, Start::Plan { .. });
+        let said = self
+            .fleet
+            .jobs
+            .get(name)
+            .is_some_and(|e| e.cold_plan.is_some());
+        if let Some(decision) = cold_said(start, said) {
+            self.carry_out(name, decision, now).await?;
+        }
+        Ok(planned)
     }
 
     /// What a plan's event says of the forecast it stands on, when that is not a measurement.
@@ -486,16 +489,11 @@ impl Controller {
             }
             _ => None,
         };
-        let (outcome, retarget, moving) = steps::outcome(plan.as_ref(), &fleet, unmeasured, stay);
-        let then = moving.and_then(|c| self.move_off_probe(name, &fleet, &c, offers));
-        Decision::EndProbe(Box::new(ProbeEnd {
-            probe: p,
-            why,
-            outcome,
-            planned: placed.and_then(|jp| self.placement_after_probe(jp)),
-            retarget,
-            then,
-        }))
+        let planned = placed.and_then(|jp| self.placement_after_probe(jp));
+        let gathered = (plan.as_ref(), &fleet[..], unmeasured, stay);
+        steps::end((p, why), gathered, planned, |c| {
+            self.move_off_probe(name, &fleet, c, offers)
+        })
     }
 
     /// The `plan` event's placement of the plan made at a probe's end.
@@ -537,36 +535,17 @@ impl Controller {
     ) -> Option<Decision> {
         let allowed = self.allowed_offers(name, offers).into_owned();
         let to = allowed.iter().find(|o| o.key() == choice.offer).cloned()?;
-        let from_rate: f64 = fleet.iter().map(|i| i.offer.price_per_hour).sum();
         let work_h = self
             .throughput(name, &to, choice.nodes)
             .map_or(0.0, |(expected, _)| self.work_hours(name, expected));
-        let migrating = fleet.first().map(|lead| {
-            Box::new(Event::Migrating {
-                job: name.to_string(),
-                moved: fleet.len() as u32,
-                of: fleet.len() as u32,
-                from_capacity: lead.offer.capacity,
-                from_price: lead.offer.price_per_hour,
-                from_zone: lead.offer.zone.clone(),
-                to_capacity: to.capacity,
-                to_price: to.price_per_hour,
-                to_zone: to.zone.clone(),
-                net_saving: 0.0,
-                work_h,
-                budget: 1.0,
-                policy: Some(format!(
-                    "the probe measured the job; the plan wants {}× {} instead of {:.2} $/h",
-                    choice.nodes, choice.instance_type, from_rate
-                )),
-            })
-        });
-        Some(Decision::MoveFromProbe {
-            from: fleet.iter().map(|i| i.id.clone()).collect(),
-            to: steps::with_fallbacks(&allowed, to, self.is_gang(name)),
-            count: choice.nodes,
-            migrating,
-        })
+        let gang = self.is_gang(name);
+        Some(steps::move_off(
+            name,
+            fleet,
+            (choice, to),
+            (&allowed, gang),
+            work_h,
+        ))
     }
 
     /// Whether the job's nodes must stay together (no fallbacks in another zone).

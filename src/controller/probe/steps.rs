@@ -1,7 +1,7 @@
 //! A probe's start and end as decisions: [`ProbeStart`] (a first probe, or the next one moved
 //! to from the first's checkpoint), [`ProbeEnd`] (its record closed, the plan made on what it
-//! measured, kept or moved to), decided by the pure [`start`] and [`outcome`] over what the
-//! pass gathered, and carried out by `carry_out` through the functions here.
+//! measured, kept or moved to), decided by the pure [`start`], [`end`] (over [`outcome`]) and
+//! [`move_off`] from what the pass gathered, and carried out by `carry_out` through the functions here.
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{InstanceId, IntentKind, Offer};
@@ -135,6 +135,71 @@ pub(in crate::controller) fn outcome(
         None => text,
     };
     (text, retarget, moving)
+}
+
+/// What the pass gathered for a probe's end: the plan made on what it measured, the job's
+/// live fleet, whether no step was measured, and the staying net (see [`outcome`]).
+pub(in crate::controller) type Gathered<'a> =
+    (Option<&'a JobPlan>, &'a [InstanceRecord], bool, Option<f64>);
+
+/// The end of probe `p` (for `why`): [`outcome`] over what was gathered, the `plan` event's
+/// placement, and, where the plan moves the job, what `move_off` makes of its choice.
+pub(in crate::controller) fn end(
+    (p, why): (ProbeRecord, Ended),
+    gathered: Gathered<'_>,
+    planned: Option<Placement>,
+    move_off: impl FnOnce(&Config) -> Option<Decision>,
+) -> Decision {
+    let (plan, fleet, unmeasured, stay) = gathered;
+    let (outcome, retarget, moving) = outcome(plan, fleet, unmeasured, stay);
+    Decision::EndProbe(Box::new(ProbeEnd {
+        probe: p,
+        why,
+        outcome,
+        planned,
+        retarget,
+        then: moving.as_ref().and_then(move_off),
+    }))
+}
+
+/// Move the whole probe `fleet` of `job` onto the plan's `choice`, whose offer is `to` (among
+/// `allowed`; a gang gets no fallbacks): the new nodes come up, the job checkpoints, the
+/// probe's nodes go. `work_h`: the work left at the choice's expected speed, for the move's
+/// event (none without a fleet).
+pub(in crate::controller) fn move_off(
+    job: &str,
+    fleet: &[InstanceRecord],
+    (choice, to): (&Config, Offer),
+    (allowed, gang): (&[Offer], bool),
+    work_h: f64,
+) -> Decision {
+    let from_rate: f64 = fleet.iter().map(|i| i.offer.price_per_hour).sum();
+    let migrating = fleet.first().map(|lead| {
+        Box::new(Event::Migrating {
+            job: job.to_string(),
+            moved: fleet.len() as u32,
+            of: fleet.len() as u32,
+            from_capacity: lead.offer.capacity,
+            from_price: lead.offer.price_per_hour,
+            from_zone: lead.offer.zone.clone(),
+            to_capacity: to.capacity,
+            to_price: to.price_per_hour,
+            to_zone: to.zone.clone(),
+            net_saving: 0.0,
+            work_h,
+            budget: 1.0,
+            policy: Some(format!(
+                "the probe measured the job; the plan wants {}× {} instead of {:.2} $/h",
+                choice.nodes, choice.instance_type, from_rate
+            )),
+        })
+    });
+    Decision::MoveFromProbe {
+        from: fleet.iter().map(|i| i.id.clone()).collect(),
+        to: with_fallbacks(allowed, to, gang),
+        count: choice.nodes,
+        migrating,
+    }
 }
 
 /// Whether the plan's choice is the offer the job's probe fleet runs on.
