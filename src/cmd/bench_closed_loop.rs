@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tern::sim::closed_loop::{LoopJob, LoopSetup};
+use tern::sim::policy::SimPolicy;
 use tern_replay::PolicyKind;
 
 use super::bench_simulate::{WindowJob, load_folder};
@@ -60,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t1 = Instant::now();
     let windows = setup.replay(&|| ())?;
     let controller_seconds = t1.elapsed().as_secs_f64();
-    let ctl = prepared.summarise(PolicyKind::Controller, windows.into_iter());
+    let ctl = prepared.summarise(SimPolicy::Controller.name(), windows.into_iter());
     let figure = Figure {
         build: super::bench::build_profile(),
         zones: traces.len(),

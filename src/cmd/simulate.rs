@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde::Serialize;
+use tern::sim::policy::{self, SimPolicy};
 use tern_cloud::{Budget, CheckpointSpec, JobSpec, ProfileRef, Work, WorkerRange};
 use tern_policies::deadline::relative_throughput;
 use tern_policies::forecast::speed;
-use tern_replay::{Elasticity, PolicyKind, Prepared, Scenario, Summary};
+use tern_replay::{Elasticity, Prepared, Scenario, Summary};
 use tern_sim::Trace;
 
 use super::output::{print_json_line, table};
@@ -148,7 +149,7 @@ impl PolicyReport {
 
 /// What `tern simulate` runs, checked before anything is replayed.
 struct Checked {
-    policies: Vec<PolicyKind>,
+    policies: Vec<SimPolicy>,
     traces: Vec<Trace>,
     min_nodes: u32,
     curve: Option<(Vec<f64>, String)>,
@@ -158,7 +159,7 @@ fn check(args: &Args) -> anyhow::Result<Checked> {
     let policies = args
         .policy
         .iter()
-        .map(|p| p.parse::<PolicyKind>())
+        .map(|p| p.parse::<SimPolicy>())
         .collect::<Result<Vec<_>, _>>()?;
     anyhow::ensure!(!policies.is_empty(), "--policy names no policy");
     let traces = args
@@ -217,7 +218,7 @@ fn prepare(args: &Args, c: &Checked) -> anyhow::Result<(Vec<Vec<Trace>>, Vec<Pre
         .collect::<Result<Vec<_>, _>>()
         .context("cannot replay these traces")?;
     for p in &prepared {
-        p.check_memory(&c.policies)
+        p.check_memory(&policy::replayed(&c.policies))
             .context("cannot replay these traces")?;
     }
     Ok((groups, prepared))
@@ -300,10 +301,10 @@ fn zone_names(args: &Args, traces: &[Trace]) -> Vec<String> {
 /// Each policy's figures: over all traces together, or averaged over `--per-trace` rows.
 fn reports(
     args: &Args,
-    policies: &[PolicyKind],
+    policies: &[SimPolicy],
     zone_names: &[String],
     results: &[Vec<Summary>],
-) -> Vec<(PolicyKind, PolicyReport)> {
+) -> Vec<(SimPolicy, PolicyReport)> {
     policies
         .iter()
         .enumerate()
@@ -360,7 +361,7 @@ fn setup_line(args: &Args, c: &Checked, first: &Prepared, windows: usize, secs: 
             "note: without --min-nodes below --nodes the job is a gang; the scaling curve is unused"
         );
     }
-    if c.policies.contains(&PolicyKind::ControllerCold) {
+    if c.policies.contains(&SimPolicy::ControllerCold) {
         setup = format!(
             "{setup}\ncontroller-cold: the closed loop's job has no measured step time; the \
              controller probes it first"
@@ -371,10 +372,10 @@ fn setup_line(args: &Args, c: &Checked, first: &Prepared, windows: usize, secs: 
 
 fn print_table(
     args: &Args,
-    policies: &[PolicyKind],
+    policies: &[SimPolicy],
     zone_names: &[String],
     results: &[Vec<Summary>],
-    reports: &[(PolicyKind, PolicyReport)],
+    reports: &[(SimPolicy, PolicyReport)],
 ) {
     let mut t = table(&[
         "zone",
@@ -518,7 +519,7 @@ fn write_report(
     path: &std::path::Path,
     prepared: &[tern_replay::Prepared],
     groups: &[Vec<Trace>],
-    policies: &[PolicyKind],
+    policies: &[SimPolicy],
 ) -> anyhow::Result<()> {
     use tern::report::{self, CostQuery, Ledger};
     use tern::sim::replay_report::{ReplayJobs, add_to_ledger};
@@ -535,7 +536,7 @@ fn write_report(
             traces: g,
             prefix,
         };
-        added = add_to_ledger(&mut ledger, &replay, policies);
+        added = add_to_ledger(&mut ledger, &replay, &policy::replayed(policies));
     }
     let now = ledger.latest().unwrap_or_else(chrono::Utc::now);
     let report = report::build(&ledger, &CostQuery::default(), now)?;
@@ -551,7 +552,7 @@ fn write_report(
     let names: Vec<&str> = added.iter().map(|p| p.name()).collect();
     let left_out: Vec<&str> = policies
         .iter()
-        .filter(|p| !added.contains(p))
+        .filter(|p| p.replayed().is_none_or(|k| !added.contains(&k)))
         .map(|p| p.name())
         .collect();
     say_err!(

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use tern_cloud::{Capacity, parse_job_spec};
-use tern_replay::{PolicyKind, Prepared, WindowResult};
+use tern_replay::{Prepared, WindowResult};
 use tern_sim::cloud::SimConfig;
 use tern_sim::{SimCloud, Trace};
 
@@ -33,6 +33,7 @@ use crate::controller::world::SimWorld;
 use crate::controller::{Controller, ControllerConfig, ControllerError};
 use crate::jobs::LoadedJob;
 use crate::scratch::TempDir;
+use crate::sim::policy::{self, SimPolicy};
 use crate::sim::regions_of;
 use crate::store::{PoolSample, Store, StoreError};
 
@@ -115,22 +116,23 @@ pub struct LoopJob {
 pub fn replay_groups(
     groups: &[Vec<Trace>],
     prepared: &[Prepared],
-    policies: &[PolicyKind],
+    policies: &[SimPolicy],
     job: LoopJob,
     tick: &(dyn Fn() + Sync),
 ) -> Result<Vec<Vec<tern_replay::Summary>>, LoopError> {
     let mut results = Vec::new();
+    let replayed_kinds = policy::replayed(policies);
     for (p, g) in prepared.iter().zip(groups) {
-        let mut replayed = p.replay(policies, tick).into_iter();
+        let mut replayed = p.replay(&replayed_kinds, tick).into_iter();
         let mut closed = Vec::new();
         for &kind in policies.iter().filter(|k| k.is_closed_loop()) {
             let setup = LoopSetup {
                 traces: g,
                 prepared: p,
                 job,
-                cold_start: kind == PolicyKind::ControllerCold,
+                cold_start: kind == SimPolicy::ControllerCold,
             };
-            closed.push(p.summarise(kind, setup.replay(tick)?.into_iter()));
+            closed.push(p.summarise(kind.name(), setup.replay(tick)?.into_iter()));
         }
         let mut closed = closed.into_iter();
         let row = policies

@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod closed_loop;
 pub mod hosts;
+pub mod policy;
 pub mod remote;
 pub mod replay_report;
 pub mod server;

@@ -26,8 +26,8 @@ fn base() -> DateTime<Utc> {
     DateTime::from_timestamp(946_684_800, 0).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
-/// Add every window of every online policy in `policies` to `ledger`; `optimal` and
-/// `controller` are left out (not replayed tick by tick here). Returns the policies added.
+/// Add every window of every online policy in `policies` to `ledger`; `optimal` is left out
+/// (not replayed tick by tick). Returns the policies added.
 pub fn add_to_ledger(
     ledger: &mut Ledger,
     replay: &ReplayJobs<'_>,

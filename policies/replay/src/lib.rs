@@ -27,7 +27,9 @@ impl ReplayError {
     }
 }
 
-/// The policies `tern simulate` knows.
+/// The policies replayed here. (`tern simulate` also runs the controller itself in a closed
+/// loop, which the `tern` crate owns; its windows are summarised by [`Prepared::summarise`]
+/// like these.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PolicyKind {
     OnDemand,
@@ -40,13 +42,6 @@ pub enum PolicyKind {
     /// online as usual. How close it gets to `optimal` says how much of `tern`'s gap a
     /// perfect model of the rates could close; the rest is knowing when each outage comes.
     Informed,
-    /// The real controller in a closed loop (`tern simulate --policy controller`): not
-    /// replayed here but by the `tern` crate, which owns the controller; its windows are
-    /// summarised by [`Prepared::summarise`] like the others.
-    Controller,
-    /// The same closed loop with a job nobody has measured (`controller-cold`): the
-    /// controller probes it first and plans on what its simulated workers measure.
-    ControllerCold,
 }
 
 impl PolicyKind {
@@ -66,14 +61,7 @@ impl PolicyKind {
             PolicyKind::Optimal => "optimal",
             PolicyKind::Tern => "tern",
             PolicyKind::Informed => "informed",
-            PolicyKind::Controller => "controller",
-            PolicyKind::ControllerCold => "controller-cold",
         }
-    }
-
-    /// Whether the `tern` crate runs it as the closed loop (not replayed here).
-    pub fn is_closed_loop(self) -> bool {
-        matches!(self, PolicyKind::Controller | PolicyKind::ControllerCold)
     }
 
     fn online(self) -> Option<Box<dyn DeadlinePolicy>> {
@@ -82,7 +70,7 @@ impl PolicyKind {
             PolicyKind::Greedy => Some(Box::new(Greedy)),
             PolicyKind::UniformProgress => Some(Box::new(UniformProgress)),
             PolicyKind::Tern | PolicyKind::Informed => Some(Box::new(Tern::new())),
-            PolicyKind::Optimal | PolicyKind::Controller | PolicyKind::ControllerCold => None,
+            PolicyKind::Optimal => None,
         }
     }
 }
@@ -92,16 +80,11 @@ impl std::str::FromStr for PolicyKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         PolicyKind::ALL
             .into_iter()
-            .chain([
-                PolicyKind::Informed,
-                PolicyKind::Controller,
-                PolicyKind::ControllerCold,
-            ])
+            .chain([PolicyKind::Informed])
             .find(|p| p.name() == s.trim().to_ascii_lowercase())
             .ok_or_else(|| ReplayError::Invalid {
                 reason: format!(
-                    "unknown policy '{s}' (expected od, greedy, up, optimal, tern, informed, \
-                     controller or controller-cold)"
+                    "unknown policy '{s}' (expected od, greedy, up, optimal, tern or informed)"
                 ),
             })
     }
@@ -172,7 +155,8 @@ pub struct TickUse {
 /// One policy over all windows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
-    pub policy: PolicyKind,
+    /// The policy's name (`tern`, `controller`…).
+    pub policy: &'static str,
     pub windows: usize,
     pub mean_cost_ratio: f64,
     pub p90_cost_ratio: f64,
@@ -650,7 +634,7 @@ impl Prepared {
     }
 
     /// Every window of an online `policy`, with what it held at each tick (`None` for
-    /// `optimal` and `controller`, which are not online policies replayed here). One policy
+    /// `optimal`, which is not an online policy). One policy
     /// object for all windows, reset between them, as in [`Prepared::replay`].
     pub fn trace_windows(
         &self,
@@ -732,20 +716,11 @@ impl Prepared {
         }
     }
 
-    /// One window of one policy. [`PolicyKind::Controller`] is not replayed here: its result
-    /// is a miss with an unknown (NaN) cost.
+    /// One window of one policy.
     pub fn run_window(&self, policy: PolicyKind, start: usize) -> WindowResult {
-        match (policy, policy.online()) {
-            (_, Some(mut p)) => self.run_kind(policy, p.as_mut(), start, None),
-            (PolicyKind::Optimal, None) => self.run_optimal(start),
-            (_, None) => WindowResult {
-                cost: f64::NAN,
-                finished: false,
-                spot_ticks: 0,
-                on_demand_ticks: 0,
-                restarts: 0,
-                moves: 0,
-            },
+        match policy.online() {
+            Some(mut p) => self.run_kind(policy, p.as_mut(), start, None),
+            None => self.run_optimal(start),
         }
     }
 }

@@ -8,14 +8,7 @@ use crate::{PolicyKind, Prepared, Summary, WindowResult};
 
 impl Prepared {
     /// Replay every window for every policy, on all cores; `tick` is called after each window.
-    /// [`PolicyKind::Controller`] is not replayed here (the `tern` crate runs it) and is left out.
     pub fn replay(&self, policies: &[PolicyKind], tick: &(dyn Fn() + Sync)) -> Vec<Summary> {
-        let policies: Vec<PolicyKind> = policies
-            .iter()
-            .copied()
-            .filter(|p| !p.is_closed_loop())
-            .collect();
-        let policies = policies.as_slice();
         let n = self.starts.len();
         let next = AtomicUsize::new(0);
         let threads = self.threads();
@@ -68,14 +61,14 @@ impl Prepared {
         policies
             .iter()
             .enumerate()
-            .map(|(i, &p)| self.summarise(p, rows.iter().map(|r| r[i])))
+            .map(|(i, &p)| self.summarise(p.name(), rows.iter().map(|r| r[i])))
             .collect()
     }
 
-    /// Figures of one policy over every window (in window order).
+    /// Figures of one policy (named `policy`) over every window (in window order).
     pub fn summarise(
         &self,
-        policy: PolicyKind,
+        policy: &'static str,
         results: impl Iterator<Item = WindowResult>,
     ) -> Summary {
         let mut ratios = Vec::new();

@@ -48,7 +48,7 @@ fn run(traces: Vec<Trace>, deadline: f64) -> Vec<Summary> {
 }
 
 fn by(s: &[Summary], p: PolicyKind) -> &Summary {
-    s.iter().find(|x| x.policy == p).unwrap()
+    s.iter().find(|x| x.policy == p.name()).unwrap()
 }
 
 #[test]
