@@ -14,7 +14,7 @@ use tern_policies::fleet::{self, Deadline, SpotWait};
 
 use super::decide::{self, Decision, pool};
 use super::events::WaitReason;
-use super::view::Outlook;
+use super::view::{self, Outlook};
 use super::{Controller, Result, hours};
 use crate::store::InstanceRecord;
 use tern_policies::deadline::Placement as Policy;
@@ -35,7 +35,7 @@ impl Controller {
         let (Some(first), Some(e)) = (list.first(), self.fleet.jobs.get(name)) else {
             return list;
         };
-        let nodes = e.record.target_count.max(e.record.planned_count).max(1);
+        let nodes = view::nodes_of(&e.record);
         let speed = self.throughput(name, first, nodes).map_or(0.0, |t| t.0);
         let node_hours = self.work_hours(name, speed) * f64::from(nodes);
         let egress = e.record.spec.checkpoint.size_gb * fleet::EGRESS_DOLLARS_PER_GB;

@@ -49,9 +49,6 @@ fn config(o: &Offer, nodes: u32) -> Config {
     }
 }
 
-/// What `steps::outcome` reads: the plan, the fleet, unmeasured, the staying net.
-type Given<'a> = (Option<&'a JobPlan>, &'a [InstanceRecord], bool, Option<f64>);
-
 fn plan(choice: Option<Config>, placed: bool, reason: Option<&str>) -> JobPlan {
     JobPlan {
         job: "cold".into(),
@@ -116,13 +113,14 @@ fn every_end_of_a_probe_is_a_row() {
     let at_expected = plan(Some(config(&there, 2)), true, Some("at the expected speed"));
     let unplaced = plan(None, false, Some("no offer meets the deadline"));
     let none: &[InstanceRecord] = &[];
-    let check = |row: &str, given: Given<'_>, (says, retargets, moves): (&str, bool, bool)| {
-        let (plan, fleet, unmeasured, stay) = given;
-        let (text, retarget, moving) = steps::outcome(plan, fleet, unmeasured, stay);
-        assert!(text.contains(says), "{row}: {text}");
-        assert_eq!(retarget.is_some(), retargets, "{row}: {retarget:?}");
-        assert_eq!(moving.is_some(), moves, "{row}");
-    };
+    let check =
+        |row: &str, given: steps::Gathered<'_>, (says, retargets, moves): (&str, bool, bool)| {
+            let (plan, fleet, unmeasured, stay) = given;
+            let (text, retarget, moving) = steps::outcome(plan, fleet, unmeasured, stay);
+            assert!(text.contains(says), "{row}: {text}");
+            assert_eq!(retarget.is_some(), retargets, "{row}: {retarget:?}");
+            assert_eq!(moving.is_some(), moves, "{row}");
+        };
     let gone = "capacity is gone";
     check(
         "unmeasured, gone",
@@ -276,7 +274,7 @@ fn every_end_of_a_probe_closes_it_and_moves_only_where_the_plan_does() {
     let fleet = [node(&here)];
     let keep = plan(Some(config(&here, 1)), true, None);
     let elsewhere = plan(Some(config(&there, 2)), true, None);
-    let rows: [(&str, Given<'_>, bool); 3] = [
+    let rows: [(&str, steps::Gathered<'_>, bool); 3] = [
         ("kept", (Some(&keep), &fleet, false, None), false),
         ("moves", (Some(&elsewhere), &fleet, false, None), true),
         (

@@ -114,10 +114,10 @@ impl Controller {
             .values()
             .map(|i| i.job.as_str())
             .collect();
+        let since =
+            |last: Option<DateTime<Utc>>, every| last.is_none_or(|t| now - t >= delta(every));
         for (name, e) in &self.fleet.jobs {
             let held = self.fleet.instances.count_of(name);
-            let since =
-                |last: Option<DateTime<Utc>>, every| last.is_none_or(|t| now - t >= delta(every));
             let view = JobView {
                 record: &e.record,
                 stopping: e.stopping.as_ref(),

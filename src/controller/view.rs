@@ -100,7 +100,8 @@ pub(super) fn need(v: &JobView<'_>) -> Need {
 pub(super) struct Outlook {
     /// The deadline policy's step (a job with a deadline and a forecast).
     pub policy: Option<PolicyCall>,
-    /// Samples per second on `nodes` nodes of the shape asked about: (expected, pessimistic).
+    /// Samples per second on [`nodes_of`] nodes of the shape asked about: (expected,
+    /// pessimistic).
     pub speed: Option<(f64, f64)>,
     /// Hours one restart takes the job.
     pub restart_h: f64,

@@ -261,9 +261,23 @@ fn end_to_end_tests_share_one_harness() {
     assert!(own.is_empty(), "use tests/common instead: {own:?}");
 }
 
+/// Where test code begins in the file at `rel` (of `lines`): its first line for a test file
+/// (under a `tests/` folder, or named `*tests.rs`), the line after `#[cfg(test)]` in others,
+/// and past the end where there is none.
+fn test_lines_from(rel: &str, lines: &[&str]) -> usize {
+    let whole = rel.starts_with("tests/") || rel.contains("/tests/") || rel.ends_with("tests.rs");
+    if whole {
+        return 0;
+    }
+    lines
+        .iter()
+        .position(|l| l.trim() == "#[cfg(test)]")
+        .map_or(lines.len(), |at| at + 1)
+}
+
 /// Every offer a test builds comes from one builder, `tern_cloud::testkit::offer`: no test
-/// code (a file under `tests/`, a `*tests.rs` file, or what follows `#[cfg(test)]`) writes an
-/// `Offer { cloud: … }` literal of its own, so a new field of `Offer` is set in one place.
+/// code ([`test_lines_from`]) writes an `Offer { cloud: … }` literal of its own, so a new
+/// field of `Offer` is set in one place.
 #[test]
 fn tests_build_offers_with_the_testkit() {
     let mut own = Vec::new();
@@ -274,13 +288,9 @@ fn tests_build_offers_with_the_testkit() {
         }
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        let whole_file = rel.starts_with("tests/") || rel.ends_with("tests.rs");
-        let tests_from = lines
-            .iter()
-            .position(|l| l.trim() == "#[cfg(test)]")
-            .unwrap_or(usize::MAX);
+        let tests_from = test_lines_from(&rel, &lines);
         for (n, line) in lines.iter().enumerate() {
-            let in_test = whole_file || n > tests_from;
+            let in_test = n >= tests_from;
             let literal = line.trim_end().ends_with("Offer {")
                 && !line.contains("struct ")
                 && !line.contains("fn ")
@@ -344,8 +354,7 @@ fn variants(file: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// Test code under `dir`: whole `*tests.rs` files and files under a `tests/` folder, and what
-/// follows `#[cfg(test)]` in the others.
+/// Test code under `dir` ([`test_lines_from`]).
 fn test_code(dir: &str) -> String {
     let mut out = String::new();
     for path in files(&[".rs"]) {
@@ -354,10 +363,10 @@ fn test_code(dir: &str) -> String {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if rel.ends_with("tests.rs") || rel.contains("/tests/") {
-            out.push_str(&text);
-        } else if let Some(at) = text.find("#[cfg(test)]") {
-            out.push_str(&text[at..]);
+        let lines: Vec<&str> = text.lines().collect();
+        for line in &lines[test_lines_from(&rel, &lines)..] {
+            out.push_str(line);
+            out.push('\n');
         }
     }
     out

@@ -1,7 +1,8 @@
 //! A probe's start and end as decisions: [`ProbeStart`] (a first probe, or the next one moved
 //! to from the first's checkpoint), [`ProbeEnd`] (its record closed, the plan made on what it
 //! measured, kept or moved to), decided by the pure [`start`], [`end`] (over [`outcome`]) and
-//! [`move_off`] from what the pass gathered, and carried out by `carry_out` through the functions here.
+//! [`move_off`] from what the pass gathered, and carried out by `carry_out` through the
+//! functions here.
 
 use chrono::{DateTime, Utc};
 use tern_cloud::{InstanceId, IntentKind, Offer};
