@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use tern_cloud::InstanceId;
 
+use super::carry_out::{Aim, aim};
 use super::events::Event;
 use super::room::{JobUse, Room, TeamUse};
 use super::{Controller, Result, decide::Decision, hours};
@@ -250,11 +251,13 @@ impl Controller {
                     self.exhausted.insert(w.name.clone(), w.limit);
                 }
                 for (job, d) in judged.decisions {
-                    self.carry_out(&job, d, now).await?;
+                    let r = self.carry_out(&job, d, now).await;
+                    self.contain(&job, r)?;
                 }
             }
             for (job, d) in self.settled(&teams) {
-                self.carry_out(&job, d, now).await?;
+                let r = self.carry_out(&job, d, now).await;
+                self.contain(&job, r)?;
             }
         }
         self.room = self.build_room(teams);
@@ -442,7 +445,7 @@ impl Controller {
                 Ok(None)
             }
             Exhausted::Hold => {
-                e.record.target_offer = None;
+                aim(&mut e.record, Aim::Hold);
                 self.store.update_job(&e.record, now)?;
                 self.store.set_drain(job, false, now)?;
                 Ok((!release.is_empty()).then_some(Decision::Release { ids: release }))

@@ -8,8 +8,41 @@ use chrono::{DateTime, Utc};
 use tern_cloud::{IntentKind, Offer};
 
 use super::decide::{self, Decision};
-use super::events::{Event, Placement};
+use super::events::{Event, Placement, WaitReason};
 use super::{Controller, Result};
+use crate::store::{JobRecord, JobState};
+
+/// Where a job aims its fleet from now on: the one way a job's target changes, written only
+/// by [`aim`] (a repository check holds it).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Aim {
+    /// `count` nodes of offer `offer` (a key), the plan's size too: a placement, a probe's
+    /// end, a move onto another shape.
+    At { offer: String, count: u32 },
+    /// `count` nodes of the offer it aims at (an elastic resize; the plan keeps its size).
+    Size(u32),
+    /// No offer until it is placed again, its size kept: a budget stop that holds the job.
+    Hold,
+    /// Nothing: the job is placed anew (a regroup that gave back what it held).
+    Anew,
+}
+
+/// Job `r` aiming at `aim`; the caller writes the record.
+pub(super) fn aim(r: &mut JobRecord, aim: Aim) {
+    match aim {
+        Aim::At { offer, count } => {
+            r.target_offer = Some(offer);
+            r.target_count = count;
+            r.planned_count = count;
+        }
+        Aim::Size(count) => r.target_count = count,
+        Aim::Hold => r.target_offer = None,
+        Aim::Anew => {
+            r.target_offer = None;
+            r.target_count = 0;
+        }
+    }
+}
 
 impl Controller {
     /// Carry out a decision: intents (and through them the cloud), store writes, events.
@@ -227,7 +260,13 @@ impl Controller {
         };
         if let Some(placement) = planned {
             if let Some(e) = self.fleet.jobs.get_mut(name) {
-                e.aim(first, count);
+                aim(
+                    &mut e.record,
+                    Aim::At {
+                        offer: first,
+                        count,
+                    },
+                );
                 e.waiting = None;
                 e.estimate_unsaved = false;
                 self.store.update_job(&e.record, now)?;
@@ -278,8 +317,7 @@ impl Controller {
         now: DateTime<Utc>,
     ) -> Result<()> {
         if anew && let Some(e) = self.fleet.jobs.get_mut(name) {
-            e.record.target_offer = None;
-            e.record.target_count = 0;
+            aim(&mut e.record, Aim::Anew);
             self.store.update_job(&e.record, now)?;
         }
         let job = name.to_string();
@@ -352,5 +390,98 @@ impl Controller {
         let from = step.movers.iter().map(|i| i.id.clone()).collect();
         self.start_intent(name, IntentKind::Migrate { from, to, count: k }, now)
             .await
+    }
+}
+
+impl Controller {
+    /// [`Decision::Unplaceable`].
+    pub(super) fn mark_unplaceable(
+        &mut self,
+        name: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        if e.record.state == JobState::Unplaceable && e.record.reason.as_deref() == Some(reason) {
+            return Ok(());
+        }
+        e.record.state = JobState::Unplaceable;
+        e.record.reason = Some(reason.to_string());
+        self.store.update_job(&e.record, now)?;
+        self.emit(
+            now,
+            Event::Unplaceable {
+                job: name.to_string(),
+                reason: reason.to_string(),
+            },
+        )
+    }
+
+    /// Report that a job waits, once per distinct reason (not at every pass).
+    pub(super) fn wait(
+        &mut self,
+        name: &str,
+        reason: WaitReason,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(e) = self.fleet.jobs.get_mut(name) else {
+            return Ok(());
+        };
+        if std::mem::take(&mut e.estimate_unsaved) {
+            self.store.update_job(&e.record, now)?;
+        }
+        // The policy's reasons carry costs that move every pass: one event while it waits, the
+        // text kept current.
+        let key = match &reason {
+            WaitReason::Policy { .. } => "policy".to_string(),
+            r => r.to_string(),
+        };
+        if let Some(w) = e.waiting.as_mut().filter(|w| w.key == key) {
+            w.reason = reason.to_string();
+            return Ok(());
+        }
+        e.waiting = Some(super::events::Current {
+            key,
+            reason: reason.to_string(),
+            since: now,
+        });
+        self.emit(
+            now,
+            Event::Waiting {
+                job: name.to_string(),
+                reason,
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Aim, aim};
+    use crate::store::JobRecord;
+
+    /// Every way a target changes, from one aiming at 4 nodes of `a` planned at 6.
+    #[test]
+    fn every_aim_is_a_row() {
+        let at = |offer: &str, count| Aim::At {
+            offer: offer.into(),
+            count,
+        };
+        let rows: [(Aim, Option<&str>, u32, u32); 4] = [
+            (at("b", 2), Some("b"), 2, 2),
+            (Aim::Size(3), Some("a"), 3, 6),
+            (Aim::Hold, None, 4, 6),
+            (Aim::Anew, None, 0, 6),
+        ];
+        let t0 = chrono::DateTime::UNIX_EPOCH;
+        for (a, offer, count, planned) in rows {
+            let mut r = JobRecord::new(tern_cloud::testkit::spec("j").build(), t0);
+            (r.target_offer, r.target_count, r.planned_count) = (Some("a".into()), 4, 6);
+            aim(&mut r, a.clone());
+            let got = (r.target_offer.as_deref(), r.target_count, r.planned_count);
+            assert_eq!(got, (offer, count, planned), "{a:?}");
+        }
     }
 }

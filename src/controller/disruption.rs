@@ -219,8 +219,10 @@ impl Controller {
                 .filter(|i| !i.draining)
                 .cloned()
                 .collect();
-            self.consider_move(name, fleet, offers, &price_now, now)
-                .await?;
+            let r = self
+                .consider_move(name, fleet, offers, &price_now, now)
+                .await;
+            self.contain(name, r)?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use tern_cloud::{
 
 use tern_policies::capacity;
 
+use super::carry_out::{Aim, aim};
 use super::events::{Event, WaitReason};
 use super::{Controller, Requeue, Result};
 use crate::store::{AGENT_TOKEN_TAG, JobState};
@@ -26,7 +27,9 @@ impl Controller {
         open.sort_by(|a, b| (a.created_at, &a.job).cmp(&(b.created_at, &b.job)));
         let mut requeue = Requeue::Periodic;
         for intent in open {
-            if !self.execute(intent, now).await? {
+            let job = intent.job.clone();
+            let r = self.execute(intent, now).await;
+            if self.contain(&job, r)? != Some(true) {
                 requeue = Requeue::After(RETRY);
             }
         }
@@ -185,7 +188,7 @@ impl Controller {
                 // The fleet size the job aims for; launches and terminations follow from it
                 // (`replace` tops a job up to its target). Repeating it after a crash is harmless.
                 if let Some(e) = self.fleet.jobs.get_mut(&intent.job) {
-                    e.record.target_count = count;
+                    aim(&mut e.record, Aim::Size(count));
                     self.store.update_job(&e.record, now)?;
                 }
                 self.close_intent(intent.id, IntentState::Done, None, now)?;
@@ -258,7 +261,8 @@ impl Controller {
                     .as_deref()
                     .is_none_or(|t| !same_type(t, &o)))
         {
-            entry.aim(o.key(), count);
+            let offer = o.key();
+            aim(&mut entry.record, Aim::At { offer, count });
         }
         self.store.update_job(&entry.record, now)?;
         if !self.terminate_all(intent, from, now).await? {
@@ -556,7 +560,8 @@ impl Controller {
             changed = true;
         }
         if e.record.target_offer.is_none() {
-            e.aim(first.key(), count);
+            let offer = first.key();
+            aim(&mut e.record, Aim::At { offer, count });
             changed = true;
         }
         if changed {

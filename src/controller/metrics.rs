@@ -72,6 +72,7 @@ pub struct Metrics {
     open_intents: Gauge,
     foreign: Gauge,
     cloud_errors: Family<KindLabel, Counter>,
+    job_errors: Family<KindLabel, Counter>,
     events: Family<KindLabel, Counter>,
     /// Billed dollars by capacity type, all jobs together (the open page's cost).
     fleet_cost: Family<CapacityLabel, Counter<f64, AtomicU64>>,
@@ -79,6 +80,7 @@ pub struct Metrics {
     costs: Mutex<CostBook>,
     /// Counts already added to the counters (the controller keeps totals).
     seen_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    seen_job_errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     seen_events: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     passes: AtomicU64,
 }
@@ -137,6 +139,12 @@ impl Metrics {
             "Cloud API errors by kind",
             cloud_errors.clone(),
         );
+        let job_errors = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "tern_job_step_errors",
+            "Job steps that failed and were left to their job while the pass went on, by kind",
+            job_errors.clone(),
+        );
         let events = Family::<KindLabel, Counter>::default();
         registry.register(
             "tern_events",
@@ -162,8 +170,10 @@ impl Metrics {
             open_intents,
             foreign,
             cloud_errors,
+            job_errors,
             events,
             seen_errors: Mutex::new(Default::default()),
+            seen_job_errors: Mutex::new(Default::default()),
             seen_events: Mutex::new(Default::default()),
             passes: AtomicU64::new(0),
         }
@@ -213,6 +223,11 @@ impl Metrics {
             &self.cloud_errors,
             &self.seen_errors,
             &ctl.stats().cloud_errors,
+        );
+        add_totals(
+            &self.job_errors,
+            &self.seen_job_errors,
+            &ctl.stats().job_errors,
         );
         add_totals(&self.events, &self.seen_events, &ctl.event_counts());
         self.passes

@@ -83,6 +83,24 @@ impl ControllerError {
             _ => false,
         }
     }
+
+    /// Whether the error ends the whole pass rather than one job's step: a deposed leader's
+    /// fence or a replaced store means nothing more may be written for any job.
+    pub fn ends_pass(&self) -> bool {
+        matches!(
+            self,
+            ControllerError::Store(StoreError::Fenced(_) | StoreError::Replaced(_))
+        )
+    }
+
+    /// The label a failed job step is counted under (`tern_job_step_errors`).
+    fn kind(&self) -> &'static str {
+        match self {
+            ControllerError::Store(_) => "store",
+            ControllerError::Provider(e) => e.kind(),
+            ControllerError::Job { .. } | ControllerError::UnknownJob(_) => "job",
+        }
+    }
 }
 
 type Result<T> = std::result::Result<T, ControllerError>;
@@ -180,6 +198,8 @@ pub struct Stats {
     pub migrations: u64,
     /// Cloud API errors by [`ProviderError::kind`].
     pub cloud_errors: BTreeMap<&'static str, u64>,
+    /// Job steps that failed and were left to their job ([`Controller::contain`]), by kind.
+    pub job_errors: BTreeMap<&'static str, u64>,
     pub last_pass: Duration,
 }
 
@@ -350,13 +370,6 @@ fn hours(d: TimeDelta) -> f64 {
 }
 
 impl JobEntry {
-    /// The job aims at `count` nodes of offer `offer` from now on (its plan's size too).
-    fn aim(&mut self, offer: String, count: u32) {
-        self.record.target_offer = Some(offer);
-        self.record.target_count = count;
-        self.record.planned_count = count;
-    }
-
     fn new(record: JobRecord, loaded: Option<Arc<LoadedJob>>) -> JobEntry {
         JobEntry {
             record,
@@ -518,6 +531,28 @@ impl Controller {
             "cloud API error: {e}"
         );
         *self.stats.cloud_errors.entry(e.kind()).or_default() += 1;
+    }
+
+    /// Leave `r`, the outcome of one job's step, to that job: a failure is logged and counted,
+    /// the job's record is read back from the store (memory may be ahead of what was written)
+    /// and it is reconciled again at the next pass, while this pass goes on with the others.
+    /// An error that [ends the pass](ControllerError::ends_pass) is returned.
+    pub(super) fn contain<T>(&mut self, job: &str, r: Result<T>) -> Result<Option<T>> {
+        let e = match r {
+            Ok(v) => return Ok(Some(v)),
+            Err(e) if e.ends_pass() => return Err(e),
+            Err(e) => e,
+        };
+        tracing::error!(job, retryable = e.is_retryable(), "job step failed: {e}");
+        *self.stats.job_errors.entry(e.kind()).or_default() += 1;
+        let stored = self.store.job(job);
+        if let Some(entry) = self.fleet.jobs.get_mut(job) {
+            if let Ok(Some(record)) = stored {
+                entry.record = record;
+            }
+            entry.dirty = true;
+        }
+        Ok(None)
     }
 
     /// One reconcile pass at `now`: the phases in order (module docs).

@@ -9,7 +9,7 @@ use tern_cloud::{Availability, Capacity, InstanceId, Offer};
 use tern_plan::{JobPlan, PlanJob, PlanOptions, PlanReport};
 
 use super::decide::{self, Decision};
-use super::events::{Event, Placement, WaitReason};
+use super::events::{Placement, WaitReason};
 use super::view::{self, JobView, Need};
 use super::{Controller, Result, delta};
 use crate::store::{InstanceRecord, JobState};
@@ -57,7 +57,8 @@ impl Controller {
         triage.check_move.retain(|n| !ending.contains(n));
         triage.probe_end = ending;
         for name in &triage.release {
-            self.release(name, now).await?;
+            let r = self.release(name, now).await;
+            self.contain(name, r)?;
         }
         self.release_drained(std::mem::take(&mut triage.drained), now)
             .await?;
@@ -85,10 +86,12 @@ impl Controller {
             self.place(&triage.place, &offers, now).await?;
         }
         for name in &triage.replace {
-            self.replace(name, &offers, now).await?;
+            let r = self.replace(name, &offers, now).await;
+            self.contain(name, r)?;
         }
         for name in &triage.grow {
-            self.grow(name, &offers, now).await?;
+            let r = self.grow(name, &offers, now).await;
+            self.contain(name, r)?;
         }
         self.settle_probes(&triage.probe_end, &offers, now).await?;
         self.check_moves(&triage.check_move, &offers, now).await?;
@@ -308,17 +311,29 @@ impl Controller {
             .filter(|(_, ids): &(String, Vec<InstanceId>)| !ids.is_empty())
             .collect();
         for (job, ids) in drained {
-            let current = self.store.incarnation(&job)?;
-            let stopped: Vec<InstanceId> = ids
-                .into_iter()
-                .filter(|id| current.worker(id.as_str()).is_some_and(|w| !w.running))
-                .collect();
-            if !stopped.is_empty() {
-                self.carry_out(&job, Decision::Release { ids: stopped }, now)
-                    .await?;
-            }
+            let r = self.release_stopped(&job, ids, now).await;
+            self.contain(&job, r)?;
         }
         Ok(())
+    }
+
+    /// Release those of `ids` (job `job`'s drained nodes) whose workers said they stopped.
+    async fn release_stopped(
+        &mut self,
+        job: &str,
+        ids: Vec<InstanceId>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let current = self.store.incarnation(job)?;
+        let stopped: Vec<InstanceId> = ids
+            .into_iter()
+            .filter(|id| current.worker(id.as_str()).is_some_and(|w| !w.running))
+            .collect();
+        if stopped.is_empty() {
+            return Ok(());
+        }
+        self.carry_out(job, Decision::Release { ids: stopped }, now)
+            .await
     }
 
     pub(super) fn plan_job(&self, name: &str, now: DateTime<Utc>) -> Option<PlanJob> {
@@ -350,21 +365,9 @@ impl Controller {
                 e.last_plan = Some(now);
                 e.dirty = false;
             }
-            if self.unmeasured(name) && !self.start_cold(name, offers, now).await? {
-                continue;
-            }
-            if self.probe_if_it_pays(name, offers, now).await? {
-                continue;
-            }
-            match self.plan_job(name, now) {
-                Some(j) => jobs.push(j),
-                None => {
-                    let reason = "its spec cannot be forecast (no observations or local_batch)";
-                    let unplaceable = Decision::Unplaceable {
-                        reason: reason.into(),
-                    };
-                    self.carry_out(name, unplaceable, now).await?;
-                }
+            let r = self.ready_to_plan(name, offers, now).await;
+            if let Some(Some(job)) = self.contain(name, r)? {
+                jobs.push(job);
             }
         }
         if jobs.is_empty() {
@@ -373,25 +376,63 @@ impl Controller {
         let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
         let options = self.plan_options(&names);
         let report = solve(jobs, offers.to_vec(), options).await;
-        for mut jp in report.jobs {
-            if !jp.placed
-                && let Some(best) = self.at_expected_speed(&jp.job, offers, now).await
-            {
-                jp = best;
-            }
-            if !jp.placed && self.short_of_own_budget(&jp.job, offers, now).await? {
-                continue;
-            }
-            if !jp.placed && self.held_by_limits(&jp.job, offers, now).await {
-                let limit = jp.reason.clone().unwrap_or_else(|| "the limits".into());
-                let wait = Decision::Wait(WaitReason::Limit { limit });
-                self.carry_out(&jp.job, wait, now).await?;
-                continue;
-            }
-            self.take_plan(jp, report.solver_family, offers, now)
-                .await?;
+        for jp in report.jobs {
+            let name = jp.job.clone();
+            let r = self
+                .take_answer(jp, report.solver_family, offers, now)
+                .await;
+            self.contain(&name, r)?;
         }
         Ok(())
+    }
+
+    /// Job `name` as the joint plan takes it, or `None` when it starts cold, probes, or
+    /// cannot be forecast (each carried out here).
+    async fn ready_to_plan(
+        &mut self,
+        name: &str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<Option<PlanJob>> {
+        if self.unmeasured(name) && !self.start_cold(name, offers, now).await? {
+            return Ok(None);
+        }
+        if self.probe_if_it_pays(name, offers, now).await? {
+            return Ok(None);
+        }
+        let job = self.plan_job(name, now);
+        if job.is_none() {
+            let reason = "its spec cannot be forecast (no observations or local_batch)";
+            let unplaceable = Decision::Unplaceable {
+                reason: reason.into(),
+            };
+            self.carry_out(name, unplaceable, now).await?;
+        }
+        Ok(job)
+    }
+
+    /// Carry out the joint plan's answer for one job: a placement, or why it waits.
+    async fn take_answer(
+        &mut self,
+        mut jp: JobPlan,
+        solver: &'static str,
+        offers: &[Offer],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if !jp.placed
+            && let Some(best) = self.at_expected_speed(&jp.job, offers, now).await
+        {
+            jp = best;
+        }
+        if !jp.placed && self.short_of_own_budget(&jp.job, offers, now).await? {
+            return Ok(());
+        }
+        if !jp.placed && self.held_by_limits(&jp.job, offers, now).await {
+            let limit = jp.reason.clone().unwrap_or_else(|| "the limits".into());
+            let wait = Decision::Wait(WaitReason::Limit { limit });
+            return self.carry_out(&jp.job, wait, now).await;
+        }
+        self.take_plan(jp, solver, offers, now).await
     }
 
     /// The planner's options for placing `planned` together: the base, the quota file and
@@ -549,68 +590,6 @@ impl Controller {
             }));
         }
         self.carry_out(&jp.job, decision, now).await
-    }
-
-    /// [`Decision::Unplaceable`].
-    pub(super) fn mark_unplaceable(
-        &mut self,
-        name: &str,
-        reason: &str,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let Some(e) = self.fleet.jobs.get_mut(name) else {
-            return Ok(());
-        };
-        if e.record.state == JobState::Unplaceable && e.record.reason.as_deref() == Some(reason) {
-            return Ok(());
-        }
-        e.record.state = JobState::Unplaceable;
-        e.record.reason = Some(reason.to_string());
-        self.store.update_job(&e.record, now)?;
-        self.emit(
-            now,
-            Event::Unplaceable {
-                job: name.to_string(),
-                reason: reason.to_string(),
-            },
-        )
-    }
-
-    /// Report that a job waits, once per distinct reason (not at every pass).
-    pub(super) fn wait(
-        &mut self,
-        name: &str,
-        reason: WaitReason,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let Some(e) = self.fleet.jobs.get_mut(name) else {
-            return Ok(());
-        };
-        if std::mem::take(&mut e.estimate_unsaved) {
-            self.store.update_job(&e.record, now)?;
-        }
-        // The policy's reasons carry costs that move every pass: one event while it waits, the
-        // text kept current.
-        let key = match &reason {
-            WaitReason::Policy { .. } => "policy".to_string(),
-            r => r.to_string(),
-        };
-        if let Some(w) = e.waiting.as_mut().filter(|w| w.key == key) {
-            w.reason = reason.to_string();
-            return Ok(());
-        }
-        e.waiting = Some(super::events::Current {
-            key,
-            reason: reason.to_string(),
-            since: now,
-        });
-        self.emit(
-            now,
-            Event::Waiting {
-                job: name.to_string(),
-                reason,
-            },
-        )
     }
 }
 

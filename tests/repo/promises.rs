@@ -416,6 +416,7 @@ fn table_tests_name_every_decision_and_step() {
         ("src/controller/decide.rs", "Decision", "src/controller/"),
         ("src/controller/view.rs", "Need", "src/controller/"),
         ("src/agent/step.rs", "Step", "src/agent/"),
+        ("src/controller/carry_out.rs", "Aim", "src/controller/"),
     ];
     let mut missing = Vec::new();
     for (file, name, dir) in cases {
@@ -430,4 +431,31 @@ fn table_tests_name_every_decision_and_step() {
         }
     }
     assert!(missing.is_empty(), "no table test names {missing:?}");
+}
+
+/// A job's target (what it aims its fleet at) changes one way: `carry_out::aim` over an
+/// `Aim` value. No other library code assigns the record's target fields.
+#[test]
+fn a_jobs_target_is_written_in_one_place() {
+    let mut elsewhere = Vec::new();
+    for path in files(&[".rs"]) {
+        let rel = relative(&path);
+        if !rel.starts_with("src/") || rel == "src/controller/carry_out.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines[..test_lines_from(&rel, &lines)].iter().enumerate() {
+            let assigns = [".target_offer =", ".target_count =", ".planned_count ="]
+                .iter()
+                .any(|f| line.contains(f));
+            if assigns {
+                elsewhere.push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "write a job's target with carry_out::aim: {elsewhere:?}"
+    );
 }

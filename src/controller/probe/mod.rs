@@ -386,7 +386,8 @@ impl Controller {
             let (Some(why), Some(p)) = (e.ending_probe.take(), e.record.probe.clone()) else {
                 continue;
             };
-            self.end_probe(name, p, why, offers, now).await?;
+            let r = self.end_probe(name, p, why, offers, now).await;
+            self.contain(name, r)?;
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ use tern_cloud::{InstanceId, IntentKind, Offer};
 use tern_plan::{Config, JobPlan};
 
 use super::{Ended, ProbeBounds, probe_offer, spent};
+use crate::controller::carry_out::{Aim, aim};
 use crate::controller::decide::Decision;
 use crate::controller::events::{Event, Placement, WaitReason};
 use crate::controller::{Controller, Result, fallbacks};
@@ -234,7 +235,14 @@ impl Controller {
         if from.is_empty()
             && let Some(e) = self.fleet.jobs.get_mut(name)
         {
-            e.aim(offer.key(), nodes);
+            let offer = offer.key();
+            aim(
+                &mut e.record,
+                Aim::At {
+                    offer,
+                    count: nodes,
+                },
+            );
             e.waiting = None;
             e.estimate_unsaved = false;
         }
@@ -320,7 +328,13 @@ impl Controller {
         if let Some((offer, nodes)) = end.retarget
             && let Some(e) = self.fleet.jobs.get_mut(name)
         {
-            e.aim(offer, nodes);
+            aim(
+                &mut e.record,
+                Aim::At {
+                    offer,
+                    count: nodes,
+                },
+            );
             self.store.update_job(&e.record, now)?;
         }
         self.close_probe(name, end.probe, end.why, end.outcome, now)?;
