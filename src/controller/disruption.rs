@@ -39,7 +39,7 @@ impl Controller {
         let speed = self.throughput(name, first, nodes).map_or(0.0, |t| t.0);
         let node_hours = self.work_hours(name, speed) * f64::from(nodes);
         let egress = e.record.spec.checkpoint.size_gb * fleet::EGRESS_DOLLARS_PER_GB;
-        let home = self.live_of(name).first().map(|i| i.offer.region.clone());
+        let home = self.checkpoint_home(name).cloned();
         let options = list.iter().map(|o| {
             let away = home.as_ref().is_some_and(|h| *h != o.region);
             (o.price_per_hour, away)
@@ -49,6 +49,16 @@ impl Controller {
             list.insert(0, best);
         }
         list
+    }
+
+    /// Where job `name`'s last checkpoint lives, as far as this controller knows: the region
+    /// of the nodes it runs on, else of the newest node it ran on. Every placement that prices
+    /// the checkpoint's egress (an on-demand pick, the deadline policy's zone choice for a
+    /// start, a restart or a move) reads it here. Unknown for a job that has not run since
+    /// this controller opened its store.
+    pub(super) fn checkpoint_home(&self, name: &str) -> Option<&tern_cloud::Region> {
+        let live = self.live_of(name).first().map(|i| &i.offer.region);
+        live.or_else(|| self.fleet.instances.last_region(name))
     }
 
     /// Hours one restart takes the job: checkpoint save, then the planner's price of an

@@ -39,6 +39,9 @@ pub(super) struct Instances {
     /// Instances inserted since [`Instances::take_fresh`]: the spend counts them from their
     /// launch, not from the last pass.
     fresh: Vec<Fresh>,
+    /// Job → the region of its newest instance, kept after that instance ends: where the job
+    /// last ran, so where its last checkpoint was written, as far as this controller saw.
+    last_region: NameMap<tern_cloud::Region>,
 }
 
 /// An instance inserted since the spend was last kept.
@@ -114,6 +117,11 @@ impl FromIterator<InstanceRecord> for Instances {
 }
 
 impl Instances {
+    /// The region of job `job`'s newest instance, live or ended ([`Instances::insert`]).
+    pub(super) fn last_region(&self, job: &str) -> Option<&tern_cloud::Region> {
+        self.last_region.get(job)
+    }
+
     pub(super) fn insert(&mut self, record: InstanceRecord) -> Option<InstanceRecord> {
         let old = self.remove(&record.id);
         self.by_job
@@ -129,6 +137,8 @@ impl Instances {
             pool,
             true,
         );
+        self.last_region
+            .insert(record.job.clone(), record.offer.region.clone());
         self.fresh.push(Fresh {
             job: record.job.clone(),
             pool,

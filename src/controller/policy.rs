@@ -528,9 +528,10 @@ impl Controller {
             .or_else(|| self.on_demand_price(offer))
             .unwrap_or(offer.price_per_hour);
         let mut state = self.policy_state(name, &job, &zones, now);
-        if let Placement::Spot(z) = state.placement {
-            state.checkpoint_region = Some(regions_at(&regions, z));
-        }
+        state.checkpoint_region = self.checkpoint_home(name).and_then(|home| {
+            let z = pools.iter().position(|p| p.region == home.as_str())?;
+            Some(regions_at(&regions, z))
+        });
         let input = PolicyInput {
             tick: ((to - sub) / k) as u32,
             histories: Vec::new(),

@@ -454,3 +454,44 @@ async fn a_job_holding_the_only_slot_of_the_cheapest_zone_never_moves_to_a_deare
         }
     }
 }
+
+/// After a preemption the policy is told where the checkpoint lives (`checkpoint_home`): the
+/// region the job last ran in, though nothing of it runs any more, so a restart in another
+/// region is charged the checkpoint's egress as the replay charges it.
+#[tokio::test]
+async fn a_preempted_job_is_asked_about_with_its_checkpoints_region() {
+    // Zone a (us-west-2) up for four ticks; zone b (us-east-1) only from tick 8.
+    let up_then_down: Vec<u32> = [vec![2; 4], vec![0; 36]].concat();
+    let down_then_up: Vec<u32> = [vec![0; 8], vec![2; 32]].concat();
+    let sim = sim(vec![
+        trace("us-west-2a", up_then_down, 0.9),
+        trace("us-east-1a", down_then_up, 0.9),
+    ]);
+    let (_, mut ctl) = Scenario::on(&sim, "home")
+        .config(|c| {
+            c.policy_tick = Duration::from_secs(u64::from(GAP));
+            c.regions = vec![Region::new("us-west-2"), Region::new("us-east-1")];
+        })
+        .jobs([spec("72h")])
+        .controller();
+    let mut workers = Workload::new();
+    let offer = spot_offer(&sim).await;
+    let mut asked = Vec::new();
+    for _ in 0..7 {
+        let now = sim.now();
+        ctl.pass(now).await.expect("pass");
+        let input = ctl.policy_input("j", &offer, 1, now).expect("input");
+        let west = input.zones.iter().position(|z| z.as_str() == "us-west-2a");
+        let home = west.map(|z| input.regions[z]);
+        let running = ctl.instances().any(|i| i.job == "j");
+        asked.push((running, input.state.checkpoint_region, home));
+        let step = Duration::from_secs(u64::from(GAP));
+        sim.advance(step);
+        workers.step(&mut ctl, step, sim.now()).expect("workers");
+    }
+    assert!(asked[0].0, "it starts in us-west-2a: {asked:?}");
+    let (running, known, west) = asked[6];
+    assert!(!running, "nothing is up at tick 6: {asked:?}");
+    assert!(west.is_some());
+    assert_eq!(known, west, "the checkpoint is in us-west-2: {asked:?}");
+}

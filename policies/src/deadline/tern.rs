@@ -265,7 +265,8 @@ fn step_up(m: &Model, a: usize, k: usize) -> f64 {
 /// older ones; a new instance boots under the young hazard when the capacity just appeared, and
 /// a job already progressing on on-demand does not leave it for capacity younger than one boot
 /// (hysteresis against blips). With several zones, spot means the zone with the least expected
-/// cost per tick (price plus hazard × restart), and a running job moves only when
+/// cost per tick (price plus hazard × restart, plus the checkpoint's egress where the zone is in
+/// another region, spread over the run a start there buys), and a running job moves only when
 /// [`migrate::decide`] says the saving beats the move (restart, egress) by the threshold, with a
 /// deadline margin and a cool-down; the saving counts the restarts each zone is expected to
 /// cost, with the hazard gap shrunk by one standard error each side (hysteresis that scales
@@ -356,9 +357,22 @@ impl Tern {
     /// on-demand ending when slack is short). A fixed price per restart got one end wrong:
     /// at on-demand it made noisy hazard gaps between zones of one price look worth a move
     /// with slack to spare, at the spot price it sent tight jobs to cheap, flaky zones.
-    fn zone_score(&self, job: &Job, obs: &TickView<'_>, z: usize, lost: f64) -> f64 {
+    /// A start in another region than the checkpoint's also pays its egress once, spread over
+    /// the ticks that start is expected to run: until the zone's next loss (1/h) or the end
+    /// of the work, whichever comes first. Without it a restart after a preemption ranked
+    /// zones as if the checkpoint were everywhere.
+    fn zone_score(
+        &self,
+        job: &Job,
+        state: &JobProgress,
+        obs: &TickView<'_>,
+        z: usize,
+        lost: f64,
+    ) -> f64 {
         let h = self.counts.get(z).map_or(0.5, Counts::hazard);
-        self.score_at(job, obs, z, h, lost)
+        let left = f64::from(job.ticks_left(state.done).max(1));
+        let per_tick = h.max(1.0 / left);
+        self.score_at(job, obs, z, h, lost) + egress_to(state, obs, z) * per_tick
     }
 
     /// [`Tern::zone_score`] at hazard `h`.
@@ -405,9 +419,9 @@ impl Tern {
         let up: Vec<usize> = (0..obs.zones.len())
             .filter(|&z| obs.zones[z].up(job.min_nodes))
             .collect();
-        let best_up = self.best_zone(job, obs, up.iter().copied(), lost);
+        let best_up = self.best_zone(job, state, obs, up.iter().copied(), lost);
         let best_any = self
-            .best_zone(job, obs, 0..obs.zones.len(), lost)
+            .best_zone(job, state, obs, 0..obs.zones.len(), lost)
             .unwrap_or(0);
         let here = match state.placement {
             Placement::Spot(z) if up.contains(&z) => Some(z),
@@ -425,13 +439,14 @@ impl Tern {
     fn best_zone(
         &self,
         job: &Job,
+        state: &JobProgress,
         obs: &TickView<'_>,
         zones: impl Iterator<Item = usize>,
         lost: f64,
     ) -> Option<usize> {
         zones.min_by(|&a, &b| {
-            self.zone_score(job, obs, a, lost)
-                .total_cmp(&self.zone_score(job, obs, b, lost))
+            self.zone_score(job, state, obs, a, lost)
+                .total_cmp(&self.zone_score(job, state, obs, b, lost))
         })
     }
 
@@ -561,6 +576,7 @@ impl Tern {
     fn wait_for_cheaper(
         &mut self,
         job: &Job,
+        state: &JobProgress,
         obs: &TickView<'_>,
         m: &Model,
         (b, c): (usize, usize),
@@ -579,8 +595,9 @@ impl Tern {
         let mc = refresh(&mut self.alone, &mut self.alone_solved_at, job, raw, at);
         let start_c = self
             .alone
-            .start_spot(&mc, mc.boot_hazard(), rem - 1, sigma - 1);
-        let later_b = self.table.start_spot(m, m.h, rem - 1, sigma - 1);
+            .start_spot(&mc, mc.boot_hazard(), rem - 1, sigma - 1)
+            + egress_to(state, obs, c);
+        let later_b = self.table.start_spot(m, m.h, rem - 1, sigma - 1) + egress_to(state, obs, b);
         mix(z.recovery_low(), start_c, later_b) < start_b
     }
 
@@ -604,10 +621,7 @@ impl Tern {
                 .map_or(0.5, Counts::hazard_established_low)
         };
         let starting = |z: usize| self.counts.get(z).map_or(0.5, Counts::hazard_start_high);
-        let egress = match state.checkpoint_region {
-            Some(g) if g != obs.zones[best].region => obs.egress_cost,
-            _ => 0.0,
-        };
+        let egress = egress_to(state, obs, best);
         MoveCandidate {
             remaining_work_hours: f64::from(job.ticks_left(state.done)) * obs.tick_hours,
             // The running instance has outlived its boot; a new one must live through it
@@ -627,6 +641,16 @@ impl Tern {
                 .last_move
                 .map(|l| f64::from(obs.tick.saturating_sub(l)) * obs.tick_hours),
         }
+    }
+}
+
+/// What a start in zone `z` pays to bring the checkpoint there: the egress when it lives in
+/// another region, else nothing. Every zone choice of the policy (a start, a restart after a
+/// preemption, a wait for a cheaper zone, a move) prices it with this one function.
+fn egress_to(state: &JobProgress, obs: &TickView<'_>, z: usize) -> f64 {
+    match state.checkpoint_region {
+        Some(g) if g != obs.zones[z].region => obs.egress_cost,
+        _ => 0.0,
     }
 }
 
@@ -701,6 +725,7 @@ impl DeadlinePolicy for Tern {
             && state.placement != choice
             && self.wait_for_cheaper(
                 job,
+                state,
                 obs,
                 &m,
                 (b, zones.best_any),

@@ -181,3 +181,49 @@ fn with_slack_to_spare_a_start_waits_for_the_cheaper_zone() {
         Placement::Spot(1)
     );
 }
+
+/// A restart after a preemption prices moving the checkpoint ([`egress_to`]): two zones that
+/// fail alike, the far one a little cheaper (0.01 $ a tick). Free egress sends the restart to
+/// the far zone, and so does one worth less than the gap over the run a start buys (about 40
+/// ticks here); one worth more keeps it in the checkpoint's region.
+#[test]
+fn a_restart_prices_the_checkpoints_move_between_regions() {
+    let history = cycle(1000, 40, 5);
+    let now = &history[..970];
+    let zones = [
+        ZoneView {
+            history: now,
+            spot_price: 1.0,
+            region: 0,
+        },
+        ZoneView {
+            history: now,
+            spot_price: 0.9,
+            region: 1,
+        },
+    ];
+    let job = Job::gang(200, 400, 2, 1);
+    let preempted = JobProgress {
+        checkpoint_region: Some(0),
+        ..JobProgress::new()
+    };
+    let restart = |egress_cost| {
+        let obs = TickView {
+            egress_cost,
+            ..obs(0, &zones)
+        };
+        Tern::new().decide(&job, &preempted, &obs)
+    };
+    assert_eq!(restart(0.0), Placement::Spot(1));
+    assert_eq!(restart(0.1), Placement::Spot(1));
+    assert_eq!(restart(5.0), Placement::Spot(0));
+    // A job with no checkpoint yet pays no egress anywhere.
+    let obs = TickView {
+        egress_cost: 5.0,
+        ..obs(0, &zones)
+    };
+    assert_eq!(
+        Tern::new().decide(&job, &JobProgress::new(), &obs),
+        Placement::Spot(1)
+    );
+}
