@@ -57,8 +57,10 @@ impl Controller {
     /// start, a restart or a move) reads it here. Unknown for a job that has not run since
     /// this controller opened its store.
     pub(super) fn checkpoint_home(&self, name: &str) -> Option<&tern_cloud::Region> {
-        let live = self.live_of(name).first().map(|i| &i.offer.region);
-        live.or_else(|| self.fleet.instances.last_region(name))
+        let instances = &self.fleet.instances;
+        let live = instances.of_job(name).find(|i| !i.draining);
+        live.map(|i| &i.offer.region)
+            .or_else(|| instances.last_region(name))
     }
 
     /// Hours one restart takes the job: checkpoint save, then the planner's price of an
