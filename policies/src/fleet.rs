@@ -108,6 +108,8 @@ pub struct MoveInput<'a> {
     pub slack_h: f64,
     pub hours_since_last_move: Option<f64>,
     pub checkpoint_gb: f64,
+    /// Egress $/GB across regions, the rate the cloud bills the checkpoint's move at.
+    pub egress_per_gb: f64,
     /// Dollars to read the job's data from the target's region once (0 where the data lives):
     /// every move is a new start that pays it.
     pub data_egress: f64,
@@ -173,7 +175,7 @@ pub fn plan_move(input: &MoveInput<'_>) -> Result<Move, Stay> {
     let k = movers.len() as u32;
     let current_rate: f64 = movers.iter().map(|&i| input.nodes[i].price).sum();
     let egress = if movers.iter().any(|&i| input.nodes[i].other_region) {
-        input.checkpoint_gb * EGRESS_DOLLARS_PER_GB
+        input.checkpoint_gb * input.egress_per_gb
     } else {
         0.0
     } + input.data_egress;
@@ -244,6 +246,7 @@ mod tests {
             slack_h: 10.0,
             hours_since_last_move: None,
             checkpoint_gb: 50.0,
+            egress_per_gb: EGRESS_DOLLARS_PER_GB,
             data_egress: 0.0,
             on_demand_rate: 3.06,
         }

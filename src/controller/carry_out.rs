@@ -59,6 +59,48 @@ impl Controller {
         Ok(())
     }
 
+    /// Carry out, between passes, a decision that needs no cloud call: what the inbox decides
+    /// (a quarantine). Any other decision is made and carried out in a pass.
+    pub(super) fn carry_out_now(
+        &mut self,
+        name: &str,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        match decision {
+            Decision::Nothing => Ok(()),
+            Decision::Quarantine { id, reason } => self.isolate(name, &id, reason, now),
+            other => Err(super::ControllerError::Job {
+                job: name.to_string(),
+                reason: format!("{other:?} is carried out in a pass, not between passes"),
+            }),
+        }
+    }
+
+    /// [`Decision::Quarantine`]: the node drains (its agent is told to checkpoint and stop),
+    /// the job is looked at next pass (a release once its workers stopped, a replacement).
+    fn isolate(
+        &mut self,
+        name: &str,
+        id: &tern_cloud::InstanceId,
+        reason: String,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let Some(state) = self.fleet.instances.get(id).map(|i| i.state) else {
+            return Ok(());
+        };
+        self.set_instance(id, state, true)?;
+        if let Some(e) = self.fleet.jobs.get_mut(name) {
+            e.dirty = true;
+        }
+        let event = Event::Quarantined {
+            job: name.to_string(),
+            instance: id.to_string(),
+            reason,
+        };
+        self.emit(now, event)
+    }
+
     /// One step of a decision; what follows it, if anything.
     async fn carry_out_one(
         &mut self,
@@ -68,6 +110,9 @@ impl Controller {
     ) -> Result<Option<Decision>> {
         match decision {
             Decision::Nothing => Ok(None),
+            Decision::Quarantine { id, reason } => {
+                self.isolate(name, &id, reason, now).map(|()| None)
+            }
             Decision::Wait(reason) => self.wait(name, reason, now).map(|()| None),
             Decision::Launch {
                 offers,

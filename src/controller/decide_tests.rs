@@ -251,6 +251,7 @@ fn short(d: &Decision) -> String {
         }
         Decision::TimeOut { id, .. } => format!("time out {id}"),
         Decision::CollectLeak { id } => format!("collect {id}"),
+        Decision::Quarantine { id, .. } => format!("quarantine {id}"),
         Decision::PlanCold { why } => format!("plan cold: {why}"),
         Decision::Unplaceable { reason } => format!("unplaceable: {reason}"),
         Decision::Probe(p) => format!("probe {} on {}", p.nodes, p.offers[0].zone),
@@ -378,6 +379,7 @@ fn moving<'a>(
         restart_h: 0.2,
         hours_since_last_move: None,
         checkpoint_gb: 0.0,
+        egress_per_gb: tern_cloud::EGRESS_DOLLARS_PER_GB,
         constraints,
         on_demand_rate: 3.06,
         on_demand: vec![od("a-1b")],
@@ -716,4 +718,39 @@ fn every_timeout_and_leak_is_a_row() {
             "seen at {first}, now {now}, terminating {terminating}"
         );
     }
+}
+
+#[test]
+fn every_quarantine_is_a_row() {
+    let running = node("i-1", "a-1a", Capacity::Spot);
+    let draining = InstanceRecord {
+        draining: true,
+        ..running.clone()
+    };
+    let ended = InstanceRecord {
+        state: InstanceState::Terminated,
+        ..running.clone()
+    };
+    let others = InstanceRecord {
+        job: "other".into(),
+        ..running.clone()
+    };
+    let rows = [
+        (Some(&running), false, "quarantine i-1"),
+        (Some(&running), true, "nothing"),
+        (Some(&draining), false, "nothing"),
+        (Some(&ended), false, "nothing"),
+        (Some(&others), false, "nothing"),
+        (None, false, "nothing"),
+    ];
+    for (i, job_ended, want) in rows {
+        let got = short(&quarantine(&running.job, i, job_ended, "slow".into()));
+        assert_eq!(got, want, "{i:?}, job ended {job_ended}");
+    }
+    let Decision::Quarantine { reason, .. } =
+        quarantine(&running.job, Some(&running), false, "slow".into())
+    else {
+        panic!("a running node of a running job is quarantined")
+    };
+    assert_eq!(reason, "slow");
 }

@@ -38,7 +38,7 @@ impl Controller {
         let nodes = view::nodes_of(&e.record);
         let speed = self.throughput(name, first, nodes).map_or(0.0, |t| t.0);
         let node_hours = self.work_hours(name, speed) * f64::from(nodes);
-        let egress = e.record.spec.checkpoint.size_gb * fleet::EGRESS_DOLLARS_PER_GB;
+        let egress = e.record.spec.checkpoint.size_gb * self.config.plan.egress_per_gb;
         let home = self.checkpoint_home(name).cloned();
         let options = list.iter().map(|o| {
             let away = home.as_ref().is_some_and(|h| *h != o.region);
@@ -310,6 +310,7 @@ impl Controller {
             restart_h: outlook.restart_h,
             hours_since_last_move: r.last_move_at.map(|t| hours(now - t)),
             checkpoint_gb: r.spec.checkpoint.size_gb,
+            egress_per_gb: self.config.plan.egress_per_gb,
             constraints: &r.spec.constraints,
             on_demand_rate: self.on_demand_price(&first).unwrap_or(first.price_per_hour),
             on_demand: on_demand.into_iter().cloned().collect(),

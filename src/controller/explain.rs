@@ -138,6 +138,9 @@ fn decision(e: &Event) -> Option<(&'static str, BTreeMap<String, f64>)> {
         Event::Planned { placement: p, .. } => {
             put("nodes", f64::from(p.nodes));
             put("expected_cost", p.expected_cost);
+            if p.egress_usd > 0.0 {
+                put("egress_usd", p.egress_usd);
+            }
             put("finish_h", p.finish_h);
             if let Some(d) = p.deadline_h {
                 put("deadline_h", d);
@@ -499,6 +502,7 @@ mod tests {
                     capacity: Capacity::Spot,
                     zone: "use1-az1".into(),
                     expected_cost: 42.5,
+                    egress_usd: 4.0,
                     finish_h: 6.0,
                     deadline_h: Some(12.0),
                     versus_cheapest: None,
@@ -589,6 +593,12 @@ mod tests {
         );
         let d = &t.decisions;
         assert_eq!(d[0].numbers["expected_cost"], 42.5);
+        assert_eq!(d[0].numbers["egress_usd"], 4.0);
+        assert!(
+            d[0].reason.contains("egress $4.00 of it"),
+            "{}",
+            d[0].reason
+        );
         assert_eq!(d[0].numbers["deadline_h"], 12.0);
         assert_eq!(d[0].at, at(0));
         assert!(

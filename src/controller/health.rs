@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::events::Event;
+use super::decide;
 use super::{Controller, Result};
 
 /// How much slower than the others' median a straggler's step is.
@@ -134,9 +134,9 @@ impl Controller {
         self.quarantine(job, instance, s.reason(), at)
     }
 
-    /// Take `instance` out of `job`'s fleet for good: drained now (its agent is told to
-    /// checkpoint and stop), released once its workers stopped, replaced like a lost node.
-    /// Nothing when the job ended or the node already drains.
+    /// A node of `job` reported straggling or failing: whether it is quarantined is
+    /// [`decide::quarantine`]'s to say, and it is carried out at once (between passes: the
+    /// node's agent is answered `quarantined` from its next call).
     pub(super) fn quarantine(
         &mut self,
         job: &str,
@@ -144,33 +144,15 @@ impl Controller {
         reason: String,
         at: DateTime<Utc>,
     ) -> Result<()> {
-        if self
+        let ended = self
             .fleet
             .jobs
             .get(job)
-            .is_none_or(|e| e.record.state.is_final())
-        {
-            return Ok(());
-        }
+            .is_none_or(|e| e.record.state.is_final());
         let id = tern_cloud::InstanceId::new(instance.to_string());
-        let Some(i) = self.fleet.instances.get(&id) else {
-            return Ok(());
-        };
-        if i.job != job || i.draining || i.state == tern_cloud::InstanceState::Terminated {
-            return Ok(());
-        }
-        self.set_instance(&id, i.state, true)?;
-        if let Some(e) = self.fleet.jobs.get_mut(job) {
-            e.dirty = true;
-        }
-        self.emit(
-            at,
-            Event::Quarantined {
-                job: job.to_string(),
-                instance: instance.to_string(),
-                reason,
-            },
-        )
+        let node = self.fleet.instances.get(&id);
+        let decision = decide::quarantine(job, node, ended, reason);
+        self.carry_out_now(job, decision, at)
     }
 }
 

@@ -479,6 +479,7 @@ async fn a_launch_the_limits_hold_back_is_a_wait_and_never_a_plan() {
         capacity: offer.capacity,
         zone: offer.zone.to_string(),
         expected_cost: 4.0,
+        egress_usd: 0.0,
         finish_h: 4.0,
         deadline_h: None,
         versus_cheapest: None,

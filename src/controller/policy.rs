@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use tern_cloud::{Availability, Capacity, InstanceState, Offer, Zone};
 use tern_policies::deadline::{self, Job, JobProgress, Placement, Step, Tern, TickView, ZoneView};
-use tern_policies::fleet::EGRESS_DOLLARS_PER_GB;
 
 use super::{Controller, Result, hours};
 use crate::store::PoolSample;
@@ -542,7 +541,7 @@ impl Controller {
             state,
             on_demand_price,
             tick_hours: (self.tick_seconds() * k) as f64 / 3600.0,
-            egress_cost: r.spec.checkpoint.size_gb * EGRESS_DOLLARS_PER_GB,
+            egress_cost: r.spec.checkpoint.size_gb * self.config.plan.egress_per_gb,
         };
         Some((
             input,

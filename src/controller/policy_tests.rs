@@ -92,6 +92,7 @@ fn kind(d: &Decision) -> &'static str {
         Decision::Finish { .. } => "finish",
         Decision::TimeOut { .. } => "time-out",
         Decision::CollectLeak { .. } => "collect-leak",
+        Decision::Quarantine { .. } => "quarantine",
         Decision::PlanCold { .. } => "plan-cold",
         Decision::Unplaceable { .. } => "unplaceable",
         Decision::Probe(_) => "probe",
@@ -172,6 +173,7 @@ fn decide_as_the_replay(
         restart_h: 0.2,
         hours_since_last_move: None,
         checkpoint_gb: 0.0,
+        egress_per_gb: tern_cloud::EGRESS_DOLLARS_PER_GB,
         constraints: &none,
         on_demand_rate: 3.06,
         on_demand: od.clone(),
@@ -494,4 +496,7 @@ async fn a_preempted_job_is_asked_about_with_its_checkpoints_region() {
     assert!(!running, "nothing is up at tick 6: {asked:?}");
     assert!(west.is_some());
     assert_eq!(known, west, "the checkpoint is in us-west-2: {asked:?}");
+    // The planner, placing it again, prices bringing the checkpoint over from there too.
+    let planned = ctl.plan_job("j", sim.now()).expect("plannable");
+    assert_eq!(planned.checkpoint_region.as_deref(), Some("us-west-2"));
 }

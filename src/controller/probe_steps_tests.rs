@@ -46,6 +46,7 @@ fn config(o: &Offer, nodes: u32) -> Config {
         finish_high_h: 12.0,
         hazard_per_hour: 0.0,
         prior: false,
+        egress_usd: 0.0,
     }
 }
 

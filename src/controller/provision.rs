@@ -349,6 +349,9 @@ impl Controller {
         if let Some(d) = e.record.deadline_at {
             job.deadline_s = Some(((d - now).num_milliseconds() as f64 / 1e3).max(0.0));
         }
+        if e.record.checkpoint_samples > 0.0 {
+            job.checkpoint_region = self.checkpoint_home(name).map(|r| r.0.clone());
+        }
         Some(job)
     }
 
@@ -582,6 +585,7 @@ impl Controller {
                 capacity: offer.capacity,
                 zone: offer.zone.to_string(),
                 expected_cost: choice.expected_cost,
+                egress_usd: choice.egress_usd,
                 finish_h: choice.finish_h,
                 deadline_h: jp.deadline_h,
                 versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),

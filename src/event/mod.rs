@@ -23,6 +23,10 @@ pub struct Placement {
     pub capacity: Capacity,
     pub zone: String,
     pub expected_cost: f64,
+    /// Egress in `expected_cost`: the checkpoint brought from another region, the data read
+    /// from another at each expected start (0 in events written before it was kept).
+    #[serde(default)]
+    pub egress_usd: f64,
     pub finish_h: f64,
     pub deadline_h: Option<f64>,
     /// How the choice compares with the cheapest $/accelerator-hour, when it is not that.

@@ -20,6 +20,9 @@ impl fmt::Display for Placement {
         if let Some(d) = self.deadline_h {
             write!(f, " (deadline {d:.1} h)")?;
         }
+        if self.egress_usd >= 0.005 {
+            write!(f, "; egress ${:.2} of it", self.egress_usd)?;
+        }
         if let Some(v) = &self.versus_cheapest {
             write!(f, "; {v}")?;
         }

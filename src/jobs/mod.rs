@@ -358,6 +358,7 @@ impl LoadedJob {
             priority: spec.priority,
             model: self.model(),
             constraints: spec.constraints.clone(),
+            checkpoint_region: None,
         }
     }
 

@@ -513,6 +513,7 @@ fn stored_event_fields_are_read_as_typed_events_into_what_attribution_reads() {
             capacity: Capacity::Spot,
             zone: "use1-az1".into(),
             expected_cost: 42.5,
+            egress_usd: 0.0,
             finish_h: 6.0,
             deadline_h: None,
             versus_cheapest: None,

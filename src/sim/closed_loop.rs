@@ -362,6 +362,8 @@ impl LoopSetup<'_> {
         cfg.migrate_check = tick;
         cfg.replan = tick;
         cfg.plan.provision_s = restart_s;
+        // The controller prices a checkpoint's move at the rate the simulated cloud bills.
+        cfg.plan.egress_per_gb = self.job.egress_per_gb;
         // A launch is given its whole provisioning time, and more, before it counts as hung.
         cfg.launch_timeout = Duration::from_secs_f64(2.0 * restart_s + 300.0);
         // The simulated workers run at exactly the expected speed: the forecast is exact here,
@@ -560,8 +562,8 @@ mod tests {
 
     /// A job that starts in a cheap zone of us-east-1, loses it for good and finishes in
     /// us-west-2: its checkpoint crosses regions once and the cloud bills it, and the window
-    /// costs that much more than the same window with free egress (same decisions: the
-    /// controller's model does not read the cloud's rate).
+    /// costs that much more than the same window with free egress (same decisions: west is
+    /// the only spot left, and a crossing at $0.01/GB is cheaper than on-demand at home).
     #[test]
     fn a_checkpoint_that_crosses_regions_is_on_the_bill() {
         let mut east = trace("us-east-1a");
@@ -582,7 +584,7 @@ mod tests {
             .build()
             .expect("runtime");
         let start = prepared.starts[0];
-        let billed = runtime.block_on(setup(0.05).run(start)).expect("window");
+        let billed = runtime.block_on(setup(0.01).run(start)).expect("window");
         let free = runtime.block_on(setup(0.0).run(start)).expect("window");
         assert!(billed.result.finished && free.result.finished);
         let transfers = billed.cloud.transfers();
@@ -590,7 +592,7 @@ mod tests {
         for t in &transfers {
             assert_eq!((t.from.as_str(), t.to.as_str()), ("us-east-1", "us-west-2"));
             assert_eq!(t.job, "job");
-            assert!((t.dollars - 100.0 * 0.05).abs() < 1e-9, "{t:?}");
+            assert!((t.dollars - 100.0 * 0.01).abs() < 1e-9, "{t:?}");
         }
         assert!(free.cloud.transfers().is_empty());
         let bill = billed.cloud.egress_bill();
@@ -600,5 +602,15 @@ mod tests {
             billed.result.cost,
             free.result.cost
         );
+        // At $1/GB the crossing ($100) costs more than finishing on-demand at home: the
+        // controller prices it at the rate the cloud bills, and stays.
+        let dear = runtime.block_on(setup(1.0).run(start)).expect("window");
+        assert!(dear.result.finished);
+        assert!(
+            dear.cloud.transfers().is_empty(),
+            "{:?}",
+            dear.cloud.transfers()
+        );
+        assert!(dear.result.cost < 20.0, "{}", dear.result.cost);
     }
 }

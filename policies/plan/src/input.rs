@@ -43,6 +43,9 @@ pub struct PlanJob {
     pub model: Arc<dyn ThroughputModel>,
     /// Where it may run; a configuration on an offer it rules out is never considered.
     pub constraints: Constraints,
+    /// Region of the checkpoint it resumes from (`None`: nothing to resume). A start in
+    /// another region pays once to bring it over (`checkpoint.size_gb` × `egress_per_gb`).
+    pub checkpoint_region: Option<String>,
 }
 
 /// An account limit on accelerators: e.g. 64 A100 (any size) in aws/us-east-1, spot only.
@@ -176,7 +179,8 @@ pub struct PlanOptions {
     pub team_budgets: BTreeMap<String, Budget>,
     pub quotas: Vec<Quota>,
     /// Cross-region egress, USD per GB: a job whose data lives elsewhere pays it on every
-    /// start (the first and each expected restart).
+    /// start (the first and each expected restart); a job whose checkpoint lives elsewhere
+    /// pays it once.
     pub egress_per_gb: f64,
     /// How much teams' shares weigh against cost (0 = cost only); see `plan::shares`.
     pub fairness: f64,
@@ -197,7 +201,7 @@ impl Default for PlanOptions {
             use_milp: true,
             team_budgets: BTreeMap::new(),
             quotas: Vec::new(),
-            egress_per_gb: 0.02,
+            egress_per_gb: tern_cloud::EGRESS_DOLLARS_PER_GB,
             fairness: 0.0,
             team_weights: BTreeMap::new(),
         }

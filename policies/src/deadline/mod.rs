@@ -411,6 +411,9 @@ pub struct Why {
     pub spot: f64,
     pub on_demand: f64,
     pub wait: f64,
+    /// Egress to bring the checkpoint to the spot start's zone (0 within its region); the
+    /// zone was ranked with it, `spot` leaves it out.
+    pub egress: f64,
     pub moved: Option<crate::migrate::Decision>,
 }
 
@@ -434,6 +437,13 @@ impl std::fmt::Display for Why {
             d(self.on_demand),
             d(self.wait)
         )?;
+        if self.egress >= 0.005 && self.spot.is_finite() {
+            write!(
+                f,
+                "; spot's zone needs the checkpoint moved: ${:.2} egress",
+                self.egress
+            )?;
+        }
         match self.moved {
             Some(crate::migrate::Decision::Move { net_saving }) => {
                 write!(f, "; a move saves ${net_saving:.2}")

@@ -217,6 +217,24 @@ fn a_restart_prices_the_checkpoints_move_between_regions() {
     assert_eq!(restart(0.0), Placement::Spot(1));
     assert_eq!(restart(0.1), Placement::Spot(1));
     assert_eq!(restart(5.0), Placement::Spot(0));
+    // Its reasons say what the zone it starts in costs to reach.
+    let why = |egress_cost| {
+        let obs = TickView {
+            egress_cost,
+            ..obs(0, &zones)
+        };
+        let mut p = Tern::new();
+        p.decide(&job, &preempted, &obs);
+        p.why().expect("tern says why")
+    };
+    let across = why(0.1);
+    assert_eq!(across.egress, 0.1);
+    assert!(
+        across
+            .to_string()
+            .contains("needs the checkpoint moved: $0.10 egress")
+    );
+    assert_eq!(why(5.0).egress, 0.0, "it stays in the checkpoint's region");
     // A job with no checkpoint yet pays no egress anywhere.
     let obs = TickView {
         egress_cost: 5.0,
@@ -224,6 +242,62 @@ fn a_restart_prices_the_checkpoints_move_between_regions() {
     };
     assert_eq!(
         Tern::new().decide(&job, &JobProgress::new(), &obs),
+        Placement::Spot(1)
+    );
+}
+
+/// A start in another region pays the checkpoint's egress against on-demand where the
+/// checkpoint is: spot far away while it is cheaper with the egress; once it is not, the job
+/// never starts there (it waits for its own zone, or goes on-demand at home).
+#[test]
+fn spot_across_regions_is_weighed_with_its_egress_against_on_demand_at_home() {
+    let mut home = cycle(970, 40, 5);
+    *home.last_mut().expect("history") = 0;
+    let far = vec![1; 970];
+    let zones = [
+        ZoneView {
+            history: &home,
+            spot_price: 1.0,
+            region: 0,
+        },
+        ZoneView {
+            history: &far,
+            spot_price: 0.9,
+            region: 1,
+        },
+    ];
+    let job = Job::gang(200, 230, 2, 1);
+    let preempted = JobProgress {
+        checkpoint_region: Some(0),
+        ..JobProgress::new()
+    };
+    let restart = |egress_cost| {
+        let obs = TickView {
+            egress_cost,
+            ..obs(0, &zones)
+        };
+        let mut p = Tern::new();
+        (p.decide(&job, &preempted, &obs), p.why().expect("why"))
+    };
+    let (cheap, why) = restart(0.05);
+    assert_eq!(cheap, Placement::Spot(1), "{why}");
+    assert!(why.spot + why.egress < why.on_demand, "{why}");
+    for egress in [1.0, 100.0] {
+        let (dear, why) = restart(egress);
+        assert_ne!(dear, Placement::Spot(1), "{why}");
+        assert!(
+            why.spot < why.on_demand.min(why.wait),
+            "spot alone is cheapest: {why}"
+        );
+        assert!(why.spot + why.egress > why.on_demand, "{why}");
+    }
+    // A job with no checkpoint yet starts there.
+    let fresh = TickView {
+        egress_cost: 100.0,
+        ..obs(0, &zones)
+    };
+    assert_eq!(
+        Tern::new().decide(&job, &JobProgress::new(), &fresh),
         Placement::Spot(1)
     );
 }

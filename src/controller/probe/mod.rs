@@ -507,6 +507,7 @@ impl Controller {
             capacity: c.capacity,
             zone: c.zone.clone(),
             expected_cost: c.expected_cost,
+            egress_usd: c.egress_usd,
             finish_h: c.finish_h,
             deadline_h: jp.deadline_h,
             versus_cheapest: jp.versus_cheapest_per_accelerator_hour.clone(),

@@ -23,7 +23,7 @@ impl Controller {
         let (expected, pessimistic) = self.throughput(name, here, fleet.len() as u32)?;
         let rate: f64 = fleet.iter().map(|i| i.offer.price_per_hour).sum();
         let e = self.fleet.jobs.get(name)?;
-        let per_gb = tern_policies::fleet::EGRESS_DOLLARS_PER_GB;
+        let per_gb = self.config.plan.egress_per_gb;
         let checkpoint = if c.region != here.region.as_str() {
             e.record.spec.checkpoint.size_gb * per_gb
         } else {

@@ -3,7 +3,7 @@
 //! plan costs hundreds of thousands of configurations, and strings are made only for those
 //! shown (`explain`).
 
-use tern_cloud::{CheckpointSpec, Cloud, Offer};
+use tern_cloud::{CheckpointSpec, Cloud, Offer, egress_dollars};
 
 use crate::input::{PlanJob, PlanOptions, Throughput, notice_seconds};
 
@@ -22,6 +22,9 @@ pub(super) struct Cost {
     pub(super) finish_high_h: f64,
     pub(super) hazard_per_hour: f64,
     pub(super) prior: bool,
+    /// Expected egress in `expected_cost`: the data read at each start, the checkpoint
+    /// brought over from another region once.
+    pub(super) egress: f64,
 }
 
 /// Cost and time of one configuration, and why it is infeasible (if it is) for this job alone.
@@ -47,6 +50,7 @@ pub(super) fn evaluate_with(
         // Any node's loss interrupts the gang (all workers restart together).
         hazard_per_hour: hazard_per_node * f64::from(nodes),
         prior: false,
+        egress: 0.0,
     };
     let Some(thr) = thr.filter(|t| t.expected > 0.0 && t.pessimistic > 0.0) else {
         let acc_name = offer.accelerator().map_or("", |a| a.name.as_str());
@@ -60,14 +64,22 @@ pub(super) fn evaluate_with(
     cost.prior = thr.prior;
     let restart_s = restart_seconds(job, offer, options);
     let finish_high_s = cost.finish(job, thr, restart_s, options.provision_s);
-    // Reading the data from another region: once per start, the first and each expected
-    // restart.
-    let egress = job
-        .constraints
-        .data_egress(offer.region.as_str(), options.egress_per_gb);
-    cost.expected_cost += egress * (1.0 + cost.hazard_per_hour * cost.finish_h);
+    cost.egress = egress(job, offer, &cost, options);
+    cost.expected_cost += cost.egress;
     let why = why_infeasible(job, &cost, finish_high_s);
     (cost, why)
+}
+
+/// Expected egress of a configuration: reading the data from another region once per start
+/// (the first and each expected restart), and bringing the checkpoint over from the region it
+/// lives in once (later restarts find it in the offer's region).
+fn egress(job: &PlanJob, offer: &Offer, cost: &Cost, options: &PlanOptions) -> f64 {
+    let region = offer.region.as_str();
+    let data = job.constraints.data_egress(region, options.egress_per_gb);
+    let checkpoint = job.checkpoint_region.as_deref().map_or(0.0, |from| {
+        egress_dollars(job.checkpoint.size_gb, options.egress_per_gb, from, region)
+    });
+    data * (1.0 + cost.hazard_per_hour * cost.finish_h) + checkpoint
 }
 
 fn restart_seconds(job: &PlanJob, offer: &Offer, options: &PlanOptions) -> f64 {

@@ -70,6 +70,7 @@ fn config(c: &Cost, offers: &[Offer]) -> Config {
         finish_high_h: c.finish_high_h,
         hazard_per_hour: c.hazard_per_hour,
         prior: c.prior,
+        egress_usd: c.egress,
     }
 }
 
@@ -169,12 +170,20 @@ impl Explainer<'_> {
     /// How much worse `alt` is than the chosen configuration, in the objective's terms.
     fn worse_by(&self, alt: &Entry, c: &Entry) -> String {
         match self.objective {
-            Objective::Cost => format!(
-                "costs ${:.2} more in total (${:.2} vs ${:.2})",
-                alt.0.expected_cost - c.0.expected_cost,
-                alt.0.expected_cost,
-                c.0.expected_cost
-            ),
+            Objective::Cost => {
+                let (a, b) = (&alt.0, &c.0);
+                let egress = if (a.egress - b.egress).abs() >= 0.005 {
+                    format!("; egress ${:.2} vs ${:.2}", a.egress, b.egress)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "costs ${:.2} more in total (${:.2} vs ${:.2}{egress})",
+                    a.expected_cost - b.expected_cost,
+                    a.expected_cost,
+                    b.expected_cost
+                )
+            }
             Objective::Time => format!(
                 "finishes {:.1} h later ({:.1} h vs {:.1} h)",
                 alt.0.finish_h - c.0.finish_h,

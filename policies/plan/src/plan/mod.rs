@@ -72,6 +72,9 @@ pub struct Config {
     pub hazard_per_hour: f64,
     /// Throughput comes from a prior, not from observations of this job.
     pub prior: bool,
+    /// Egress in `expected_cost`: the job's data read from another region at each expected
+    /// start, and its checkpoint brought from another region once.
+    pub egress_usd: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -58,6 +58,7 @@ pub(super) fn replicas(a: &PlanJob, b: &PlanJob) -> bool {
         priority,
         model,
         constraints,
+        checkpoint_region,
     } = a;
     *team == b.team
         && remaining_samples.to_bits() == b.remaining_samples.to_bits()
@@ -70,6 +71,7 @@ pub(super) fn replicas(a: &PlanJob, b: &PlanJob) -> bool {
         && *priority == b.priority
         && Arc::ptr_eq(model, &b.model)
         && *constraints == b.constraints
+        && *checkpoint_region == b.checkpoint_region
 }
 
 #[cfg(test)]

@@ -85,6 +85,7 @@ pub(super) fn job(
             speeds.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         )),
         constraints: Default::default(),
+        checkpoint_region: None,
     }
 }
 
@@ -668,6 +669,59 @@ fn a_job_goes_where_its_data_is_and_never_where_it_may_not() {
     let none = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
     assert!(!none.jobs[0].placed);
     assert!(none.jobs[0].reason.is_some());
+}
+
+#[test]
+fn a_restart_weighs_bringing_its_checkpoint_from_another_region() {
+    let spot =
+        |zone: &str, price: f64| offer(Cloud::Aws, zone, "p4d", "A100", 8, Capacity::Spot, price);
+    // ap-south-1 is $0.20/h cheaper over a 4-hour run; the 4,000 GB checkpoint is in us-east-1.
+    let offers = vec![spot("ap-south-1a", 9.0), spot("us-east-1a", 9.2)];
+    let mut j = job(
+        "bert",
+        &["A100"],
+        8.0 * 4.0 * 3600.0,
+        None,
+        &[("A100", 1.0)],
+    );
+    j.workers = WorkerRange { min: 8, max: 8 };
+    j.checkpoint.size_gb = 4000.0;
+    let fresh = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
+    let choice = fresh.jobs[0].choice.as_ref().unwrap();
+    assert_eq!(choice.offer, offers[0].key(), "nothing to bring over yet");
+    assert_eq!(choice.egress_usd, 0.0);
+
+    j.checkpoint_region = Some("us-east-1".into());
+    let resumed = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
+    let r = &resumed.jobs[0];
+    let choice = r.choice.as_ref().unwrap();
+    assert_eq!(
+        choice.offer,
+        offers[1].key(),
+        "$80 of egress outweighs $0.80"
+    );
+    assert_eq!(choice.egress_usd, 0.0);
+    let away = r
+        .alternatives
+        .iter()
+        .find(|a| a.config.offer == offers[0].key());
+    let away = away.expect("the other region is listed");
+    assert!((away.config.egress_usd - 4000.0 * 0.02).abs() < 1e-9);
+    // The move's price is paid once, not at each expected restart.
+    let hazard = away.config.hazard_per_hour * away.config.finish_h;
+    assert!(hazard > 0.0, "spot restarts are expected");
+    assert!(
+        away.why_not.contains("egress $80.00 vs $0.00"),
+        "{}",
+        away.why_not
+    );
+    // Its price is the rate the options give.
+    let no_egress = PlanOptions {
+        egress_per_gb: 0.0,
+        ..PlanOptions::default()
+    };
+    let free = plan(std::slice::from_ref(&j), &offers, &no_egress);
+    assert_eq!(free.jobs[0].choice.as_ref().unwrap().offer, offers[0].key());
 }
 
 proptest! {
