@@ -190,23 +190,9 @@ fn with_slack_to_spare_a_start_waits_for_the_cheaper_zone() {
 fn a_restart_prices_the_checkpoints_move_between_regions() {
     let history = cycle(1000, 40, 5);
     let now = &history[..970];
-    let zones = [
-        ZoneView {
-            history: now,
-            spot_price: 1.0,
-            region: 0,
-        },
-        ZoneView {
-            history: now,
-            spot_price: 0.9,
-            region: 1,
-        },
-    ];
+    let zones = home_and_far(now, now);
     let job = Job::gang(200, 400, 2, 1);
-    let preempted = JobProgress {
-        checkpoint_region: Some(0),
-        ..JobProgress::new()
-    };
+    let preempted = preempted_at_home();
     let restart = |egress_cost| {
         let obs = TickView {
             egress_cost,
@@ -254,23 +240,9 @@ fn spot_across_regions_is_weighed_with_its_egress_against_on_demand_at_home() {
     let mut home = cycle(970, 40, 5);
     *home.last_mut().expect("history") = 0;
     let far = vec![1; 970];
-    let zones = [
-        ZoneView {
-            history: &home,
-            spot_price: 1.0,
-            region: 0,
-        },
-        ZoneView {
-            history: &far,
-            spot_price: 0.9,
-            region: 1,
-        },
-    ];
+    let zones = home_and_far(&home, &far);
     let job = Job::gang(200, 230, 2, 1);
-    let preempted = JobProgress {
-        checkpoint_region: Some(0),
-        ..JobProgress::new()
-    };
+    let preempted = preempted_at_home();
     let restart = |egress_cost| {
         let obs = TickView {
             egress_cost,
@@ -300,4 +272,28 @@ fn spot_across_regions_is_weighed_with_its_egress_against_on_demand_at_home() {
         Tern::new().decide(&job, &JobProgress::new(), &fresh),
         Placement::Spot(1)
     );
+}
+
+/// A zone at $1 in region 0 (the checkpoint's) and one at $0.9 in region 1.
+fn home_and_far<'a>(home: &'a [u32], far: &'a [u32]) -> [ZoneView<'a>; 2] {
+    [
+        ZoneView {
+            history: home,
+            spot_price: 1.0,
+            region: 0,
+        },
+        ZoneView {
+            history: far,
+            spot_price: 0.9,
+            region: 1,
+        },
+    ]
+}
+
+/// A job that lost its node, its checkpoint in region 0.
+fn preempted_at_home() -> JobProgress {
+    JobProgress {
+        checkpoint_region: Some(0),
+        ..JobProgress::new()
+    }
 }

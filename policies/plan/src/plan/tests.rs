@@ -638,11 +638,10 @@ proptest! {
     }
 }
 
-#[test]
-fn a_job_goes_where_its_data_is_and_never_where_it_may_not() {
+/// Spot p4d in ap-south-1 at $9/h and in us-east-1 at $9.2/h, and a 4-hour job on 8 A100s.
+fn two_regions() -> (Vec<Offer>, PlanJob) {
     let spot =
         |zone: &str, price: f64| offer(Cloud::Aws, zone, "p4d", "A100", 8, Capacity::Spot, price);
-    // ap-south-1 is a little cheaper, but the 800 GB of data live in us-east-1.
     let offers = vec![spot("ap-south-1a", 9.0), spot("us-east-1a", 9.2)];
     let mut j = job(
         "bert",
@@ -652,6 +651,13 @@ fn a_job_goes_where_its_data_is_and_never_where_it_may_not() {
         &[("A100", 1.0)],
     );
     j.workers = WorkerRange { min: 8, max: 8 };
+    (offers, j)
+}
+
+#[test]
+fn a_job_goes_where_its_data_is_and_never_where_it_may_not() {
+    // ap-south-1 is a little cheaper, but the 800 GB of data live in us-east-1.
+    let (offers, mut j) = two_regions();
     let free = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
     assert_eq!(free.jobs[0].choice.as_ref().unwrap().offer, offers[0].key());
     j.constraints.data = Some(DataLocation {
@@ -673,18 +679,8 @@ fn a_job_goes_where_its_data_is_and_never_where_it_may_not() {
 
 #[test]
 fn a_restart_weighs_bringing_its_checkpoint_from_another_region() {
-    let spot =
-        |zone: &str, price: f64| offer(Cloud::Aws, zone, "p4d", "A100", 8, Capacity::Spot, price);
     // ap-south-1 is $0.20/h cheaper over a 4-hour run; the 4,000 GB checkpoint is in us-east-1.
-    let offers = vec![spot("ap-south-1a", 9.0), spot("us-east-1a", 9.2)];
-    let mut j = job(
-        "bert",
-        &["A100"],
-        8.0 * 4.0 * 3600.0,
-        None,
-        &[("A100", 1.0)],
-    );
-    j.workers = WorkerRange { min: 8, max: 8 };
+    let (offers, mut j) = two_regions();
     j.checkpoint.size_gb = 4000.0;
     let fresh = plan(std::slice::from_ref(&j), &offers, &PlanOptions::default());
     let choice = fresh.jobs[0].choice.as_ref().unwrap();
