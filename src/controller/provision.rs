@@ -349,9 +349,6 @@ impl Controller {
         if let Some(d) = e.record.deadline_at {
             job.deadline_s = Some(((d - now).num_milliseconds() as f64 / 1e3).max(0.0));
         }
-        if e.record.checkpoint_samples > 0.0 {
-            job.checkpoint_region = self.checkpoint_home(name).map(|r| r.0.clone());
-        }
         Some(job)
     }
 

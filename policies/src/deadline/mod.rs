@@ -411,8 +411,9 @@ pub struct Why {
     pub spot: f64,
     pub on_demand: f64,
     pub wait: f64,
-    /// Egress to bring the checkpoint to the spot start's zone (0 within its region); the
-    /// zone was ranked with it, `spot` leaves it out.
+    /// Egress to bring the checkpoint to the spot start's zone (0 within its region): the
+    /// zone was ranked with it; `spot`, and so the choice against on-demand and waiting,
+    /// leaves it out.
     pub egress: f64,
     pub moved: Option<crate::migrate::Decision>,
 }

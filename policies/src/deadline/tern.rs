@@ -466,11 +466,7 @@ impl Tern {
     }
 
     /// The action with the least expected cost under `m`: keep the current placement, start
-    /// spot in the best zone, start on-demand, or wait (ties go in that order). `egress` is
-    /// what the spot start pays to bring the checkpoint to its zone: it counts against
-    /// on-demand, which the job starts where the checkpoint is (or nets the egress of
-    /// going elsewhere), but not against waiting, whose next start may be as far.
-    #[allow(clippy::too_many_arguments)]
+    /// spot in the best zone, start on-demand, or wait (ties go in that order).
     fn choose(
         &self,
         job: &Job,
@@ -479,7 +475,6 @@ impl Tern {
         m: &Model,
         rem: i64,
         sigma: i64,
-        egress: f64,
     ) -> (Placement, Why) {
         let t = &self.table;
         let a = usize::from(zones.any_up);
@@ -496,12 +491,12 @@ impl Tern {
             spot: start_spot,
             on_demand: start_od,
             wait: idle,
-            egress,
+            egress: 0.0,
             moved: None,
         };
         let choice = if keep.is_finite() && keep <= idle.min(start_od).min(start_spot) {
             state.placement
-        } else if start_spot.is_finite() && start_spot <= idle && start_spot + egress <= start_od {
+        } else if start_spot.is_finite() && start_spot <= idle.min(start_od) {
             zones.best_up.map_or(Placement::Idle, Placement::Spot)
         } else if start_od <= idle {
             Placement::OnDemand
@@ -715,8 +710,8 @@ impl DeadlinePolicy for Tern {
         let m = self.refresh_table(job, obs, raw, rem, sigma);
         let lost = self.restart_value(job, state, &m, rem, sigma);
         let zones = self.zones(job, state, obs, lost);
-        let egress = zones.best_up.map_or(0.0, |z| egress_to(state, obs, z));
-        let (mut choice, mut why) = self.choose(job, state, &zones, &m, rem, sigma, egress);
+        let (mut choice, mut why) = self.choose(job, state, &zones, &m, rem, sigma);
+        why.egress = zones.best_up.map_or(0.0, |z| egress_to(state, obs, z));
         // With one tick of history (a window with no past) nothing has been seen to change:
         // on-demand over waiting is the prior's word against itself. Committing to the
         // dearest option then waits one tick while waiting is safe; the next tick is data.

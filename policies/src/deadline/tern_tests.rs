@@ -232,48 +232,6 @@ fn a_restart_prices_the_checkpoints_move_between_regions() {
     );
 }
 
-/// A start in another region pays the checkpoint's egress against on-demand where the
-/// checkpoint is: spot far away while it is cheaper with the egress; once it is not, the job
-/// never starts there (it waits for its own zone, or goes on-demand at home).
-#[test]
-fn spot_across_regions_is_weighed_with_its_egress_against_on_demand_at_home() {
-    let mut home = cycle(970, 40, 5);
-    *home.last_mut().expect("history") = 0;
-    let far = vec![1; 970];
-    let zones = home_and_far(&home, &far);
-    let job = Job::gang(200, 230, 2, 1);
-    let preempted = preempted_at_home();
-    let restart = |egress_cost| {
-        let obs = TickView {
-            egress_cost,
-            ..obs(0, &zones)
-        };
-        let mut p = Tern::new();
-        (p.decide(&job, &preempted, &obs), p.why().expect("why"))
-    };
-    let (cheap, why) = restart(0.05);
-    assert_eq!(cheap, Placement::Spot(1), "{why}");
-    assert!(why.spot + why.egress < why.on_demand, "{why}");
-    for egress in [1.0, 100.0] {
-        let (dear, why) = restart(egress);
-        assert_ne!(dear, Placement::Spot(1), "{why}");
-        assert!(
-            why.spot < why.on_demand.min(why.wait),
-            "spot alone is cheapest: {why}"
-        );
-        assert!(why.spot + why.egress > why.on_demand, "{why}");
-    }
-    // A job with no checkpoint yet starts there.
-    let fresh = TickView {
-        egress_cost: 100.0,
-        ..obs(0, &zones)
-    };
-    assert_eq!(
-        Tern::new().decide(&job, &JobProgress::new(), &fresh),
-        Placement::Spot(1)
-    );
-}
-
 /// A zone at $1 in region 0 (the checkpoint's) and one at $0.9 in region 1.
 fn home_and_far<'a>(home: &'a [u32], far: &'a [u32]) -> [ZoneView<'a>; 2] {
     [
