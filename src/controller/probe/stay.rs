@@ -24,11 +24,9 @@ impl Controller {
         let rate: f64 = fleet.iter().map(|i| i.offer.price_per_hour).sum();
         let e = self.fleet.jobs.get(name)?;
         let per_gb = self.config.plan.egress_per_gb;
-        let checkpoint = if c.region != here.region.as_str() {
-            e.record.spec.checkpoint.size_gb * per_gb
-        } else {
-            0.0
-        };
+        let size_gb = e.record.spec.checkpoint.size_gb;
+        let checkpoint =
+            tern_cloud::egress_dollars(size_gb, per_gb, here.region.as_str(), &c.region);
         let egress = checkpoint + e.record.spec.constraints.data_egress(&c.region, per_gb);
         let net = rate * self.work_hours(name, expected)
             - c.expected_cost
